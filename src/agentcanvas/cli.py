@@ -1,0 +1,193 @@
+"""The ``agentcanvas`` command line. Bad input exits 1 with a message, never a traceback."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from agentcanvas.errors import AgentCanvasError, UserInputError
+from agentcanvas.eval.episode import EpisodeOptions, EpisodeSpec, EpisodeWiring, run_episode
+from agentcanvas.eval.seeding import episode_seed
+from agentcanvas.graph.model import Graph, graph_json_schema, load_graph_file
+from agentcanvas.nodes.registry import WorkspaceComponentRegistry
+
+Handler = Callable[[argparse.Namespace], int]
+_COMMANDS: dict[str, Handler] = {}
+
+
+def command(name: str) -> Callable[[Handler], Handler]:
+    def register(fn: Handler) -> Handler:
+        _COMMANDS[name] = fn
+        return fn
+
+    return register
+
+
+def _registry() -> WorkspaceComponentRegistry:
+    registry = WorkspaceComponentRegistry()
+    registry.scan_all()
+    return registry
+
+
+def _print_json(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj, indent=2, sort_keys=False) + "\n")
+
+
+def resolve_graph(registry: WorkspaceComponentRegistry, name_or_path: str) -> Graph:
+    """A graph by name, or by a path to a .json file; validated against the node sets."""
+    if name_or_path.endswith(".json") or os.sep in name_or_path:
+        graph = load_graph_file(Path(name_or_path))
+        registry.validate(graph)
+        return graph
+    return registry.load_graph(name_or_path)
+
+
+@command("nodesets")
+def cmd_nodesets(args: argparse.Namespace) -> int:
+    registry = _registry()
+    manifests = [registry.manifest(n).model_dump(mode="json") for n in registry.nodeset_names()]
+    if args.json:
+        _print_json({"nodesets": manifests, "load_errors": registry.load_errors})
+        return 0
+    for m in manifests:
+        origin = registry.origin(m["name"])
+        print(f"{m['name']} {m['version']} [{m['parallelism']}, {origin}] - {m['description']}")
+        for node in m["nodes"]:
+            ins = ", ".join(p["name"] for p in node["inputs"]) or ("*" if node["dynamic_inputs"] else "")
+            outs = ", ".join(p["name"] for p in node["outputs"])
+            print(f"    {m['name']}.{node['name']}({ins}) -> ({outs})")
+    for name, err in registry.load_errors.items():
+        print(f"{name}: FAILED TO LOAD: {err}", file=sys.stderr)
+    return 0
+
+
+@command("graphs")
+def cmd_graphs(args: argparse.Namespace) -> int:
+    registry = _registry()
+    if args.action == "show":
+        if not args.name:
+            raise UserInputError("graphs show: give a graph NAME (see `agentcanvas graphs`)")
+        sys.stdout.write(resolve_graph(registry, args.name).to_json())
+        return 0
+    entries = registry.graph_entries()
+    rows = []
+    for item in entries:
+        try:
+            graph = load_graph_file(item.path)
+            rows.append({"name": item.name, "origin": item.origin, "path": str(item.path),
+                         "description": graph.description, "nodesets": graph.nodesets()})
+        except AgentCanvasError as exc:
+            rows.append({"name": item.name, "origin": item.origin, "path": str(item.path),
+                         "error": str(exc)})
+    if args.json:
+        _print_json({"graphs": rows})
+    else:
+        for row in rows:
+            print(f"{row['name']} [{row['origin']}] - {row.get('description') or row.get('error')}")
+    return 0
+
+
+@command("schema")
+def cmd_schema(args: argparse.Namespace) -> int:
+    _print_json(graph_json_schema())
+    return 0
+
+
+@command("validate")
+def cmd_validate(args: argparse.Namespace) -> int:
+    graph = resolve_graph(_registry(), args.graph)
+    print(f"{graph.name}: ok ({len(graph.nodes)} nodes, {len(graph.edges)} edges)")
+    return 0
+
+
+def default_tasks(graph: Graph) -> list[str]:
+    """The graph's env tasks, or its panel task_id, or a single unnamed task."""
+    if graph.env is None:
+        return [""]
+    if graph.env.tasks:
+        return list(graph.env.tasks)
+    return [str(graph.env.fields.get("task_id", ""))]
+
+
+@command("play")
+def cmd_play(args: argparse.Namespace) -> int:
+    registry = _registry()
+    graph = resolve_graph(registry, args.graph)
+    task = args.task or default_tasks(graph)[0]
+    seed = episode_seed(args.seed, task, args.episode)
+    spec = EpisodeSpec(0, task, args.episode, seed, key=f"play:{task}:{args.episode}")
+    env = registry.local_instance(graph.env.nodeset) if graph.env else None
+    wiring = EpisodeWiring(resolver=registry, env=env)
+    options = EpisodeOptions(step_budget_override=args.step_budget)
+
+    async def go() -> Any:
+        try:
+            return await run_episode(graph, spec, wiring, options)
+        finally:
+            await registry.close_locals()
+
+    result = asyncio.run(go())
+    if args.json:
+        _print_json(result.model_dump(mode="json"))
+    else:
+        print(f"{graph.name} task={task} episode={args.episode} seed={seed}: {result.status}, "
+              f"{result.steps} steps")
+        for key, value in result.metrics.items():
+            print(f"  {key} = {value}")
+        if result.error:
+            print(f"  error: {result.error}")
+    return 0 if result.status == "completed" else 3
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="agentcanvas", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("nodesets", help="list discovered node sets and node types")
+    p.add_argument("--json", action="store_true")
+    p = sub.add_parser("graphs", help="list graphs, or `graphs show NAME`")
+    p.add_argument("action", nargs="?", choices=["list", "show"], default="list")
+    p.add_argument("name", nargs="?")
+    p.add_argument("--json", action="store_true")
+    sub.add_parser("schema", help="print the graph format's JSON Schema")
+    p = sub.add_parser("validate", help="schema + semantic checks of a graph (name or path)")
+    p.add_argument("graph")
+    p = sub.add_parser("play", help="run one episode in-process, like canvas Play")
+    p.add_argument("graph")
+    p.add_argument("--episode", type=int, default=0, help="episode_index (default 0)")
+    p.add_argument("--task", help="task id (default: the graph's first task)")
+    p.add_argument("--seed", type=int, default=0, help="run seed (default 0)")
+    p.add_argument("--step-budget", type=int, help="override the step budget (>= 1)")
+    p.add_argument("--json", action="store_true", help="print the episode record as JSON")
+    for extend in _EXTENSIONS:
+        extend(sub)
+    return parser
+
+
+_EXTENSIONS: list[Callable[[Any], None]] = []
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``agentcanvas`` console script."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    args = _parser().parse_args(argv)
+    try:
+        return _COMMANDS[args.command](args)
+    except UserInputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except AgentCanvasError as exc:
+        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,80 @@
+"""One exception tree for AgentCanvas.
+
+::
+
+    AgentCanvasError
+    ├── UserInputError            bad input from a user: exit code 1 / HTTP 4xx, never a traceback
+    │   ├── GraphFormatError      malformed JSON, schema violation (names the field)
+    │   ├── GraphValidationError  unknown node set / type / port, cycle, budget < 1
+    │   ├── UnknownGraphError     no graph of that name
+    │   ├── UnknownNodeSetError   no node set of that name
+    │   ├── UnsafeNameError       a name that would become a path fails the pattern/containment
+    │   └── ConfigError           an eval config or spec field is invalid
+    ├── NodeSetError              a node set failed to load or to start
+    ├── ServerError               a node-set server is unreachable, hung or died
+    │   └── ServerDiedError       the server process is gone (supervision restarts it)
+    ├── WireError                 a payload could not be encoded/decoded
+    ├── StateError                a lifecycle transition was asked in the wrong state
+    └── RunError                  a run could not be set up or persisted
+
+Foreign errors are translated at each boundary with ``raise ... from exc``. An episode's
+failure is data on its record and never escapes a worker as an exception.
+"""
+
+from __future__ import annotations
+
+
+class AgentCanvasError(Exception):
+    """Base of every error raised by agentcanvas."""
+
+
+class UserInputError(AgentCanvasError):
+    """Input from a user is wrong; the message says which field and how to fix it."""
+
+
+class GraphFormatError(UserInputError):
+    """A graph file is not valid JSON or violates the schema."""
+
+
+class GraphValidationError(UserInputError):
+    """A graph is well-formed but names unknown things or is not runnable."""
+
+
+class UnknownGraphError(UserInputError):
+    """No graph of that name in the workspace or the built-ins."""
+
+
+class UnknownNodeSetError(UserInputError):
+    """No node set of that name."""
+
+
+class UnsafeNameError(UserInputError):
+    """A name that would become a path is not allowed."""
+
+
+class ConfigError(UserInputError):
+    """An eval configuration or run spec is invalid."""
+
+
+class NodeSetError(AgentCanvasError):
+    """A node set could not be loaded or started."""
+
+
+class ServerError(AgentCanvasError):
+    """A node-set server did not answer properly in time."""
+
+
+class ServerDiedError(ServerError):
+    """A node-set server process is gone."""
+
+
+class WireError(AgentCanvasError):
+    """A wire payload could not be encoded or decoded."""
+
+
+class StateError(AgentCanvasError):
+    """A lifecycle transition was requested from the wrong state."""
+
+
+class RunError(AgentCanvasError):
+    """A run could not be set up, persisted or resumed."""

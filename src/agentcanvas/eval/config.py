@@ -1,0 +1,102 @@
+"""Versioned data models of a run: EvalConfig (what to run), EpisodeResult, EvalRun (summary)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from agentcanvas.eval.metrics import MetricAggregate
+
+RUN_FORMAT_VERSION = 1
+EpisodeStatus = Literal["completed", "timeout", "exception", "error", "no_verdict", "cancelled"]
+RunStatus = Literal["pending", "queued", "running", "completed", "failed", "cancelled", "aborted"]
+TERMINAL_RUN_STATUSES = ("completed", "failed", "cancelled", "aborted")
+MetricValue = float | int | bool | str | None
+
+
+class EvalConfig(BaseModel):
+    """What to run. Episodes are ``episode_count`` per task, indexed from ``start_index``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: Literal[1] = RUN_FORMAT_VERSION
+    graph_name: str = Field(min_length=1, description="Graph to run (see `agentcanvas graphs`).")
+    episode_count: int = Field(default=10, ge=1, le=1_000_000, description="Episodes per task.")
+    worker_count: int = Field(default=1, ge=1, le=64, description="Parallel workers (speed only).")
+    tasks: list[str] | None = Field(
+        default=None, description="Task ids (panel task_id); default: the graph's env tasks."
+    )
+    start_index: int = Field(default=0, ge=0, description="First episode_index of each task.")
+    step_budget: int | None = Field(
+        default=None, ge=1, description="Override of the per-episode step budget (>= 1)."
+    )
+    seed: int = Field(default=0, ge=0, description="Run seed; episode seeds derive from it.")
+    per_step_timeout_s: float = Field(
+        default=10.0, gt=0, description="Wall-clock safety net per step (timeout = budget × this)."
+    )
+    max_attempts: int = Field(
+        default=2, ge=1, le=5, description="Attempts per episode when its env server dies."
+    )
+    save_frames: bool = Field(default=False, description="Render frames and save them as assets.")
+    record_log: bool = Field(default=True, description="Write each episode's log.jsonl.")
+
+    @field_validator("tasks")
+    @classmethod
+    def _tasks_non_empty(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and (not value or any(not t.strip() for t in value)):
+            raise ValueError("tasks must be a non-empty list of non-empty task ids")
+        return value
+
+
+class EpisodeResult(BaseModel):
+    """One episode's self-describing record (episode.json, and an entry of summary.json)."""
+
+    version: Literal[1] = RUN_FORMAT_VERSION
+    index: int = Field(description="Position in the run (0 … episodes_total-1).")
+    episode_id: str = ""
+    task: str = ""
+    episode_index: int = Field(description="The env's episode index within its task.")
+    seed: int
+    status: EpisodeStatus
+    steps: int = 0
+    metrics: dict[str, MetricValue] = Field(default_factory=dict)
+    error: str | None = None
+    node_errors: dict[str, str] = Field(default_factory=dict)
+    attempts: int = 1
+    step_budget: int | None = None
+    scene_id: str = ""
+    instruction: str = ""
+    duration_s: float = 0.0
+
+    def identity(self) -> dict[str, Any]:
+        """The fields that must be bit-identical across worker counts."""
+        return self.model_dump(exclude={"duration_s"})
+
+
+class DeterminismInfo(BaseModel):
+    """Whether this run's scores are guaranteed independent of worker count, and why."""
+
+    guaranteed: bool = True
+    shared_server_modes: dict[str, str] = Field(default_factory=dict)
+    reasons: list[str] = Field(default_factory=list)
+    seed_function: str = "sha256(agentcanvas-v1|run_seed|task|episode_index) mod 2**31"
+
+
+class EvalRun(BaseModel):
+    """The run summary (summary.json)."""
+
+    version: Literal[1] = RUN_FORMAT_VERSION
+    run_id: str
+    status: RunStatus = "pending"
+    graph_name: str
+    config: EvalConfig
+    episodes_total: int
+    episodes_done: int = 0
+    aggregate_metrics: dict[str, MetricAggregate] = Field(default_factory=dict)
+    aggregate_by_task: dict[str, dict[str, MetricAggregate]] = Field(default_factory=dict)
+    status_counts: dict[str, int] = Field(default_factory=dict)
+    episodes: list[EpisodeResult] = Field(default_factory=list)
+    timings: dict[str, float | None] = Field(default_factory=dict)
+    determinism: DeterminismInfo = Field(default_factory=DeterminismInfo)
+    error: str | None = None

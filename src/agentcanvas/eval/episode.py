@@ -1,0 +1,212 @@
+"""One episode, start to finish (the design note's ``_run_one_episode``), on one worker.
+
+Set the episode on the worker's env panel → resolve the step budget → run a fresh LoopRunner
+under a wall-clock safety net → harvest → evict keyed per-episode state. Six ways it ends
+(completed, timeout, exception, error, no_verdict, cancelled); each returns a populated
+EpisodeResult with what was harvested so far. Only a cancellation from outside the episode
+(the whole task being cancelled) propagates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentcanvas.errors import ServerDiedError
+from agentcanvas.eval.config import EpisodeResult, EpisodeStatus
+from agentcanvas.graph.executor import (
+    EpisodeContext,
+    EventSink,
+    ExecutionPrinciples,
+    ExecutionResult,
+    FiringLog,
+    NodeResolver,
+)
+from agentcanvas.graph.loop_runner import LoopRunner
+from agentcanvas.graph.model import DEFAULT_STEP_BUDGET, Graph
+from agentcanvas.nodes.base import NodeSetHandle
+from agentcanvas.nodes.manifest import LoadInfo
+
+
+@dataclass(frozen=True)
+class EpisodeSpec:
+    """Identity of an episode: position in the run, task, the env's index, derived seed."""
+
+    index: int
+    task: str
+    episode_index: int
+    seed: int
+    key: str
+
+
+@dataclass
+class EpisodeWiring:
+    """Where one worker's episode runs: its env handle and routing overrides."""
+
+    resolver: NodeResolver
+    env: NodeSetHandle | None
+    env_panel_overrides: Mapping[str, NodeSetHandle] = field(default_factory=dict)
+    server_url_overrides: Mapping[str, str] = field(default_factory=dict)
+    principles: ExecutionPrinciples = field(default_factory=ExecutionPrinciples)
+    events: EventSink | None = None
+
+
+@dataclass
+class EpisodeOptions:
+    """Run-wide knobs for each episode."""
+
+    step_budget_override: int | None = None
+    per_step_timeout_s: float = 10.0
+    render: bool = False
+    log: FiringLog | None = None
+    asset_dir: str = ""
+    cancel: asyncio.Event | None = None
+
+
+def resolve_step_budget(override: int | None, env_budget: int | None, graph: Graph) -> int:
+    """API override → env value → graph value → DEFAULT_STEP_BUDGET."""
+    for budget in (override, env_budget, graph.step_budget):
+        if budget is not None:
+            return budget
+    return DEFAULT_STEP_BUDGET
+
+
+async def set_episode(
+    env: NodeSetHandle, graph: Graph, spec: EpisodeSpec, render: bool
+) -> LoadInfo:
+    """Push the cascade fields, task, index and seed to the panel, ``play``, then ``on_load``."""
+    fields = dict(graph.env.fields) if graph.env else {}
+    fields.pop("task_id", None)
+    for name, value in fields.items():
+        await env.panel_change(name, value)
+    await env.panel_change("task_id", spec.task)
+    await env.panel_change("episode_index", spec.episode_index)
+    await env.panel_change("seed", spec.seed)
+    if render and env.manifest.panel and env.manifest.panel.field("render"):
+        await env.panel_change("render", True)
+    await env.panel_action("play")
+    return await env.panel_load()
+
+
+async def run_episode(
+    graph: Graph, spec: EpisodeSpec, wiring: EpisodeWiring, options: EpisodeOptions
+) -> EpisodeResult:
+    """Run one episode; failures become data on the returned record."""
+    started = time.perf_counter()
+    result = EpisodeResult(
+        index=spec.index, task=spec.task, episode_index=spec.episode_index, seed=spec.seed,
+        status="exception",
+    )
+    runner: LoopRunner | None = None
+    try:
+        info = await set_episode(wiring.env, graph, spec, options.render) if wiring.env else None
+        if info is not None:
+            result.episode_id, result.scene_id = info.episode_id, info.scene_id
+            result.instruction = info.instruction
+        budget = resolve_step_budget(
+            options.step_budget_override, info.step_budget if info else None, graph
+        )
+        result.step_budget = budget
+        if budget < 1:
+            result.status, result.error = "error", f"resolved step budget {budget} < 1 refused"
+            return result
+        runner = _make_runner(wiring, options)
+        episode = EpisodeContext(spec.key, spec.seed, spec.task, options.asset_dir)
+        status, outcome = await _run_guarded(runner, graph, episode, budget, options)
+        _fill(result, status, outcome, runner, budget * options.per_step_timeout_s)
+    except ServerDiedError:
+        raise  # the worker restarts the server and retries the episode
+    except Exception as exc:  # a failure of the episode is data on its record
+        result.status, result.error = "exception", f"{type(exc).__name__}: {exc}"
+        _harvest_partial(result, runner)
+    finally:
+        result.duration_s = round(time.perf_counter() - started, 6)
+        await _evict(graph, wiring, spec.key)
+    return result
+
+
+def _make_runner(wiring: EpisodeWiring, options: EpisodeOptions) -> LoopRunner:
+    overrides = dict(wiring.env_panel_overrides)
+    return LoopRunner(
+        wiring.resolver,
+        env_panel_overrides=overrides,
+        server_url_overrides=wiring.server_url_overrides,
+        principles=wiring.principles,
+        log=options.log,
+        events=wiring.events,
+    )
+
+
+async def _run_guarded(
+    runner: LoopRunner,
+    graph: Graph,
+    episode: EpisodeContext,
+    budget: int,
+    options: EpisodeOptions,
+) -> tuple[EpisodeStatus | None, ExecutionResult | None]:
+    """Race the loop against the timeout and the run's cancel event; owns both tasks."""
+    loop = asyncio.ensure_future(runner.run(graph, episode, step_budget_override=budget))
+    waits: set[asyncio.Future[Any]] = {loop}
+    cancel_wait = asyncio.ensure_future(options.cancel.wait()) if options.cancel else None
+    if cancel_wait is not None:
+        waits.add(cancel_wait)
+    try:
+        timeout_s = budget * options.per_step_timeout_s
+        done, _ = await asyncio.wait(waits, timeout=timeout_s, return_when="FIRST_COMPLETED")
+        if loop in done:
+            return None, loop.result()
+        return ("cancelled" if cancel_wait in done else "timeout"), None
+    finally:
+        for task in waits:
+            task.cancel()
+        await asyncio.gather(*waits, return_exceptions=True)
+
+
+def _fill(
+    result: EpisodeResult,
+    status: EpisodeStatus | None,
+    outcome: ExecutionResult | None,
+    runner: LoopRunner,
+    timeout_s: float,
+) -> None:
+    if status is not None:
+        result.status = status
+        result.error = (
+            "cancelled with the run" if status == "cancelled"
+            else f"wall-clock timeout after {timeout_s:g} s (safety net; not a score)"
+        )
+        _harvest_partial(result, runner)
+        return
+    assert outcome is not None
+    result.steps, result.metrics = outcome.steps, outcome.metrics
+    result.node_errors = dict(outcome.node_errors)
+    if outcome.node_errors:
+        result.status = "error"
+        result.error = "node errors in: " + ", ".join(sorted(outcome.node_errors))
+    elif not outcome.metrics:
+        result.status = "no_verdict"
+        result.error = "the graph completed without metrics (no graphOut value): no verdict"
+    else:
+        result.status = "completed"
+
+
+def _harvest_partial(result: EpisodeResult, runner: LoopRunner | None) -> None:
+    if runner is not None and runner.executor is not None:
+        partial = runner.executor.result()
+        result.steps, result.metrics = partial.steps, partial.metrics
+        result.node_errors = dict(partial.node_errors)
+
+
+async def _evict(graph: Graph, wiring: EpisodeWiring, key: str) -> None:
+    """Drop this episode's entries from node-set-owned keyed containers (worker-safe)."""
+    for nodeset in graph.nodesets():
+        handle = wiring.env_panel_overrides.get(nodeset) or wiring.resolver.handle_for(
+            nodeset, wiring.server_url_overrides.get(nodeset)
+        )
+        try:
+            await asyncio.shield(handle.evict(key))
+        except Exception:  # noqa: S110 - eviction is best effort; the episode is recorded
+            pass

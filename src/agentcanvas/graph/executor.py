@@ -1,0 +1,325 @@
+"""GraphExecutor: runs one episode of a graph, iteration by iteration, off a ready queue.
+
+Within an iteration, nodes fire as soon as their same-iteration inputs exist; independent
+nodes run concurrently. Every error-shaped result or raised exception goes into the
+``node_errors`` ledger and ends the run with status ``error``. After the terminal iteration
+the inputs of graph-scope ``core.graphOut`` nodes are snapshotted and harvested as metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from agentcanvas.graph.model import DEFAULT_STEP_BUDGET, GRAPH_SCOPE_ID, Graph, Node
+from agentcanvas.graph.ready import ReadySet, same_iteration_deps
+from agentcanvas.graph.summarize import summarize
+from agentcanvas.nodes.base import CallContext, NodeSetHandle
+from agentcanvas.nodes.manifest import NodeTypeSpec
+
+GRAPH_OUT_TYPE = "core.graphOut"
+ExecStatus = Literal["running", "completed", "error", "cancelled"]
+EventSink = Callable[[dict[str, Any]], None]
+
+
+class NodeResolver(Protocol):
+    """Finds the handle (in-process or proxy) and node spec for a node set."""
+
+    def handle_for(self, nodeset: str, url_override: str | None) -> NodeSetHandle: ...
+
+    def node_spec(self, node_type: str) -> NodeTypeSpec: ...
+
+
+class FiringLog(Protocol):
+    """Receives one record per node firing (the episode's log.jsonl)."""
+
+    def record(self, entry: dict[str, Any]) -> None: ...
+
+
+@dataclass(frozen=True)
+class ExecutionPrinciples:
+    """Run-wide switches. Batch eval suppresses per-node UI events."""
+
+    suppress_nav_events: bool = False
+
+
+@dataclass(frozen=True)
+class EpisodeContext:
+    """Identity of the episode being executed; seeds derive from it."""
+
+    key: str = "episode"
+    seed: int = 0
+    task: str = ""
+    asset_dir: str = ""
+
+
+@dataclass
+class ExecutionResult:
+    """What an execution produced so far (also valid after a timeout or cancel)."""
+
+    status: ExecStatus
+    steps: int
+    done_signalled: bool
+    node_errors: dict[str, str]
+    metrics: dict[str, Any]
+    outputs: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+class GraphExecutor:
+    """Executes a graph for one episode. A fresh executor per episode: no state carries over."""
+
+    def __init__(  # noqa: PLR0913 - keyword-only wiring
+        self,
+        graph: Graph,
+        resolver: NodeResolver,
+        *,
+        episode: EpisodeContext | None = None,
+        env_panel_overrides: Mapping[str, NodeSetHandle] | None = None,
+        server_url_overrides: Mapping[str, str] | None = None,
+        principles: ExecutionPrinciples | None = None,
+        step_budget_override: int | None = None,
+        log: FiringLog | None = None,
+        events: EventSink | None = None,
+    ) -> None:
+        self.graph = graph
+        self.episode = episode or EpisodeContext()
+        self.env_panel_overrides = dict(env_panel_overrides or {})
+        self.server_url_overrides = dict(server_url_overrides or {})
+        self.principles = principles or ExecutionPrinciples()
+        self.step_budget_override = step_budget_override
+        self._resolver = resolver
+        self._log = log
+        self._events = events
+        self._deps = same_iteration_deps(graph)
+        self._specs = {n.id: resolver.node_spec(n.type) for n in graph.nodes}
+        self._handles = {ns: self._handle(ns) for ns in graph.nodesets()}
+        self.status: ExecStatus = "running"
+        self.steps = 0
+        self.done_signalled = False
+        self.node_errors: dict[str, str] = {}
+        self.last_inputs: dict[str, dict[str, Any]] = {}
+        self.last_outputs: dict[str, dict[str, Any]] = {}
+
+    def get_server_url(self, nodeset: str) -> str | None:
+        """This worker's URL for a node set, or None to use the baked-in one."""
+        return self.server_url_overrides.get(nodeset)
+
+    def _handle(self, nodeset: str) -> NodeSetHandle:
+        if nodeset in self.env_panel_overrides:
+            return self.env_panel_overrides[nodeset]
+        return self._resolver.handle_for(nodeset, self.get_server_url(nodeset))
+
+    def resolve_step_budget(self) -> int:
+        """step_budget_override → graph.step_budget → DEFAULT_STEP_BUDGET."""
+        for budget in (self.step_budget_override, self.graph.step_budget):
+            if budget is not None:
+                return budget
+        return DEFAULT_STEP_BUDGET
+
+    async def run(self) -> ExecutionResult:
+        """Run iterations until a done signal, a node error, or the step budget."""
+        budget = self.resolve_step_budget()
+        if budget < 1:
+            raise ValueError(f"step budget must be >= 1, got {budget}")
+        self._emit({"type": "nav_status", "status": "running", "budget": budget})
+        carry = self._initial_carry()
+        try:
+            for step in range(budget):
+                outputs = await self._run_iteration(step, carry)
+                self.steps = step + 1
+                self._emit({"type": "nav_step", "step": step})
+                if self.node_errors or self.done_signalled:
+                    break
+                carry = self._next_carry(outputs)
+        except asyncio.CancelledError:
+            self.status = "cancelled"
+            raise
+        self.status = "error" if self.node_errors else "completed"
+        self._emit({"type": "nav_status", "status": self.status, "steps": self.steps})
+        return self.result()
+
+    def result(self) -> ExecutionResult:
+        """Snapshot of what was harvested so far (partial after a timeout or cancel)."""
+        return ExecutionResult(
+            status=self.status,
+            steps=self.steps,
+            done_signalled=self.done_signalled,
+            node_errors=dict(self.node_errors),
+            metrics=self.harvest_metrics(),
+            outputs={k: dict(v) for k, v in self.last_outputs.items()},
+        )
+
+    def harvest_metrics(self) -> dict[str, Any]:
+        """Metrics from graph-scope graphOut sinks: a ``metrics`` dict is flattened."""
+        metrics: dict[str, Any] = {}
+        for node in self.graph.nodes:
+            if node.type != GRAPH_OUT_TYPE or node.scope != GRAPH_SCOPE_ID:
+                continue
+            for port, value in sorted(self.last_inputs.get(node.id, {}).items()):
+                if port == "metrics" and isinstance(value, dict):
+                    _flatten_into(metrics, "", value)
+                elif _is_scalar(value):
+                    metrics[port] = value
+        return metrics
+
+    def _initial_carry(self) -> dict[tuple[str, str], Any]:
+        return {
+            (e.target.node, e.target.port): e.initial
+            for e in self.graph.edges
+            if e.next_iteration and e.initial is not None
+        }
+
+    def _next_carry(self, outputs: dict[str, dict[str, Any]]) -> dict[tuple[str, str], Any]:
+        carry: dict[tuple[str, str], Any] = {}
+        for edge in self.graph.edges:
+            if edge.next_iteration and edge.source.port in outputs.get(edge.source.node, {}):
+                carry[(edge.target.node, edge.target.port)] = outputs[edge.source.node][
+                    edge.source.port
+                ]
+        return carry
+
+    def _inputs_for(
+        self, node_id: str, outputs: dict[str, dict[str, Any]], carry: dict[tuple[str, str], Any]
+    ) -> dict[str, Any]:
+        inputs: dict[str, Any] = {}
+        for edge in self.graph.edges:
+            if edge.target.node != node_id:
+                continue
+            if edge.next_iteration:
+                key = (node_id, edge.target.port)
+                if key in carry:
+                    inputs[edge.target.port] = carry[key]
+            elif edge.source.port in outputs.get(edge.source.node, {}):
+                inputs[edge.target.port] = outputs[edge.source.node][edge.source.port]
+        return inputs
+
+    def _missing_required(self, node_id: str, inputs: dict[str, Any]) -> list[str]:
+        return [p.name for p in self._specs[node_id].inputs if p.required and p.name not in inputs]
+
+    async def _run_iteration(
+        self, step: int, carry: dict[tuple[str, str], Any]
+    ) -> dict[str, dict[str, Any]]:
+        ready = ReadySet(self._deps)
+        ready.start_iteration()
+        outputs: dict[str, dict[str, Any]] = {}
+        running: dict[asyncio.Task[dict[str, Any]], str] = {}
+        try:
+            while not ready.complete:
+                self._launch_ready(step, ready, outputs, carry, running)
+                if not running:
+                    break
+                finished, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                for task in finished:
+                    node_id = running.pop(task)
+                    outputs[node_id] = task.result()
+                    ready.finish(node_id)
+        finally:
+            await _cancel_all(running)
+        return outputs
+
+    def _launch_ready(  # noqa: PLR0913
+        self,
+        step: int,
+        ready: ReadySet,
+        outputs: dict[str, dict[str, Any]],
+        carry: dict[tuple[str, str], Any],
+        running: dict[asyncio.Task[dict[str, Any]], str],
+    ) -> None:
+        while batch := ready.take_ready():
+            for node_id in batch:
+                inputs = self._inputs_for(node_id, outputs, carry)
+                missing = self._missing_required(node_id, inputs)
+                if self.node_errors or missing:
+                    reason = "stopped after a node error" if self.node_errors else "missing input"
+                    self._record(step, node_id, "skipped", 0.0, inputs, {}, f"{reason} {missing}")
+                    outputs[node_id] = {}
+                    ready.finish(node_id)
+                    continue
+                node = self.graph.node(node_id)
+                running[asyncio.create_task(self._fire(step, node, inputs))] = node_id
+
+    async def _fire(self, step: int, node: Node, inputs: dict[str, Any]) -> dict[str, Any]:
+        spec = self._specs[node.id]
+        ctx = CallContext(
+            node_id=node.id,
+            step=step,
+            episode_key=self.episode.key,
+            episode_seed=self.episode.seed,
+            task=self.episode.task,
+            asset_dir=self.episode.asset_dir,
+        )
+        started = time.perf_counter()
+        try:
+            result = await self._handles[node.nodeset].call(node.node_name, node.config, inputs, ctx)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a node's failure is data in the ledger, never an escape
+            result = {"error": f"{type(exc).__name__}: {exc}"}
+        latency_ms = (time.perf_counter() - started) * 1000.0
+        if "error" in result and spec.output("error") is None:
+            self.node_errors[node.id] = f"{node.type}: {result['error']}"
+            self._record(step, node.id, "error", latency_ms, inputs, {}, str(result["error"]))
+            return {}
+        if node.type == GRAPH_OUT_TYPE:
+            self.last_inputs[node.id] = dict(inputs)
+        self.last_outputs[node.id] = result
+        if spec.done_port is not None and bool(result.get(spec.done_port)):
+            self.done_signalled = True
+        self._record(step, node.id, "ok", latency_ms, inputs, result, None)
+        return result
+
+    def _record(  # noqa: PLR0913
+        self,
+        step: int,
+        node_id: str,
+        status: str,
+        latency_ms: float,
+        inputs: dict[str, Any],
+        outputs: dict[str, Any],
+        error: str | None,
+    ) -> None:
+        entry = {
+            "step": step,
+            "node": node_id,
+            "type": self.graph.node(node_id).type,
+            "status": status,
+            "latency_ms": round(latency_ms, 3),
+            "inputs": summarize(inputs),
+            "outputs": summarize(outputs),
+        }
+        if error is not None:
+            entry["error"] = error
+        if self._log is not None:
+            self._log.record(entry)
+        self._emit({"type": "exec_log", **entry})
+
+    def _emit(self, event: dict[str, Any]) -> None:
+        if self._events is not None and not self.principles.suppress_nav_events:
+            self._events(event)
+
+
+async def _cancel_all(running: dict[asyncio.Task[dict[str, Any]], str]) -> None:
+    for task in running:
+        task.cancel()
+    if running:
+        await asyncio.gather(*running, return_exceptions=True)
+    running.clear()
+
+
+def _is_scalar(value: Any) -> bool:
+    return isinstance(value, bool | int | float | str) or value is None
+
+
+def _flatten_into(out: dict[str, Any], prefix: str, value: dict[str, Any]) -> None:
+    for key, item in sorted(value.items()):
+        name = f"{prefix}{key}"
+        if isinstance(item, dict):
+            _flatten_into(out, f"{name}.", item)
+        elif _is_scalar(item):
+            out[name] = None if isinstance(item, float) and math.isnan(item) else item
+        elif hasattr(item, "item") and getattr(item, "size", 0) == 1:
+            out[name] = item.item()

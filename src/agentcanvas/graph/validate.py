@@ -1,0 +1,131 @@
+"""Semantic checks of a graph against the node sets it names, done at load time.
+
+Every problem is reported with the node id and type it concerns, before any process is
+spawned — never a silent no-op at run time (the design note's § 7 seam).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from agentcanvas.errors import GraphValidationError, UserInputError
+from agentcanvas.graph.model import GRAPH_SCOPE_ID, Edge, Graph, Node
+from agentcanvas.graph.ready import find_cycle
+from agentcanvas.nodes.manifest import NodeSetManifest, NodeTypeSpec
+
+ManifestLookup = Callable[[str], NodeSetManifest | None]
+ConfigCheck = Callable[[Node], None]
+
+
+def validate_graph(
+    graph: Graph, manifests: ManifestLookup, check_config: ConfigCheck | None = None
+) -> None:
+    """Raise GraphValidationError listing every problem found; return None if runnable."""
+    problems: list[str] = []
+    specs = _node_specs(graph, manifests, problems)
+    _check_scopes(graph, problems)
+    for edge in graph.edges:
+        _check_edge(edge, specs, problems)
+    _check_single_writers(graph, problems)
+    cycle = find_cycle(graph)
+    if cycle:
+        problems.append(
+            "cycle without a next_iteration edge: "
+            + " -> ".join(cycle)
+            + " (mark one edge of the cycle \"next_iteration\": true)"
+        )
+    if check_config is not None:
+        for node in graph.nodes:
+            if node.id in specs:
+                try:
+                    check_config(node)
+                except UserInputError as exc:
+                    problems.append(f"node '{node.id}' ({node.type}): {exc}")
+    _check_env(graph, manifests, problems)
+    if problems:
+        raise GraphValidationError(
+            f"graph '{graph.name}' is not runnable:\n" + "\n".join(f"  - {p}" for p in problems)
+        )
+
+
+def _node_specs(
+    graph: Graph, manifests: ManifestLookup, problems: list[str]
+) -> dict[str, NodeTypeSpec]:
+    specs: dict[str, NodeTypeSpec] = {}
+    seen: set[str] = set()
+    for node in graph.nodes:
+        if node.id in seen:
+            problems.append(f"node id '{node.id}' is used twice")
+        seen.add(node.id)
+        manifest = manifests(node.nodeset)
+        if manifest is None:
+            problems.append(
+                f"node '{node.id}' has type '{node.type}': unknown node set '{node.nodeset}' "
+                "(see `agentcanvas nodesets`)"
+            )
+            continue
+        spec = manifest.node_type(node.node_name)
+        if spec is None:
+            known = ", ".join(n.name for n in manifest.nodes)
+            problems.append(
+                f"node '{node.id}' has type '{node.type}': node set '{node.nodeset}' has no "
+                f"node '{node.node_name}' (it has: {known})"
+            )
+            continue
+        specs[node.id] = spec
+    return specs
+
+
+def _check_scopes(graph: Graph, problems: list[str]) -> None:
+    scope_ids = {GRAPH_SCOPE_ID} | {s.id for s in graph.scopes}
+    for scope in graph.scopes:
+        if scope.parent not in scope_ids:
+            problems.append(f"scope '{scope.id}' has unknown parent '{scope.parent}'")
+    for node in graph.nodes:
+        if node.scope not in scope_ids:
+            problems.append(f"node '{node.id}' ({node.type}) is in unknown scope '{node.scope}'")
+
+
+def _check_edge(edge: Edge, specs: dict[str, NodeTypeSpec], problems: list[str]) -> None:
+    src, dst = edge.source, edge.target
+    known = set(specs)
+    for end, role in ((src, "source"), (dst, "target")):
+        if end.node not in known and not any(p.startswith(f"node '{end.node}'") for p in problems):
+            problems.append(f"edge {src} -> {dst}: {role} node '{end.node}' does not exist")
+    if src.node in specs and specs[src.node].output(src.port) is None:
+        outs = ", ".join(p.name for p in specs[src.node].outputs) or "none"
+        problems.append(
+            f"edge {src} -> {dst}: node '{src.node}' has no output port '{src.port}' "
+            f"(outputs: {outs})"
+        )
+    if dst.node in specs:
+        spec = specs[dst.node]
+        if not spec.dynamic_inputs and spec.input(dst.port) is None:
+            ins = ", ".join(p.name for p in spec.inputs) or "none"
+            problems.append(
+                f"edge {src} -> {dst}: node '{dst.node}' has no input port '{dst.port}' "
+                f"(inputs: {ins})"
+            )
+
+
+def _check_single_writers(graph: Graph, problems: list[str]) -> None:
+    writers: dict[str, int] = {}
+    for edge in graph.edges:
+        key = str(edge.target)
+        writers[key] = writers.get(key, 0) + 1
+    for port, count in writers.items():
+        if count > 1:
+            problems.append(f"input port {port} has {count} incoming edges (at most one)")
+
+
+def _check_env(graph: Graph, manifests: ManifestLookup, problems: list[str]) -> None:
+    if graph.env is None:
+        return
+    manifest = manifests(graph.env.nodeset)
+    if manifest is None or manifest.panel is None:
+        problems.append(f"env.nodeset '{graph.env.nodeset}' is not an environment node set")
+        return
+    for name in graph.env.fields:
+        if manifest.panel.field(name) is None:
+            fields = ", ".join(f.name for f in manifest.panel.fields)
+            problems.append(f"env.fields: '{name}' is not a panel field (fields: {fields})")

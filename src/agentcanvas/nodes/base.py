@@ -1,0 +1,257 @@
+"""The node API for authors: declare a node set, its nodes and (for environments) its panel.
+
+A node set module exposes ``NODESET = NodeSet(...)``; each node is a plain function::
+
+    NODESET = NodeSet("my_glue", parallelism="local")
+
+    @NODESET.node("double", inputs=[PortSpec(name="x", type="float")],
+                  outputs=[PortSpec(name="y", type="float")])
+    def double(inputs, config, state, ctx):
+        return {"y": 2 * inputs["x"]}
+
+``state`` is the node set's per-process state (``state_factory()``), shared by its nodes and
+its panel; ``ctx`` is a :class:`CallContext`. A node reports a failure by raising or by
+returning ``{"error": "..."}``. See ``docs/nodesets.md``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from pydantic import BaseModel, ValidationError
+
+from agentcanvas.errors import NodeSetError, UserInputError
+from agentcanvas.nodes.manifest import (
+    LoadInfo,
+    NodeSetManifest,
+    NodeTypeSpec,
+    PanelSpec,
+    Parallelism,
+    PortSpec,
+)
+
+NodeFn = Callable[[dict[str, Any], dict[str, Any], Any, "CallContext"], Any]
+
+
+@dataclass(frozen=True)
+class CallContext:
+    """Per-call facts a node may use. Seeds come from episode identity, never a worker slot."""
+
+    node_id: str
+    step: int
+    episode_key: str = ""
+    episode_seed: int = 0
+    task: str = ""
+    asset_dir: str = ""
+
+
+class Panel:
+    """Base class of an environment panel: fields with cascades, actions, and ``on_load``.
+
+    Subclasses implement :meth:`choices` (for cascading fields), :meth:`on_action` and
+    :meth:`on_load`. Field values live in ``self.values``.
+    """
+
+    spec: PanelSpec = PanelSpec()
+
+    def __init__(self, state: Any) -> None:
+        self.state = state
+        self.values: dict[str, Any] = {f.name: f.default for f in self.spec.fields}
+
+    def choices(self, name: str) -> list[Any] | None:
+        """Allowed values of a field given the current values of the fields above it."""
+        spec = self.spec.field(name)
+        return None if spec is None else spec.choices
+
+    def on_field_change(self, name: str, value: Any) -> dict[str, Any]:
+        """Set a field, reset the fields that depend on it, and return all values."""
+        if self.spec.field(name) is None:
+            known = ", ".join(f.name for f in self.spec.fields)
+            raise UserInputError(f"panel has no field {name!r} (fields: {known})")
+        allowed = self.choices(name)
+        if allowed is not None and value not in allowed:
+            raise UserInputError(f"panel field {name!r}: {value!r} is not one of {allowed}")
+        self.values[name] = value
+        self._reset_dependents(name)
+        return dict(self.values)
+
+    def _reset_dependents(self, name: str) -> None:
+        for spec in self.spec.fields:
+            if spec.depends_on == name:
+                options = self.choices(spec.name)
+                if options is not None and self.values.get(spec.name) not in options:
+                    self.values[spec.name] = options[0] if options else None
+                    self._reset_dependents(spec.name)
+
+    def on_action(self, name: str) -> dict[str, Any]:
+        raise UserInputError(f"panel has no action {name!r}")
+
+    def on_load(self) -> LoadInfo:
+        raise NodeSetError("this panel does not implement on_load")
+
+
+@dataclass
+class _NodeDef:
+    spec: NodeTypeSpec
+    fn: NodeFn
+    config_model: type[BaseModel] | None
+
+
+@dataclass
+class NodeSet:
+    """Declaration of a node set: its manifest data plus the Python that implements it."""
+
+    name: str
+    version: str = "0.1.0"
+    parallelism: Parallelism = "local"
+    description: str = ""
+    state_factory: Callable[[], Any] | None = None
+    panel_class: type[Panel] | None = None
+    evict: Callable[[Any, str], None] | None = None
+    _nodes: dict[str, _NodeDef] = field(default_factory=dict)
+
+    def node(  # noqa: PLR0913 - a declaration, keyword-only
+        self,
+        name: str,
+        *,
+        inputs: list[PortSpec] | None = None,
+        outputs: list[PortSpec] | None = None,
+        config: type[BaseModel] | None = None,
+        description: str = "",
+        dynamic_inputs: bool = False,
+        done_port: str | None = None,
+        blocking: bool = False,
+    ) -> Callable[[NodeFn], NodeFn]:
+        """Decorator registering a node function under ``name``."""
+
+        def register(fn: NodeFn) -> NodeFn:
+            spec = NodeTypeSpec(
+                name=name,
+                description=description or (inspect.getdoc(fn) or "").split("\n")[0],
+                inputs=inputs or [],
+                outputs=outputs or [],
+                dynamic_inputs=dynamic_inputs,
+                config_schema=config.model_json_schema() if config else {},
+                done_port=done_port,
+                blocking=blocking,
+            )
+            self._nodes[name] = _NodeDef(spec, fn, config)
+            return fn
+
+        return register
+
+    def manifest(self) -> NodeSetManifest:
+        panel = self.panel_class.spec if self.panel_class else None
+        return NodeSetManifest(
+            name=self.name,
+            version=self.version,
+            parallelism=self.parallelism,
+            description=self.description,
+            nodes=[d.spec for d in self._nodes.values()],
+            panel=panel,
+        )
+
+    def definition(self, node_name: str) -> _NodeDef:
+        try:
+            return self._nodes[node_name]
+        except KeyError as exc:
+            raise NodeSetError(f"node set {self.name!r} has no node {node_name!r}") from exc
+
+    def validate_config(self, node_name: str, config: Mapping[str, Any]) -> dict[str, Any]:
+        """Validate a node's config against its model; returns it with defaults filled in."""
+        model = self.definition(node_name).config_model
+        if model is None:
+            return dict(config)
+        try:
+            return model.model_validate(dict(config)).model_dump()
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise UserInputError(f"config field '{where}': {first['msg']}") from exc
+
+
+class NodeSetHandle(Protocol):
+    """How the executor reaches a node set: in-process or over HTTP (a proxy)."""
+
+    name: str
+    manifest: NodeSetManifest
+
+    async def call(
+        self, node_name: str, config: dict[str, Any], inputs: dict[str, Any], ctx: CallContext
+    ) -> dict[str, Any]: ...
+
+    async def panel_change(self, field_name: str, value: Any) -> dict[str, Any]: ...
+
+    async def panel_action(self, action: str) -> dict[str, Any]: ...
+
+    async def panel_load(self) -> LoadInfo: ...
+
+    async def evict(self, episode_key: str) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+class LocalNodeSet:
+    """A node set instantiated in this process (its own state and panel)."""
+
+    def __init__(self, nodeset: NodeSet) -> None:
+        self.nodeset = nodeset
+        self.name = nodeset.name
+        self.manifest = nodeset.manifest()
+        self.state = nodeset.state_factory() if nodeset.state_factory else None
+        self.panel = nodeset.panel_class(self.state) if nodeset.panel_class else None
+
+    def call_sync(
+        self, node_name: str, config: dict[str, Any], inputs: dict[str, Any], ctx: CallContext
+    ) -> dict[str, Any]:
+        """Run a node function here; a non-dict return is reported as an error result."""
+        result = self.nodeset.definition(node_name).fn(inputs, config, self.state, ctx)
+        if inspect.isawaitable(result):
+            raise NodeSetError(f"{self.name}.{node_name}: use call() for async nodes")
+        return _as_result(result, self.name, node_name)
+
+    async def call(
+        self, node_name: str, config: dict[str, Any], inputs: dict[str, Any], ctx: CallContext
+    ) -> dict[str, Any]:
+        definition = self.nodeset.definition(node_name)
+        if inspect.iscoroutinefunction(definition.fn):
+            result = await definition.fn(inputs, config, self.state, ctx)
+            return _as_result(result, self.name, node_name)
+        if definition.spec.blocking:
+            return await asyncio.to_thread(self.call_sync, node_name, config, inputs, ctx)
+        return self.call_sync(node_name, config, inputs, ctx)
+
+    def _panel(self) -> Panel:
+        if self.panel is None:
+            raise NodeSetError(f"node set {self.name!r} has no panel")
+        return self.panel
+
+    async def panel_change(self, field_name: str, value: Any) -> dict[str, Any]:
+        return self._panel().on_field_change(field_name, value)
+
+    async def panel_action(self, action: str) -> dict[str, Any]:
+        return await asyncio.to_thread(self._panel().on_action, action)
+
+    async def panel_load(self) -> LoadInfo:
+        return self._panel().on_load()
+
+    async def evict(self, episode_key: str) -> None:
+        if self.nodeset.evict is not None:
+            self.nodeset.evict(self.state, episode_key)
+
+    async def close(self) -> None:
+        closer = getattr(self.state, "close", None)
+        if callable(closer):
+            closer()
+
+
+def _as_result(result: Any, nodeset: str, node_name: str) -> dict[str, Any]:
+    if result is None:
+        return {}
+    if not isinstance(result, dict):
+        return {"error": f"{nodeset}.{node_name} returned {type(result).__name__}, not a dict"}
+    return result

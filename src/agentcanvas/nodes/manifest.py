@@ -1,0 +1,104 @@
+"""Node-set manifests: what a node set declares about itself.
+
+A manifest is data (pydantic), so it travels over HTTP unchanged: a node-set server serves its
+manifest, and a borrower builds proxies from it without importing the node set's code.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Parallelism = Literal["local", "shared", "replicated"]
+PortType = Literal["any", "float", "int", "bool", "str", "array", "dict", "list"]
+FieldKind = Literal["choice", "int", "float", "bool", "str"]
+MANIFEST_VERSION = 1
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PortSpec(_Frozen):
+    """A typed input or output port."""
+
+    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    type: PortType = "any"
+    required: bool = Field(
+        default=True, description="Inputs only: a node whose required input is absent is skipped."
+    )
+    description: str = ""
+
+
+class NodeTypeSpec(_Frozen):
+    """One node type of a node set."""
+
+    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    description: str = ""
+    inputs: list[PortSpec] = Field(default_factory=list)
+    outputs: list[PortSpec] = Field(default_factory=list)
+    dynamic_inputs: bool = Field(
+        default=False, description="Accepts input ports of any name (e.g. graphOut)."
+    )
+    config_schema: dict[str, Any] = Field(
+        default_factory=dict, description="JSON Schema of the node's config."
+    )
+    done_port: str | None = Field(
+        default=None, description="Output port whose truthy value ends the episode loop."
+    )
+    blocking: bool = Field(
+        default=False, description="Runs in a worker thread (simulators, models) when local."
+    )
+
+    def input(self, name: str) -> PortSpec | None:
+        return next((p for p in self.inputs if p.name == name), None)
+
+    def output(self, name: str) -> PortSpec | None:
+        return next((p for p in self.outputs if p.name == name), None)
+
+
+class FieldSpec(_Frozen):
+    """A panel field; ``depends_on`` names the field whose change resets this one (cascade)."""
+
+    name: str
+    kind: FieldKind
+    default: Any = None
+    choices: list[Any] | None = None
+    depends_on: str | None = None
+    description: str = ""
+
+
+class PanelSpec(_Frozen):
+    """An environment's panel: fields (with cascades) and actions such as ``play``."""
+
+    fields: list[FieldSpec] = Field(default_factory=list)
+    actions: list[str] = Field(default_factory=lambda: ["play"])
+
+    def field(self, name: str) -> FieldSpec | None:
+        return next((f for f in self.fields if f.name == name), None)
+
+
+class LoadInfo(_Frozen):
+    """What an environment reports after ``play`` commits an episode."""
+
+    episode_id: str
+    scene_id: str = ""
+    instruction: str = ""
+    step_budget: int | None = None
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+
+class NodeSetManifest(_Frozen):
+    """Everything a node set declares: name, version, parallelism, node types, panel."""
+
+    manifest_version: Literal[1] = MANIFEST_VERSION
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]{0,47}$")
+    version: str = "0.1.0"
+    parallelism: Parallelism = "local"
+    description: str = ""
+    nodes: list[NodeTypeSpec] = Field(default_factory=list)
+    panel: PanelSpec | None = None
+
+    def node_type(self, name: str) -> NodeTypeSpec | None:
+        return next((n for n in self.nodes if n.name == name), None)

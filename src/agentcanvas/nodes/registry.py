@@ -1,0 +1,165 @@
+"""WorkspaceComponentRegistry: the node sets and graphs a process knows, and how to reach them.
+
+``scan_all()`` discovers node sets (built-ins, then ``workspace/graph_nodes/``, then the
+active overlay's, later ones overriding earlier ones of the same name) and graphs
+(``graphs/`` likewise). A graph is validated against the manifests when loaded, so an
+unknown node type is refused before anything runs.
+
+Node-set servers (shared, replicated, borrowed) are managed by the server operations in
+:mod:`agentcanvas.server.operations`, which bind handles here with :meth:`bind`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from agentcanvas.errors import GraphValidationError, NodeSetError, UnknownGraphError, UnknownNodeSetError
+from agentcanvas.graph.model import Graph, Node, load_graph_file
+from agentcanvas.graph.validate import validate_graph
+from agentcanvas.nodes import discovery
+from agentcanvas.nodes.base import LocalNodeSet, NodeSet, NodeSetHandle
+from agentcanvas.nodes.discovery import Found
+from agentcanvas.nodes.manifest import NodeSetManifest, NodeTypeSpec
+from agentcanvas.paths import check_name, workspace_dir
+
+ACTIVE_WORKSPACE_ENV = "ACTIVE_WORKSPACE_DIR"
+RemoteFactory = Callable[[str, str, NodeSetManifest], NodeSetHandle]
+
+
+class WorkspaceComponentRegistry:
+    """Per-process catalogue of node sets and graphs, plus the handles that reach them."""
+
+    def __init__(self, workspace: Path | None = None, active_workspace: Path | None = None) -> None:
+        self.workspace = workspace or workspace_dir()
+        overlay = active_workspace or os.environ.get(ACTIVE_WORKSPACE_ENV) or None
+        self.active_workspace = Path(overlay) if overlay else None
+        self._found_nodesets: dict[str, Found] = {}
+        self._found_graphs: dict[str, Found] = {}
+        self._nodesets: dict[str, NodeSet] = {}
+        self._manifests: dict[str, NodeSetManifest] = {}
+        self.load_errors: dict[str, str] = {}
+        self._bindings: dict[str, NodeSetHandle] = {}
+        self._locals: dict[str, LocalNodeSet] = {}
+        self._remote_factory: RemoteFactory | None = None
+
+    # -- discovery -------------------------------------------------------------------------
+    def scan_all(self) -> None:
+        """(Re)discover node sets and graphs from disk. Import failures are kept, not raised."""
+        found = discovery.builtin_nodesets()
+        found |= discovery.folder_nodesets(self.workspace / "graph_nodes", "workspace")
+        graphs = discovery.builtin_graphs()
+        graphs |= discovery.folder_graphs(self.workspace / "graphs", "workspace")
+        if self.active_workspace is not None:
+            found |= discovery.folder_nodesets(self.active_workspace / "graph_nodes", "active")
+            graphs |= discovery.folder_graphs(self.active_workspace / "graphs", "active")
+        self._found_nodesets, self._found_graphs = found, graphs
+        self.load_errors.clear()
+        for name, item in found.items():
+            if name in self._manifests and name not in self._nodesets:
+                continue  # a remote registration wins over the local declaration
+            try:
+                nodeset = discovery.import_nodeset(item)
+            except NodeSetError as exc:
+                self.load_errors[name] = str(exc)
+                continue
+            self._nodesets[name] = nodeset
+            self._manifests[name] = nodeset.manifest()
+
+    def nodeset_names(self) -> list[str]:
+        return sorted(self._manifests)
+
+    def origin(self, name: str) -> str:
+        item = self._found_nodesets.get(name)
+        return "remote" if name not in self._nodesets else (item.origin if item else "builtin")
+
+    def manifest(self, name: str) -> NodeSetManifest:
+        try:
+            return self._manifests[name]
+        except KeyError:
+            detail = f": {self.load_errors[name]}" if name in self.load_errors else ""
+            raise UnknownNodeSetError(
+                f"unknown node set {name!r}{detail} (known: {', '.join(self.nodeset_names())})"
+            ) from None
+
+    def find_manifest(self, name: str) -> NodeSetManifest | None:
+        return self._manifests.get(name)
+
+    def nodeset(self, name: str) -> NodeSet:
+        """The Python declaration of a locally discovered node set."""
+        if name not in self._nodesets:
+            self.manifest(name)  # raises a clear error for unknown names
+            raise NodeSetError(f"node set {name!r} is only known remotely (borrowed by URL)")
+        return self._nodesets[name]
+
+    def graph_entries(self) -> list[Found]:
+        return [self._found_graphs[name] for name in sorted(self._found_graphs)]
+
+    def load_graph(self, name: str) -> Graph:
+        """Load a graph by name and validate it against the known node sets."""
+        check_name("graph", name, field="graph_name")
+        item = self._found_graphs.get(name)
+        if item is None:
+            known = ", ".join(sorted(self._found_graphs)) or "none"
+            raise UnknownGraphError(f"unknown graph {name!r} (known graphs: {known})")
+        graph = load_graph_file(item.path)
+        self.validate(graph)
+        return graph
+
+    def validate(self, graph: Graph) -> None:
+        """Semantic validation (node types, ports, cycles, configs) against the manifests."""
+        validate_graph(graph, self.find_manifest, self._check_config)
+
+    def _check_config(self, node: Node) -> None:
+        if node.nodeset in self._nodesets:
+            self._nodesets[node.nodeset].validate_config(node.node_name, node.config)
+
+    # -- NodeResolver ----------------------------------------------------------------------
+    def node_spec(self, node_type: str) -> NodeTypeSpec:
+        nodeset, _, node_name = node_type.partition(".")
+        spec = self.manifest(nodeset).node_type(node_name)
+        if spec is None:
+            raise GraphValidationError(f"unknown node type {node_type!r}")
+        return spec
+
+    def handle_for(self, nodeset: str, url_override: str | None = None) -> NodeSetHandle:
+        """A handle for this call site: the URL override, the bound server, or in-process."""
+        if url_override is not None:
+            return self.remote_handle(nodeset, url_override)
+        if nodeset in self._bindings:
+            return self._bindings[nodeset]
+        return self.local_instance(nodeset)
+
+    def local_instance(self, nodeset: str) -> LocalNodeSet:
+        """The in-process instance of a node set (created once per process)."""
+        if nodeset not in self._locals:
+            self._locals[nodeset] = LocalNodeSet(self.nodeset(nodeset))
+        return self._locals[nodeset]
+
+    # -- bindings (used by server operations) --------------------------------------------
+    def set_remote_factory(self, factory: RemoteFactory) -> None:
+        self._remote_factory = factory
+
+    def remote_handle(self, nodeset: str, url: str) -> NodeSetHandle:
+        if self._remote_factory is None:
+            raise NodeSetError(f"no remote transport installed to reach {nodeset!r} at {url}")
+        return self._remote_factory(nodeset, url, self.manifest(nodeset))
+
+    def bind(self, nodeset: str, handle: NodeSetHandle, manifest: NodeSetManifest) -> None:
+        """Make ``handle`` the default route for a node set (e.g. a shared server)."""
+        self._bindings[nodeset] = handle
+        self._manifests[nodeset] = manifest
+
+    def unbind(self, nodeset: str) -> NodeSetHandle | None:
+        return self._bindings.pop(nodeset, None)
+
+    def bound(self, nodeset: str) -> NodeSetHandle | None:
+        return self._bindings.get(nodeset)
+
+    async def close_locals(self) -> None:
+        """Close in-process node-set instances (their simulators, models)."""
+        locals_, self._locals = self._locals, {}
+        for instance in locals_.values():
+            await instance.close()
+

@@ -1,0 +1,1 @@
+"""Built-in node sets: each sub-package exposes NODESET."""

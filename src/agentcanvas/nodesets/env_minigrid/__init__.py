@@ -1,0 +1,258 @@
+"""env_minigrid: BabyAI / MiniGrid levels through Gymnasium (replicated: one env per process).
+
+Panel cascade: ``dataset`` (babyai, minigrid) → ``split`` (level family) → ``task_id`` (a
+Gymnasium level id). ``episode_index`` and ``seed`` pick the episode; the ``play`` action
+builds the level and resets it with ``seed``. ``on_load`` reports the mission as the
+instruction and the level's step budget (``max_steps`` actions + the first observe).
+
+``step`` with no ``action`` observes; with an action it steps the level. Its ``metrics``:
+``success`` (1 when the level ended with a positive reward), ``spl`` (success × shortest
+path / max(path taken, shortest path); shortest path by BFS from the start state), ``steps``
+(actions taken) and ``return``. ``step_latency_ms`` simulates a slow renderer.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from typing import Any
+
+import numpy as np
+
+from agentcanvas.errors import NodeSetError, UserInputError
+from agentcanvas.gridnav import find_cells, shortest_plan
+from agentcanvas.nodes.base import CallContext, NodeSet, Panel
+from agentcanvas.nodes.manifest import FieldSpec, LoadInfo, PanelSpec, PortSpec
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    import gymnasium as gym
+    import minigrid  # noqa: F401  (registers the BabyAI / MiniGrid levels)
+
+LEVELS: dict[str, dict[str, list[str]]] = {
+    "babyai": {
+        "GoTo": [
+            "BabyAI-GoToObj-v0",
+            "BabyAI-GoToRedBallGrey-v0",
+            "BabyAI-GoToRedBall-v0",
+            "BabyAI-GoToLocal-v0",
+        ],
+        "GoToLocal": [
+            "BabyAI-GoToLocalS5N2-v0",
+            "BabyAI-GoToLocalS6N3-v0",
+            "BabyAI-GoToLocalS7N4-v0",
+            "BabyAI-GoToLocalS8N7-v0",
+        ],
+    },
+    "minigrid": {"Empty": ["MiniGrid-Empty-5x5-v0", "MiniGrid-Empty-8x8-v0"]},
+}
+FRAME_TILE_PX = 8
+
+
+class MiniGridState:
+    """The process's simulator: one level instance plus the current episode's bookkeeping."""
+
+    def __init__(self) -> None:
+        self.env: Any = None
+        self.level: str | None = None
+        self.episode_id = ""
+        self.steps = 0
+        self.total_return = 0.0
+        self.finished = False
+        self.success = False
+        self.shortest = 0
+        self.step_latency_ms = 0.0
+        self.render = False
+
+    def start(self, level: str, seed: int) -> None:
+        if level != self.level:
+            self.close()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                self.env = gym.make(level)
+            self.level = level
+        self.env.reset(seed=seed)
+        self.steps, self.total_return = 0, 0.0
+        self.finished = self.success = False
+        self.shortest = self._shortest_path()
+
+    def _shortest_path(self) -> int:
+        plan = shortest_plan(self.grid(), self.agent_state(), *self.targets())
+        return len(plan) if plan is not None else 0
+
+    def require_env(self) -> Any:
+        if self.env is None:
+            raise NodeSetError("env_minigrid: no episode loaded (set the panel and run 'play')")
+        return self.env.unwrapped
+
+    def grid(self) -> np.ndarray:
+        encoded: np.ndarray = self.require_env().grid.encode()
+        return encoded
+
+    def agent_state(self) -> tuple[int, int, int]:
+        env = self.require_env()
+        return int(env.agent_pos[0]), int(env.agent_pos[1]), int(env.agent_dir)
+
+    def targets(self) -> tuple[list[tuple[int, int]], str]:
+        """Ground-truth target cells and whether the agent must face or reach them."""
+        env = self.require_env()
+        instrs = getattr(env, "instrs", None)
+        if instrs is not None and hasattr(instrs, "desc"):
+            cells = [(int(o.cur_pos[0]), int(o.cur_pos[1])) for o in instrs.desc.obj_set]
+            return cells, "face"
+        return find_cells(self.grid(), "goal"), "reach"
+
+    def metrics(self) -> dict[str, float]:
+        spl = self.shortest / max(self.steps, self.shortest, 1) if self.success else 0.0
+        return {
+            "success": int(self.success),
+            "spl": float(spl),
+            "steps": self.steps,
+            "return": float(self.total_return),
+        }
+
+    def close(self) -> None:
+        if self.env is not None:
+            self.env.close()
+        self.env, self.level = None, None
+
+
+class MiniGridPanel(Panel):
+    """dataset → split → task_id cascade, episode_index/seed, play, on_load."""
+
+    spec = PanelSpec(
+        fields=[
+            FieldSpec(name="dataset", kind="choice", default="babyai", choices=sorted(LEVELS)),
+            FieldSpec(name="split", kind="choice", default="GoTo", depends_on="dataset"),
+            FieldSpec(name="task_id", kind="choice", default="BabyAI-GoToObj-v0",
+                      depends_on="split"),
+            FieldSpec(name="episode_index", kind="int", default=0),
+            FieldSpec(name="seed", kind="int", default=0, description="Level seed."),
+            FieldSpec(name="step_latency_ms", kind="float", default=0.0,
+                      description="Simulated renderer latency added to every step."),
+            FieldSpec(name="render", kind="bool", default=False,
+                      description="Return an RGB frame from every step."),
+        ],
+        actions=["play"],
+    )
+
+    def choices(self, name: str) -> list[Any] | None:
+        if name == "split":
+            return sorted(LEVELS.get(str(self.values.get("dataset")), {}))
+        if name == "task_id":
+            dataset = LEVELS.get(str(self.values.get("dataset")), {})
+            return list(dataset.get(str(self.values.get("split")), []))
+        return super().choices(name)
+
+    def on_field_change(self, name: str, value: Any) -> dict[str, Any]:
+        if name == "task_id" and value not in (self.choices("task_id") or []):
+            self._select_task(str(value))  # a task id alone selects its dataset and split
+            return dict(self.values)
+        return super().on_field_change(name, value)
+
+    def _select_task(self, task_id: str) -> None:
+        for dataset, splits in LEVELS.items():
+            for split, levels in splits.items():
+                if task_id in levels:
+                    self.values.update(dataset=dataset, split=split, task_id=task_id)
+                    return
+        known = [lvl for splits in LEVELS.values() for lvls in splits.values() for lvl in lvls]
+        raise UserInputError(f"panel field 'task_id': unknown level {task_id!r} (known: {known})")
+
+    def on_action(self, name: str) -> dict[str, Any]:
+        if name != "play":
+            return super().on_action(name)
+        state: MiniGridState = self.state
+        state.step_latency_ms = float(self.values["step_latency_ms"] or 0.0)
+        state.render = bool(self.values["render"])
+        state.start(str(self.values["task_id"]), int(self.values["seed"]))
+        state.episode_id = f"{self.values['task_id']}/{int(self.values['episode_index'])}"
+        return dict(self.values)
+
+    def on_load(self) -> LoadInfo:
+        state: MiniGridState = self.state
+        env = state.require_env()
+        return LoadInfo(
+            episode_id=state.episode_id,
+            scene_id=f"{state.level}@seed{int(self.values['seed'])}",
+            instruction=str(env.mission),
+            step_budget=int(env.max_steps) + 1,
+            extra={"shortest_path": state.shortest},
+        )
+
+
+NODESET = NodeSet(
+    name="env_minigrid",
+    version="0.1.0",
+    parallelism="replicated",
+    description="BabyAI / MiniGrid levels (Gymnasium), fully observed grid + egocentric view.",
+    state_factory=MiniGridState,
+    panel_class=MiniGridPanel,
+)
+
+
+@NODESET.node(
+    "step",
+    inputs=[PortSpec(name="action", type="int", required=False)],
+    outputs=[
+        PortSpec(name="image", type="array", description="Egocentric 7x7x3 view."),
+        PortSpec(name="grid", type="array", description="Full grid encoding WxHx3."),
+        PortSpec(name="agent_pos", type="list"),
+        PortSpec(name="agent_dir", type="int"),
+        PortSpec(name="mission", type="str"),
+        PortSpec(name="objects", type="list", description="Objects: desc, type, color, pos."),
+        PortSpec(name="target", type="dict", description="Ground truth: cells and mode."),
+        PortSpec(name="reward", type="float"),
+        PortSpec(name="done", type="bool"),
+        PortSpec(name="metrics", type="dict"),
+        PortSpec(name="frame", type="array", description="RGB frame when render is on."),
+    ],
+    done_port="done",
+    blocking=True,
+)
+def step(
+    inputs: dict[str, Any], config: dict[str, Any], state: MiniGridState, ctx: CallContext
+) -> dict[str, Any]:
+    """Step the level with ``action`` (or just observe when there is none)."""
+    env = state.require_env()
+    reward = 0.0
+    if inputs.get("action") is not None and not state.finished:
+        if state.step_latency_ms > 0:
+            time.sleep(state.step_latency_ms / 1000.0)
+        _, r, terminated, truncated, _ = state.env.step(int(inputs["action"]))
+        reward = float(r)
+        state.steps += 1
+        state.total_return += reward
+        state.finished = bool(terminated or truncated)
+        state.success = bool(terminated and reward > 0)
+    return _observation(state, env, reward)
+
+
+def _observation(state: MiniGridState, env: Any, reward: float) -> dict[str, Any]:
+    cells, mode = state.targets()
+    out: dict[str, Any] = {
+        "image": env.gen_obs()["image"],
+        "grid": state.grid(),
+        "agent_pos": [int(env.agent_pos[0]), int(env.agent_pos[1])],
+        "agent_dir": int(env.agent_dir),
+        "mission": str(env.mission),
+        "objects": _objects(env),
+        "target": {"cells": [list(c) for c in cells], "mode": mode},
+        "reward": reward,
+        "done": state.finished,
+        "metrics": state.metrics(),
+    }
+    if state.render:
+        out["frame"] = env.get_frame(highlight=False, tile_size=FRAME_TILE_PX)
+    return out
+
+
+def _objects(env: Any) -> list[dict[str, Any]]:
+    objects = []
+    for x in range(env.grid.width):
+        for y in range(env.grid.height):
+            obj = env.grid.get(x, y)
+            if obj is not None and obj.type not in ("wall", "floor", "door", "goal"):
+                desc = f"{obj.color} {obj.type}"
+                objects.append({"desc": desc, "type": obj.type, "color": obj.color, "pos": [x, y]})
+    return objects
