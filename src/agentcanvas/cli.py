@@ -172,9 +172,19 @@ def _parser() -> argparse.ArgumentParser:
 _EXTENSIONS: list[Callable[[Any], None]] = []
 
 
+def _load_extensions() -> None:
+    """Sub-command modules register themselves here (kept apart to keep modules small)."""
+    if _EXTENSIONS:
+        return
+    from agentcanvas import cli_eval
+
+    _EXTENSIONS.append(cli_eval.extend_parser)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``agentcanvas`` console script."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    _load_extensions()
     args = _parser().parse_args(argv)
     try:
         return _COMMANDS[args.command](args)

@@ -28,7 +28,7 @@ def passable(grid: np.ndarray, x: int, y: int) -> bool:
     kind = IDX_TO_OBJECT.get(int(grid[x, y, 0]), "wall")
     if kind == "door":
         return int(grid[x, y, 2]) == OPEN_DOOR_STATE
-    return kind in PASSABLE or kind == "unseen" and False
+    return kind in PASSABLE or (kind == "unseen" and False)
 
 
 def find_cells(grid: np.ndarray, obj_type: str, color: str | None = None) -> list[tuple[int, int]]:

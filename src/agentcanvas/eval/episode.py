@@ -208,5 +208,5 @@ async def _evict(graph: Graph, wiring: EpisodeWiring, key: str) -> None:
         )
         try:
             await asyncio.shield(handle.evict(key))
-        except Exception:  # noqa: S110 - eviction is best effort; the episode is recorded
+        except Exception:
             pass

@@ -15,6 +15,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+import numpy as np
+
+from agentcanvas.assets import save_frame
 from agentcanvas.graph.model import DEFAULT_STEP_BUDGET, GRAPH_SCOPE_ID, Graph, Node
 from agentcanvas.graph.ready import ReadySet, same_iteration_deps
 from agentcanvas.graph.summarize import summarize
@@ -72,7 +75,7 @@ class ExecutionResult:
 class GraphExecutor:
     """Executes a graph for one episode. A fresh executor per episode: no state carries over."""
 
-    def __init__(  # noqa: PLR0913 - keyword-only wiring
+    def __init__(
         self,
         graph: Graph,
         resolver: NodeResolver,
@@ -221,7 +224,7 @@ class GraphExecutor:
             await _cancel_all(running)
         return outputs
 
-    def _launch_ready(  # noqa: PLR0913
+    def _launch_ready(
         self,
         step: int,
         ready: ReadySet,
@@ -264,6 +267,8 @@ class GraphExecutor:
             self.node_errors[node.id] = f"{node.type}: {result['error']}"
             self._record(step, node.id, "error", latency_ms, inputs, {}, str(result["error"]))
             return {}
+        if self.episode.asset_dir and isinstance(result.get("frame"), np.ndarray):
+            save_frame(result["frame"], ctx)  # frames become this episode's PNG assets
         if node.type == GRAPH_OUT_TYPE:
             self.last_inputs[node.id] = dict(inputs)
         self.last_outputs[node.id] = result
@@ -272,7 +277,7 @@ class GraphExecutor:
         self._record(step, node.id, "ok", latency_ms, inputs, result, None)
         return result
 
-    def _record(  # noqa: PLR0913
+    def _record(
         self,
         step: int,
         node_id: str,

@@ -24,7 +24,7 @@ class LoopRunner:
     harvest the partial result.
     """
 
-    def __init__(  # noqa: PLR0913 - keyword-only wiring
+    def __init__(
         self,
         resolver: NodeResolver,
         *,

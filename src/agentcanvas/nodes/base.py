@@ -114,7 +114,7 @@ class NodeSet:
     evict: Callable[[Any, str], None] | None = None
     _nodes: dict[str, _NodeDef] = field(default_factory=dict)
 
-    def node(  # noqa: PLR0913 - a declaration, keyword-only
+    def node(
         self,
         name: str,
         *,

@@ -5,17 +5,25 @@ active overlay's, later ones overriding earlier ones of the same name) and graph
 (``graphs/`` likewise). A graph is validated against the manifests when loaded, so an
 unknown node type is refused before anything runs.
 
-Node-set servers (shared, replicated, borrowed) are managed by the server operations in
-:mod:`agentcanvas.server.operations`, which bind handles here with :meth:`bind`.
+Node-set servers (shared, replicated, borrowed) are kept in ``self.servers``
+(:class:`~agentcanvas.server.servers.NodeSetServers`); the seed's registry operations
+(``ensure_shared_nodesets_for_graph``, ``register_remote_nodeset``,
+``ensure_nodesets_for_graph``, ``get_server_url``, ``get_env_panel``, ``shutdown_all``) are
+methods here.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from pathlib import Path
 
-from agentcanvas.errors import GraphValidationError, NodeSetError, UnknownGraphError, UnknownNodeSetError
+from agentcanvas.errors import (
+    ConfigError,
+    GraphValidationError,
+    NodeSetError,
+    UnknownGraphError,
+    UnknownNodeSetError,
+)
 from agentcanvas.graph.model import Graph, Node, load_graph_file
 from agentcanvas.graph.validate import validate_graph
 from agentcanvas.nodes import discovery
@@ -23,9 +31,10 @@ from agentcanvas.nodes.base import LocalNodeSet, NodeSet, NodeSetHandle
 from agentcanvas.nodes.discovery import Found
 from agentcanvas.nodes.manifest import NodeSetManifest, NodeTypeSpec
 from agentcanvas.paths import check_name, workspace_dir
+from agentcanvas.server.proxy import RemoteNodeSet
+from agentcanvas.server.servers import NodeSetServers, server_key
 
 ACTIVE_WORKSPACE_ENV = "ACTIVE_WORKSPACE_DIR"
-RemoteFactory = Callable[[str, str, NodeSetManifest], NodeSetHandle]
 
 
 class WorkspaceComponentRegistry:
@@ -42,7 +51,8 @@ class WorkspaceComponentRegistry:
         self.load_errors: dict[str, str] = {}
         self._bindings: dict[str, NodeSetHandle] = {}
         self._locals: dict[str, LocalNodeSet] = {}
-        self._remote_factory: RemoteFactory | None = None
+        self._remotes: dict[str, RemoteNodeSet] = {}
+        self.servers = NodeSetServers(self._manifests)
 
     # -- discovery -------------------------------------------------------------------------
     def scan_all(self) -> None:
@@ -137,25 +147,81 @@ class WorkspaceComponentRegistry:
             self._locals[nodeset] = LocalNodeSet(self.nodeset(nodeset))
         return self._locals[nodeset]
 
-    # -- bindings (used by server operations) --------------------------------------------
-    def set_remote_factory(self, factory: RemoteFactory) -> None:
-        self._remote_factory = factory
-
+    # -- server operations (design note § 2, § 4) ------------------------------------------
     def remote_handle(self, nodeset: str, url: str) -> NodeSetHandle:
-        if self._remote_factory is None:
-            raise NodeSetError(f"no remote transport installed to reach {nodeset!r} at {url}")
-        return self._remote_factory(nodeset, url, self.manifest(nodeset))
+        """A proxy for ``url`` (one keep-alive client per URL, reused across episodes)."""
+        key = f"{nodeset}@{url}"
+        if key not in self._remotes:
+            self._remotes[key] = RemoteNodeSet(nodeset, url, self.manifest(nodeset))
+        return self._remotes[key]
 
-    def bind(self, nodeset: str, handle: NodeSetHandle, manifest: NodeSetManifest) -> None:
-        """Make ``handle`` the default route for a node set (e.g. a shared server)."""
-        self._bindings[nodeset] = handle
-        self._manifests[nodeset] = manifest
+    async def ensure_shared_nodesets_for_graph(self, graph: Graph) -> dict[str, str]:
+        """Start each shared node set of the graph once (refcount +1); name → URL."""
+        urls: dict[str, str] = {}
+        for name in self.servers.shared_in(graph):
+            record = self.servers.records.get(name) or await self.servers.start(name)
+            record.refcount += 1
+            self._bindings[name] = record.handle
+            urls[name] = record.url
+        return urls
 
-    def unbind(self, nodeset: str) -> NodeSetHandle | None:
-        return self._bindings.pop(nodeset, None)
+    def release_shared_nodesets(self, names: list[str]) -> list[str]:
+        """Refcount −1 for each; returns the names whose refcount reached zero."""
+        idle = []
+        for name in names:
+            record = self.servers.records.get(name)
+            if record is not None:
+                record.refcount = max(0, record.refcount - 1)
+                if record.refcount == 0:
+                    idle.append(name)
+        return idle
+
+    async def register_remote_nodeset(self, name: str, url: str) -> None:
+        """Borrow a server by URL: fetch its manifest, route calls there; never stop it."""
+        record = await self.servers.borrow(name, url)
+        self._bindings[name] = record.handle
+        self._manifests[name] = record.handle.manifest
+
+    async def ensure_nodesets_for_graph(self, graph: Graph, worker_count: int = 1) -> list[str]:
+        """Shared servers not yet bound are started; N tagged servers per replicated set."""
+        if worker_count < 1:
+            raise ConfigError(f"worker_count must be >= 1, got {worker_count}")
+        for name in self.servers.shared_in(graph):
+            if name not in self._bindings:
+                await self.ensure_shared_nodesets_for_graph(_only(graph, name))
+        wanted = [(n, k) for n in self.servers.replicated_in(graph) for k in range(worker_count)]
+        records = await self.servers.start_many(wanted)
+        return [server_key(r.nodeset, r.tag) for r in records]
+
+    def get_server_url(self, nodeset: str, tag: int | None = None) -> str | None:
+        record = self.servers.records.get(server_key(nodeset, tag))
+        return record.url if record is not None else None
+
+    def get_env_panel(self, key: str) -> NodeSetHandle:
+        """The handle of a (tagged) server, e.g. ``"env_minigrid#2"``."""
+        record = self.servers.records.get(key)
+        if record is None:
+            raise NodeSetError(f"no server {key!r} is running (running: {sorted(self.servers.records)})")
+        return record.handle
+
+    async def restart_server(self, key: str) -> NodeSetHandle:
+        return (await self.servers.restart(key)).handle
+
+    def server_alive(self, key: str) -> bool:
+        record = self.servers.records.get(key)
+        return record is not None and record.is_alive()
 
     def bound(self, nodeset: str) -> NodeSetHandle | None:
         return self._bindings.get(nodeset)
+
+    async def shutdown_all(self) -> None:
+        """Stop every owned server and in-process instance; borrowed servers are left alone."""
+        self._bindings.clear()
+        remotes, self._remotes = list(self._remotes.values()), {}
+        for remote in remotes:
+            await remote.close()
+        await self.servers.stop_all()
+        await self.close_locals()
 
     async def close_locals(self) -> None:
         """Close in-process node-set instances (their simulators, models)."""
@@ -163,3 +229,6 @@ class WorkspaceComponentRegistry:
         for instance in locals_.values():
             await instance.close()
 
+
+def _only(graph: Graph, nodeset: str) -> Graph:
+    return graph.model_copy(update={"nodes": [n for n in graph.nodes if n.nodeset == nodeset]})

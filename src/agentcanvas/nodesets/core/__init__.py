@@ -12,10 +12,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from agentcanvas.assets import save_frame
 from agentcanvas.nodes.base import CallContext, NodeSet
 from agentcanvas.nodes.manifest import PortSpec
-
-from .frames import save_frame
 
 
 class CoreState:

@@ -1,4 +1,4 @@
-"""PNG frame assets for recordFrame."""
+"""PNG frame assets of an episode (assets/step{step:04d}_{node}.png)."""
 
 from __future__ import annotations
 

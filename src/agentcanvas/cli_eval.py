@@ -1,0 +1,162 @@
+"""``agentcanvas eval`` and ``agentcanvas verify-invariance`` (foreground runs)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from typing import Any
+
+from pydantic import ValidationError
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from agentcanvas.cli import _registry, command, resolve_graph
+from agentcanvas.errors import ConfigError
+from agentcanvas.eval.config import EvalConfig, EvalRun
+from agentcanvas.eval.foreground import ForegroundRun, run_foreground
+from agentcanvas.eval.invariance import diff_runs
+
+stderr = Console(stderr=True)
+
+
+def add_eval_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("graph", help="graph name or path to a graph .json")
+    p.add_argument("-n", "--episodes", type=int, default=10, help="episodes per task (default 10)")
+    p.add_argument("--tasks", help="comma-separated task ids (default: the graph's tasks)")
+    p.add_argument("--start-index", type=int, default=0, help="first episode_index of each task")
+    p.add_argument("--step-budget", type=int, help="override the step budget (>= 1)")
+    p.add_argument("--seed", type=int, default=0, help="run seed (default 0)")
+    p.add_argument("--per-step-timeout", type=float, default=10.0,
+                   help="wall-clock safety net per step, seconds")
+    p.add_argument("--save-frames", action="store_true", help="save frames as PNG assets")
+
+
+def build_config(args: argparse.Namespace, graph_name: str, workers: int) -> EvalConfig:
+    """EvalConfig from CLI flags; a bad value names the flag's field."""
+    try:
+        return EvalConfig(
+            graph_name=graph_name, episode_count=args.episodes, worker_count=workers,
+            tasks=[t.strip() for t in args.tasks.split(",")] if args.tasks else None,
+            start_index=args.start_index, step_budget=args.step_budget, seed=args.seed,
+            per_step_timeout_s=args.per_step_timeout, save_frames=args.save_frames,
+        )
+    except ValidationError as exc:
+        item = exc.errors()[0]
+        raise ConfigError(f"field '{'.'.join(map(str, item['loc']))}': {item['msg']}") from exc
+
+
+class _ProgressView:
+    """Rich progress on stderr: episodes done/total, running success rate, ETA."""
+
+    def __init__(self, total: int, label: str) -> None:
+        self.progress = Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("SR {task.fields[sr]}"), TimeRemainingColumn(), console=stderr,
+            transient=False,
+        )
+        self.task = self.progress.add_task(label, total=total, sr="-")
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        if event.get("type") == "eval_progress":
+            sr = event.get("success_rate")
+            self.progress.update(self.task, completed=event["episodes_done"],
+                                 sr="-" if sr is None else f"{sr:.3f}")
+
+
+def _run(args: argparse.Namespace, workers: int, label: str) -> ForegroundRun:
+    registry = _registry()
+    graph = resolve_graph(registry, args.graph)
+    config = build_config(args, graph.name, workers)
+    n_tasks = len(config.tasks) if config.tasks else max(1, len(graph.env.tasks) if graph.env else 1)
+    view = _ProgressView(config.episode_count * n_tasks, label)
+    with view.progress:
+        return asyncio.run(run_foreground(registry, graph, config, broadcast=view))
+
+
+def print_summary(run: EvalRun, where: str) -> None:
+    table = Table(title=f"{run.graph_name} - {run.episodes_done}/{run.episodes_total} episodes, "
+                        f"{run.config.worker_count} worker(s), status {run.status}")
+    for col in ("metric", "mean", "95% interval", "n", "method"):
+        table.add_column(col)
+    for name, agg in run.aggregate_metrics.items():
+        table.add_row(name, f"{agg.mean:.4f}", f"[{agg.lo:.4f}, {agg.hi:.4f}]", str(agg.n), agg.method)
+    stderr.print(table)
+    by_task = Table(title="per task")
+    for col in ("task", "success", "spl/return", "n"):
+        by_task.add_column(col)
+    for task, aggs in run.aggregate_by_task.items():
+        second = aggs.get("spl") or aggs.get("return")
+        success = aggs.get("success")
+        by_task.add_row(task, f"{success.mean:.3f}" if success else "-",
+                        f"{second.mean:.3f}" if second else "-",
+                        str(success.n if success else (second.n if second else 0)))
+    stderr.print(by_task)
+    stderr.print(f"status counts: {run.status_counts}")
+    errors = [e for e in run.episodes if e.status != "completed"]
+    for ep in errors[:20]:
+        stderr.print(f"  [red]episode {ep.index} ({ep.task} #{ep.episode_index}): {ep.status}: {ep.error}")
+    if not run.determinism.guaranteed:
+        stderr.print(f"[yellow]invariance not guaranteed: {run.determinism.reasons}")
+    stderr.print(f"run written to {where}")
+
+
+@command("eval")
+def cmd_eval(args: argparse.Namespace) -> int:
+    result = _run(args, args.workers, f"eval w={args.workers}")
+    if args.json:
+        sys.stdout.write(json.dumps(result.summary.model_dump(mode="json"), indent=1) + "\n")
+    else:
+        print_summary(result.summary, str(result.run_dir.root))
+    return 0 if result.summary.status == "completed" else 1
+
+
+@command("verify-invariance")
+def cmd_verify(args: argparse.Namespace) -> int:
+    try:
+        counts = [int(w) for w in args.workers.split(",")]
+    except ValueError as exc:
+        raise ConfigError(f"--workers: expected e.g. 1,2,4, got {args.workers!r}") from exc
+    runs = [_run(args, w, f"w={w}") for w in counts]
+    base = runs[0].summary
+    failed = False
+    for other in runs[1:]:
+        diffs = diff_runs(base, other.summary)
+        label = f"workers {counts[0]} vs {other.summary.config.worker_count}"
+        if diffs:
+            failed = True
+            print(f"DIFFER ({label}): {len(diffs)} difference(s)")
+            for line in diffs[:50]:
+                print(f"  {line}")
+        else:
+            print(f"identical ({label}): {base.episodes_done} episodes, aggregates equal")
+    for r in runs:
+        print(f"  run {r.run_id} (w={r.summary.config.worker_count}): {r.run_dir.root}")
+    return 1 if failed else 0
+
+
+@command("demo")
+def cmd_demo(args: argparse.Namespace) -> int:
+    """The main job on built-in defaults: a 2-worker batch eval of babyai_oracle."""
+    demo_args = argparse.Namespace(
+        graph="babyai_oracle", episodes=10, tasks=None, start_index=0, step_budget=None,
+        seed=0, per_step_timeout=10.0, save_frames=True, workers=2, json=False,
+    )
+    stderr.print("demo: batch eval of babyai_oracle, 10 episodes x 2 tasks on 2 workers")
+    result = _run(demo_args, 2, "demo")
+    print_summary(result.summary, str(result.run_dir.root))
+    print(f"run folder: {result.run_dir.root}")
+    return 0 if result.summary.status == "completed" else 1
+
+
+def extend_parser(sub: Any) -> None:
+    sub.add_parser("demo", help="run the main job on built-in defaults")
+    p = sub.add_parser("eval", help="batch-evaluate a graph over many episodes")
+    add_eval_arguments(p)
+    p.add_argument("-w", "--workers", type=int, default=1, help="parallel workers (speed only)")
+    p.add_argument("--json", action="store_true", help="print only the final summary JSON")
+    p = sub.add_parser("verify-invariance", help="run at several worker counts and diff results")
+    add_eval_arguments(p)
+    p.add_argument("--workers", default="1,4", help="comma-separated worker counts (default 1,4)")

@@ -1,0 +1,90 @@
+"""A whole run in this process: the CLI's foreground ``eval`` (its own "subprocess").
+
+Reserve a run folder, write spec.json, start the shared servers the graph needs and N tagged
+servers per replicated node set, execute, and in ``finally`` shut every server down, save the
+summary and touch ``_DONE`` — also when cancelled or interrupted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from pathlib import Path
+
+from agentcanvas.eval.config import EvalConfig, EvalRun
+from agentcanvas.eval.runner import BatchEvalRunner, Broadcast
+from agentcanvas.eval.store import RunDir, atomic_write_json, new_run_id
+from agentcanvas.graph.model import Graph
+from agentcanvas.nodes.registry import WorkspaceComponentRegistry
+from agentcanvas.paths import runs_dir
+from agentcanvas.server.launcher import LocalProcessLauncher
+
+SPEC_VERSION = 1
+
+
+@dataclass
+class ForegroundRun:
+    run_id: str
+    run_dir: RunDir
+    summary: EvalRun
+
+
+def write_spec(run_dir: RunDir, config: EvalConfig, graph: Graph, run_id: str) -> None:
+    """spec.json: the input contract of a run (config, scheduling block, frozen graph)."""
+    spec = {
+        "version": SPEC_VERSION,
+        "run_id": run_id,
+        "config": config.model_dump(mode="json"),
+        "scheduling": {"marginal_vram_mb": 0, "exclusive_gpu": False, "priority": 0},
+        "graph": graph.model_dump(mode="json"),
+        "active_workspace_dir": None,
+    }
+    atomic_write_json(run_dir.spec_path, spec)
+
+
+async def run_foreground(
+    registry: WorkspaceComponentRegistry,
+    graph: Graph,
+    config: EvalConfig,
+    broadcast: Broadcast | None = None,
+    base_dir: Path | None = None,
+) -> ForegroundRun:
+    """Run ``config`` on ``graph`` here, start to finish; the run folder is always finalised."""
+    folder = base_dir or runs_dir(registry.workspace)
+    run_id = new_run_id(folder)
+    run_dir = RunDir(folder / run_id)
+    run_dir.create()
+    write_spec(run_dir, config, graph, run_id)
+    runner: BatchEvalRunner | None = None
+    registry.servers.launcher = LocalProcessLauncher(log_dir=run_dir.root / "servers")
+    (run_dir.root / "servers").mkdir(exist_ok=True)
+    try:
+        await registry.ensure_nodesets_for_graph(graph, worker_count=config.worker_count)
+        runner = BatchEvalRunner(
+            registry, graph, config, run_dir, run_id=run_id, broadcast=broadcast
+        )
+        summary = await runner.execute()
+    except BaseException as exc:
+        if runner is not None:
+            interrupted = isinstance(exc, asyncio.CancelledError | KeyboardInterrupt)
+            runner.run.status = "cancelled" if interrupted else "failed"
+            runner.run.error = f"{type(exc).__name__}: {exc}"
+        else:
+            failed = EvalRun(run_id=run_id, graph_name=graph.name, config=config,
+                             episodes_total=0, status="failed", error=f"{type(exc).__name__}: {exc}")
+            atomic_write_json(run_dir.summary_path, failed.model_dump(mode="json"))
+        raise
+    finally:
+        await asyncio.shield(_finalise(registry, runner, run_dir))
+    return ForegroundRun(run_id, run_dir, summary)
+
+
+async def _finalise(
+    registry: WorkspaceComponentRegistry, runner: BatchEvalRunner | None, run_dir: RunDir
+) -> None:
+    try:
+        await registry.shutdown_all()
+    finally:
+        if runner is not None:
+            runner.save()
+        run_dir.touch_done()

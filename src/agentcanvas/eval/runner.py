@@ -1,0 +1,211 @@
+"""BatchEvalRunner: one graph × many episodes on N workers, bit-identical at any N.
+
+Results are keyed by episode index; every aggregate is recomputed from the results sorted by
+index at each episode boundary (never accumulated in completion order), and summary.json is
+rewritten atomically then — the live progress channel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from agentcanvas.eval import metrics
+from agentcanvas.eval.config import DeterminismInfo, EpisodeResult, EvalConfig, EvalRun
+from agentcanvas.eval.episode import (
+    EpisodeOptions,
+    EpisodeSpec,
+    EpisodeWiring,
+    run_episode,
+)
+from agentcanvas.eval.seeding import episode_seed
+from agentcanvas.eval.store import RunDir, append_jsonl, atomic_write_json
+from agentcanvas.eval.worker_pool import EnvWorkerPool, WorkerHandle, partition_contiguous
+from agentcanvas.graph.executor import ExecutionPrinciples
+from agentcanvas.graph.model import Graph
+from agentcanvas.nodes.registry import WorkspaceComponentRegistry
+
+Broadcast = Callable[[dict[str, Any]], None]
+RETRYABLE = ("error", "exception", "timeout")
+
+
+def episode_tasks(config: EvalConfig, graph: Graph) -> list[str]:
+    """Tasks of the run: the config's, else the graph's env tasks, else its panel task."""
+    if config.tasks:
+        return list(config.tasks)
+    if graph.env is None:
+        return [""]
+    return list(graph.env.tasks) or [str(graph.env.fields.get("task_id", ""))]
+
+
+def plan_episodes(config: EvalConfig, graph: Graph, run_key: str) -> list[EpisodeSpec]:
+    """Index i ↦ (task = tasks[i // n], episode_index = start + i % n), seed from identity."""
+    specs = []
+    n = config.episode_count
+    for position, task in enumerate(episode_tasks(config, graph)):
+        for offset in range(n):
+            index = position * n + offset
+            ep_index = config.start_index + offset
+            seed = episode_seed(config.seed, task, ep_index)
+            specs.append(EpisodeSpec(index, task, ep_index, seed, key=f"{run_key}:{index}"))
+    return specs
+
+
+class _EpisodeLog:
+    """Appends one episode's node firings to its own log.jsonl."""
+
+    def __init__(self, path: Any) -> None:
+        self.path = path
+
+    def record(self, entry: dict[str, Any]) -> None:
+        append_jsonl(self.path, entry)
+
+
+class BatchEvalRunner:
+    """Runs a frozen graph over the planned episodes with an EnvWorkerPool."""
+
+    def __init__(
+        self,
+        registry: WorkspaceComponentRegistry,
+        graph: Graph,
+        config: EvalConfig,
+        run_dir: RunDir,
+        *,
+        run_id: str,
+        broadcast: Broadcast | None = None,
+        determinism: DeterminismInfo | None = None,
+        previous: Sequence[EpisodeResult] = (),
+    ) -> None:
+        self.registry = registry
+        self.graph = graph.model_copy(deep=True)  # frozen at construction
+        self.config = config
+        self.run_dir = run_dir
+        self.broadcast = broadcast or (lambda event: None)
+        self.specs = plan_episodes(config, self.graph, run_id)
+        self.results: dict[int, EpisodeResult] = {r.index: r for r in previous}
+        self.results_lock = asyncio.Lock()
+        self.cancel_event = asyncio.Event()
+        self.run = EvalRun(
+            run_id=run_id, graph_name=graph.name, config=config,
+            episodes_total=len(self.specs),
+            determinism=determinism or DeterminismInfo(),
+        )
+        run_dir.create()
+        atomic_write_json(run_dir.graph_path, self.graph.model_dump(mode="json"))
+
+    def cancel(self) -> None:
+        self.cancel_event.set()
+
+    async def execute(self) -> EvalRun:
+        """Run the missing episodes on ``worker_count`` workers; returns the final summary."""
+        todo = [s.index for s in self.specs if s.index not in self.results]
+        self.run.status = "running"
+        self.run.timings["started_at"] = time.time()
+        self._refresh()
+        self.save()
+        env_ns = self.graph.env.nodeset if self.graph.env else None
+        replicated = self.registry.servers.replicated_in(self.graph)
+        chunks = partition_contiguous(todo, self.config.worker_count)
+        async with EnvWorkerPool(self.registry, self.config.worker_count, env_ns, replicated) as pool:
+            async with asyncio.TaskGroup() as group:
+                for worker_id, chunk in enumerate(chunks):
+                    queue: asyncio.Queue[int] = asyncio.Queue()
+                    for index in chunk:
+                        queue.put_nowait(index)
+                    group.create_task(self._worker(pool, worker_id, queue))
+        self.run.status = "cancelled" if self.cancel_event.is_set() else "completed"
+        self.run.timings["finished_at"] = time.time()
+        self._refresh()
+        self.save()
+        self.broadcast({"type": "eval_complete", "source": "eval", "run_id": self.run.run_id,
+                        "status": self.run.status})
+        return self.run
+
+    async def _worker(self, pool: EnvWorkerPool, worker_id: int, queue: asyncio.Queue[int]) -> None:
+        async with pool.acquire_specific(worker_id) as handle:
+            while not queue.empty():
+                spec = self.specs[queue.get_nowait()]
+                result = await self._run_one_episode(pool, handle, spec)
+                await self._record(result)
+
+    async def _run_one_episode(
+        self, pool: EnvWorkerPool, handle: WorkerHandle, spec: EpisodeSpec
+    ) -> EpisodeResult:
+        """Run, and when the worker's server died, restart it and retry with the same seed."""
+        attempt = 1
+        while True:
+            result = await self._attempt(handle, spec)
+            result.attempts = attempt
+            if self.cancel_event.is_set() or result.status not in RETRYABLE:
+                return result
+            if pool.servers_alive(handle) or attempt >= self.config.max_attempts:
+                return result
+            await pool.restart(handle)
+            attempt += 1
+
+    async def _attempt(self, handle: WorkerHandle, spec: EpisodeSpec) -> EpisodeResult:
+        if self.cancel_event.is_set():
+            return EpisodeResult(index=spec.index, task=spec.task, episode_index=spec.episode_index,
+                                 seed=spec.seed, status="cancelled", error="cancelled with the run")
+        episode_dir = self.run_dir.create_episode(spec.index)
+        log_path = self.run_dir.episode_log_path(spec.index)
+        log_path.unlink(missing_ok=True)  # a retry or a resume starts the log afresh
+        wiring = EpisodeWiring(
+            resolver=self.registry, env=handle.env,
+            env_panel_overrides=handle.env_panel_overrides,
+            server_url_overrides=handle.server_url_overrides,
+            principles=ExecutionPrinciples(suppress_nav_events=True),
+        )
+        options = EpisodeOptions(
+            step_budget_override=self.config.step_budget,
+            per_step_timeout_s=self.config.per_step_timeout_s,
+            render=self.config.save_frames,
+            log=_EpisodeLog(log_path) if self.config.record_log else None,
+            asset_dir=str(self.run_dir.episode_assets_dir(spec.index))
+            if self.config.save_frames else "",
+            cancel=self.cancel_event,
+        )
+        assert episode_dir.exists()
+        return await run_episode(self.graph, spec, wiring, options)
+
+    async def _record(self, result: EpisodeResult) -> None:
+        async with self.results_lock:
+            self.results[result.index] = result
+            atomic_write_json(
+                self.run_dir.episode_json_path(result.index),
+                {**result.model_dump(mode="json"), "run_id": self.run.run_id,
+                 "graph_name": self.graph.name},
+            )
+            self._refresh()
+            self.save()
+        self.broadcast({"type": "eval_episode_done", "source": "eval", "run_id": self.run.run_id,
+                        "episode": result.model_dump(mode="json")})
+        self.broadcast({"type": "eval_progress", "source": "eval", "run_id": self.run.run_id,
+                        "episodes_done": self.run.episodes_done,
+                        "episodes_total": self.run.episodes_total,
+                        "success_rate": _mean(self.run, "success")})
+
+    def _refresh(self) -> None:
+        """Recompute every aggregate from the results sorted by index."""
+        ordered = [self.results[i] for i in sorted(self.results)]
+        self.run.episodes = ordered
+        self.run.episodes_done = len(ordered)
+        self.run.aggregate_metrics = metrics.aggregate_metrics(ordered)
+        self.run.aggregate_by_task = metrics.aggregate_by_task(ordered)
+        self.run.status_counts = metrics.status_counts(ordered)
+        timeouts = [r.index for r in ordered if r.status == "timeout"]
+        reasons = [r for r in self.run.determinism.reasons if not r.startswith("wall-clock")]
+        if timeouts:
+            reasons.append(f"wall-clock timeouts decided episodes {timeouts}")
+        self.run.determinism.reasons = reasons
+        self.run.determinism.guaranteed = not reasons
+
+    def save(self) -> None:
+        atomic_write_json(self.run_dir.summary_path, self.run.model_dump(mode="json"))
+
+
+def _mean(run: EvalRun, name: str) -> float | None:
+    agg = run.aggregate_metrics.get(name)
+    return None if agg is None else agg.mean

@@ -1,0 +1,1 @@
+"""Models served by the shared inference server, run batch-invariantly."""
