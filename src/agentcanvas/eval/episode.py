@@ -52,6 +52,7 @@ class EpisodeWiring:
     server_url_overrides: Mapping[str, str] = field(default_factory=dict)
     principles: ExecutionPrinciples = field(default_factory=ExecutionPrinciples)
     events: EventSink | None = None
+    client: str = ""
 
 
 @dataclass
@@ -114,7 +115,7 @@ async def run_episode(
             result.status, result.error = "error", f"resolved step budget {budget} < 1 refused"
             return result
         runner = _make_runner(wiring, options)
-        episode = EpisodeContext(spec.key, spec.seed, spec.task, options.asset_dir)
+        episode = EpisodeContext(spec.key, spec.seed, spec.task, options.asset_dir, wiring.client)
         status, outcome = await _run_guarded(runner, graph, episode, budget, options)
         _fill(result, status, outcome, runner, budget * options.per_step_timeout_s)
     except ServerDiedError:

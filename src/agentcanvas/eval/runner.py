@@ -124,19 +124,25 @@ class BatchEvalRunner:
         return self.run
 
     async def _worker(self, pool: EnvWorkerPool, worker_id: int, queue: asyncio.Queue[int]) -> None:
+        client = f"{self.run.run_id}/w{worker_id}"
+        shared = [self.registry.bound(n) for n in self.registry.servers.shared_in(self.graph)]
         async with pool.acquire_specific(worker_id) as handle:
-            while not queue.empty():
-                spec = self.specs[queue.get_nowait()]
-                result = await self._run_one_episode(pool, handle, spec)
-                await self._record(result)
+            await _set_attached(shared, client, attach=True)
+            try:
+                while not queue.empty():
+                    spec = self.specs[queue.get_nowait()]
+                    result = await self._run_one_episode(pool, handle, spec, client)
+                    await self._record(result)
+            finally:
+                await asyncio.shield(_set_attached(shared, client, attach=False))
 
     async def _run_one_episode(
-        self, pool: EnvWorkerPool, handle: WorkerHandle, spec: EpisodeSpec
+        self, pool: EnvWorkerPool, handle: WorkerHandle, spec: EpisodeSpec, client: str = ""
     ) -> EpisodeResult:
         """Run, and when the worker's server died, restart it and retry with the same seed."""
         attempt = 1
         while True:
-            result = await self._attempt(handle, spec)
+            result = await self._attempt(handle, spec, client)
             result.attempts = attempt
             if self.cancel_event.is_set() or result.status not in RETRYABLE:
                 return result
@@ -145,7 +151,9 @@ class BatchEvalRunner:
             await pool.restart(handle)
             attempt += 1
 
-    async def _attempt(self, handle: WorkerHandle, spec: EpisodeSpec) -> EpisodeResult:
+    async def _attempt(
+        self, handle: WorkerHandle, spec: EpisodeSpec, client: str = ""
+    ) -> EpisodeResult:
         if self.cancel_event.is_set():
             return EpisodeResult(index=spec.index, task=spec.task, episode_index=spec.episode_index,
                                  seed=spec.seed, status="cancelled", error="cancelled with the run")
@@ -157,6 +165,7 @@ class BatchEvalRunner:
             env_panel_overrides=handle.env_panel_overrides,
             server_url_overrides=handle.server_url_overrides,
             principles=ExecutionPrinciples(suppress_nav_events=True),
+            client=client,
         )
         options = EpisodeOptions(
             step_budget_override=self.config.step_budget,
@@ -204,6 +213,14 @@ class BatchEvalRunner:
 
     def save(self) -> None:
         atomic_write_json(self.run_dir.summary_path, self.run.model_dump(mode="json"))
+
+
+async def _set_attached(handles: list[Any], client: str, attach: bool) -> None:
+    """Tell shared servers how many workers may send requests (their batching rendezvous)."""
+    for handle in handles:
+        method = getattr(handle, "attach" if attach else "detach", None)
+        if method is not None:
+            await method(client)
 
 
 def _mean(run: EvalRun, name: str) -> float | None:

@@ -58,6 +58,7 @@ class EpisodeContext:
     seed: int = 0
     task: str = ""
     asset_dir: str = ""
+    client: str = ""
 
 
 @dataclass
@@ -254,6 +255,7 @@ class GraphExecutor:
             episode_seed=self.episode.seed,
             task=self.episode.task,
             asset_dir=self.episode.asset_dir,
+            client=self.episode.client,
         )
         started = time.perf_counter()
         try:

@@ -35,6 +35,8 @@ from agentcanvas.nodes.manifest import (
 )
 
 NodeFn = Callable[[dict[str, Any], dict[str, Any], Any, "CallContext"], Any]
+BatchItem = tuple[dict[str, Any], "CallContext"]
+BatchFn = Callable[[list[BatchItem], dict[str, Any], Any], list[dict[str, Any]]]
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,7 @@ class CallContext:
     episode_seed: int = 0
     task: str = ""
     asset_dir: str = ""
+    client: str = ""  # which worker sent the call: for batching only, never for results
 
 
 class Panel:
@@ -99,6 +102,7 @@ class _NodeDef:
     spec: NodeTypeSpec
     fn: NodeFn
     config_model: type[BaseModel] | None
+    batch_fn: BatchFn | None = None
 
 
 @dataclass
@@ -112,6 +116,7 @@ class NodeSet:
     state_factory: Callable[[], Any] | None = None
     panel_class: type[Panel] | None = None
     evict: Callable[[Any, str], None] | None = None
+    determinism: Callable[[Any], dict[str, str]] | None = None
     _nodes: dict[str, _NodeDef] = field(default_factory=dict)
 
     def node(
@@ -125,6 +130,7 @@ class NodeSet:
         dynamic_inputs: bool = False,
         done_port: str | None = None,
         blocking: bool = False,
+        batched: bool = False,
     ) -> Callable[[NodeFn], NodeFn]:
         """Decorator registering a node function under ``name``."""
 
@@ -138,8 +144,39 @@ class NodeSet:
                 config_schema=config.model_json_schema() if config else {},
                 done_port=done_port,
                 blocking=blocking,
+                batched=batched,
             )
             self._nodes[name] = _NodeDef(spec, fn, config)
+            return fn
+
+        return register
+
+    def batched_node(
+        self,
+        name: str,
+        *,
+        inputs: list[PortSpec] | None = None,
+        outputs: list[PortSpec] | None = None,
+        config: type[BaseModel] | None = None,
+        description: str = "",
+    ) -> Callable[[BatchFn], BatchFn]:
+        """Decorator for a model node that takes a batch: ``fn(items, config, state)``.
+
+        ``items`` is a list of ``(inputs, ctx)``; the function returns one output dict per
+        item. A shared server coalesces concurrent calls into such batches; in-process a call
+        is a batch of one. Outputs must not depend on the batch (see docs/nodesets.md).
+        """
+
+        def register(fn: BatchFn) -> BatchFn:
+            def single(
+                inputs: dict[str, Any], cfg: dict[str, Any], state: Any, ctx: CallContext
+            ) -> dict[str, Any]:
+                return fn([(inputs, ctx)], cfg, state)[0]
+
+            self.node(name, inputs=inputs, outputs=outputs, config=config,
+                      description=description or (inspect.getdoc(fn) or "").split("\n")[0],
+                      blocking=True, batched=True)(single)
+            self._nodes[name].batch_fn = fn
             return fn
 
         return register
@@ -238,6 +275,11 @@ class LocalNodeSet:
 
     async def panel_load(self) -> LoadInfo:
         return self._panel().on_load()
+
+    def determinism(self) -> dict[str, str]:
+        """Per-node determinism modes (e.g. ``{"embed": "padded"}``) of this instance."""
+        hook = self.nodeset.determinism
+        return dict(hook(self.state)) if hook is not None else {}
 
     async def evict(self, episode_key: str) -> None:
         if self.nodeset.evict is not None:

@@ -50,6 +50,9 @@ class NodeTypeSpec(_Frozen):
     blocking: bool = Field(
         default=False, description="Runs in a worker thread (simulators, models) when local."
     )
+    batched: bool = Field(
+        default=False, description="A model node whose calls a shared server coalesces."
+    )
 
     def input(self, name: str) -> PortSpec | None:
         return next((p for p in self.inputs if p.name == name), None)

@@ -24,6 +24,8 @@ from agentcanvas.errors import AgentCanvasError, UserInputError
 from agentcanvas.nodes.base import CallContext, LocalNodeSet
 from agentcanvas.nodes.registry import WorkspaceComponentRegistry
 from agentcanvas.server import procs, wire
+from agentcanvas.server.batched_inference import BatchedInferenceServer
+from agentcanvas.server.batching import policy_from_env
 from agentcanvas.server.runtime import fix_numeric_threads
 
 HOST = "127.0.0.1"
@@ -36,8 +38,8 @@ def _wire_response(obj: Any) -> Response:
 def create_app(instance: LocalNodeSet, tag: int | None) -> FastAPI:
     """The node-set server's app. Node failures travel back as ``{"error": ...}`` data."""
     app = FastAPI(title=f"agentcanvas node set {instance.name}", docs_url=None, redoc_url=None)
-    attached: set[str] = set()
-    app.state.attached = attached
+    batcher = BatchedInferenceServer(policy_from_env())
+    app.state.batcher = batcher
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
@@ -53,7 +55,8 @@ def create_app(instance: LocalNodeSet, tag: int | None) -> FastAPI:
         assert isinstance(payload, dict)
         ctx = CallContext(**payload["ctx"])
         try:
-            outputs = await instance.call(node_name, payload["config"], payload["inputs"], ctx)
+            outputs = await _call(instance, batcher, node_name, payload["config"],
+                                  payload["inputs"], ctx)
         except Exception as exc:  # the node's failure is returned as data, the server lives on
             outputs = {"error": f"{type(exc).__name__}: {exc}"}
         return _wire_response({"outputs": outputs})
@@ -81,13 +84,19 @@ def create_app(instance: LocalNodeSet, tag: int | None) -> FastAPI:
 
     @app.post("/attach")
     async def attach(request: Request) -> dict[str, int]:
-        attached.add(str((await request.json())["client"]))
-        return {"attached": len(attached)}
+        return {"attached": batcher.attach(str((await request.json())["client"]))}
 
     @app.post("/detach")
     async def detach(request: Request) -> dict[str, int]:
-        attached.discard(str((await request.json())["client"]))
-        return {"attached": len(attached)}
+        return {"attached": batcher.detach(str((await request.json())["client"]))}
+
+    @app.get("/stats")
+    async def stats() -> dict[str, Any]:
+        return batcher.stats()
+
+    @app.get("/determinism")
+    async def determinism() -> dict[str, str]:
+        return instance.determinism()
 
     @app.exception_handler(AgentCanvasError)
     async def _agentcanvas_error(request: Request, exc: AgentCanvasError) -> JSONResponse:
@@ -95,6 +104,29 @@ def create_app(instance: LocalNodeSet, tag: int | None) -> FastAPI:
         return JSONResponse({"error": f"{type(exc).__name__}: {exc}"}, status_code=status)
 
     return app
+
+
+async def _call(  # noqa: PLR0913
+    instance: LocalNodeSet,
+    batcher: BatchedInferenceServer,
+    node_name: str,
+    config: dict[str, Any],
+    inputs: dict[str, Any],
+    ctx: CallContext,
+) -> dict[str, Any]:
+    """Batched model nodes go through the coalescer; everything else is called directly."""
+    batch_fn = instance.nodeset.definition(node_name).batch_fn
+    if batch_fn is None:
+        return await instance.call(node_name, config, inputs, ctx)
+    state = instance.state
+
+    def handler(items: list[Any], cfg: dict[str, Any]) -> list[dict[str, Any]]:
+        return batch_fn(items, cfg, state)
+
+    result: dict[str, Any] = await batcher.submit(
+        node_name, config, (inputs, ctx), ctx.client or "anonymous", handler
+    )
+    return result
 
 
 def _bind() -> socket.socket:

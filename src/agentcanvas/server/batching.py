@@ -1,0 +1,81 @@
+"""Batch formation for the shared inference server: plain synchronous decisions, no event loop.
+
+Three flush policies (the third is ours):
+
+- ``none``: every request is its own forward pass, at once (no coalescing).
+- ``restart_on_submit``: the design note's policy — flush ``window_s`` after the *last*
+  arrival (the timer restarts on every submit), or when the batch is full. It adds the whole
+  window at one worker and has no upper bound while requests keep arriving.
+- ``ours``: flush when the batch is full, or when every attached client has a request
+  waiting, or ``cap_s`` after the *first* arrival. With one worker a request flushes at once.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+PolicyKind = Literal["none", "restart_on_submit", "ours"]
+
+
+@dataclass(frozen=True)
+class FlushPolicy:
+    """How a queue decides to flush; ``max_batch`` bounds a forward pass."""
+
+    kind: PolicyKind = "ours"
+    max_batch: int = 8
+    cap_s: float = 0.010
+    window_s: float = 0.050
+
+
+@dataclass
+class PendingRequest:
+    """One queued request: who sent it, when, its payload, and the future to resolve."""
+
+    client: str
+    arrived_s: float
+    item: Any
+    future: Any  # asyncio.Future; typed loosely to keep this module loop-free
+
+
+@dataclass
+class BatchQueue:
+    """The requests of one (function_name, config_hash) key, in arrival order."""
+
+    pending: list[PendingRequest] = field(default_factory=list)
+
+    def live(self) -> list[PendingRequest]:
+        """Drop requests whose caller went away (cancelled futures) and return the rest."""
+        self.pending = [r for r in self.pending if not r.future.done()]
+        return self.pending
+
+    def take(self, max_batch: int) -> list[PendingRequest]:
+        batch, self.pending = self.live()[:max_batch], self.pending[max_batch:]
+        return batch
+
+
+def flush_due_at(
+    policy: FlushPolicy, queue: BatchQueue, attached: int, now_s: float
+) -> float | None:
+    """When this queue should flush: ``now_s`` or earlier means now; None means empty."""
+    live = queue.live()
+    if not live:
+        return None
+    if policy.kind == "none" or len(live) >= policy.max_batch:
+        return now_s
+    if policy.kind == "restart_on_submit":
+        return live[-1].arrived_s + policy.window_s
+    waiting_clients = len({r.client for r in live})
+    if attached <= 1 or waiting_clients >= attached:
+        return now_s  # every attached client is waiting: nobody else can join this batch
+    return live[0].arrived_s + policy.cap_s
+
+
+def policy_from_env() -> FlushPolicy:
+    """The policy a server uses: env ``AGENTCANVAS_FLUSH_POLICY`` (default ``ours``)."""
+    kind = os.environ.get("AGENTCANVAS_FLUSH_POLICY", "ours")
+    if kind not in ("none", "restart_on_submit", "ours"):
+        raise ValueError(f"AGENTCANVAS_FLUSH_POLICY must be none, restart_on_submit or ours, not {kind!r}")
+    max_batch = int(os.environ.get("AGENTCANVAS_MAX_BATCH", "8"))
+    return FlushPolicy(kind=kind, max_batch=max_batch)  # type: ignore[arg-type]
