@@ -11,7 +11,7 @@ import asyncio
 from dataclasses import dataclass
 from pathlib import Path
 
-from agentcanvas.eval.config import EvalConfig, EvalRun
+from agentcanvas.eval.config import DeterminismInfo, EvalConfig, EvalRun
 from agentcanvas.eval.runner import BatchEvalRunner, Broadcast
 from agentcanvas.eval.store import RunDir, atomic_write_json, new_run_id
 from agentcanvas.graph.model import Graph
@@ -61,7 +61,8 @@ async def run_foreground(
     try:
         await registry.ensure_nodesets_for_graph(graph, worker_count=config.worker_count)
         runner = BatchEvalRunner(
-            registry, graph, config, run_dir, run_id=run_id, broadcast=broadcast
+            registry, graph, config, run_dir, run_id=run_id, broadcast=broadcast,
+            determinism=await collect_determinism(registry, graph),
         )
         summary = await runner.execute()
     except BaseException as exc:
@@ -77,6 +78,20 @@ async def run_foreground(
     finally:
         await asyncio.shield(_finalise(registry, runner, run_dir))
     return ForegroundRun(run_id, run_dir, summary)
+
+
+async def collect_determinism(registry: WorkspaceComponentRegistry, graph: Graph) -> DeterminismInfo:
+    """Ask each shared server of the graph which batch mode it measured at start-up."""
+    info = DeterminismInfo()
+    for name in registry.servers.shared_in(graph):
+        handle = registry.bound(name) or registry.local_instance(name)
+        modes = await handle.determinism()
+        for node, mode in modes.items():
+            info.shared_server_modes[f"{name}.{node}"] = mode
+            if "failed" in mode:
+                info.reasons.append(f"{name}.{node}: batch-invariance check failed ({mode})")
+    info.guaranteed = not info.reasons
+    return info
 
 
 async def _finalise(

@@ -229,6 +229,8 @@ class NodeSetHandle(Protocol):
 
     async def evict(self, episode_key: str) -> None: ...
 
+    async def determinism(self) -> dict[str, str]: ...
+
     async def close(self) -> None: ...
 
 
@@ -276,7 +278,7 @@ class LocalNodeSet:
     async def panel_load(self) -> LoadInfo:
         return self._panel().on_load()
 
-    def determinism(self) -> dict[str, str]:
+    async def determinism(self) -> dict[str, str]:
         """Per-node determinism modes (e.g. ``{"embed": "padded"}``) of this instance."""
         hook = self.nodeset.determinism
         return dict(hook(self.state)) if hook is not None else {}

@@ -96,7 +96,7 @@ def create_app(instance: LocalNodeSet, tag: int | None) -> FastAPI:
 
     @app.get("/determinism")
     async def determinism() -> dict[str, str]:
-        return instance.determinism()
+        return await instance.determinism()
 
     @app.exception_handler(AgentCanvasError)
     async def _agentcanvas_error(request: Request, exc: AgentCanvasError) -> JSONResponse:

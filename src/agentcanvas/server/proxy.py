@@ -134,6 +134,11 @@ class RemoteNodeSet:
     async def detach(self, client_id: str) -> int:
         return int((await self._post_json("/detach", {"client": client_id}))["attached"])
 
+    async def determinism(self) -> dict[str, str]:
+        """The server's measured per-node batch modes (e.g. ``{"embed": "padded"}``)."""
+        result: dict[str, str] = await self._post_json_get("/determinism")
+        return result
+
     async def health(self) -> dict[str, Any]:
         result: dict[str, Any] = await self._post_json_get("/health")
         return result
