@@ -48,11 +48,13 @@ async def run_foreground(
     config: EvalConfig,
     broadcast: Broadcast | None = None,
     base_dir: Path | None = None,
+    run_dir: RunDir | None = None,
 ) -> ForegroundRun:
     """Run ``config`` on ``graph`` here, start to finish; the run folder is always finalised."""
-    folder = base_dir or runs_dir(registry.workspace)
-    run_id = new_run_id(folder)
-    run_dir = RunDir(folder / run_id)
+    if run_dir is None:
+        folder = base_dir or runs_dir(registry.workspace)
+        run_dir = RunDir(folder / new_run_id(folder))
+    run_id = run_dir.root.name
     run_dir.create()
     write_spec(run_dir, config, graph, run_id)
     runner: BatchEvalRunner | None = None

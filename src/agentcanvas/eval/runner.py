@@ -144,6 +144,8 @@ class BatchEvalRunner:
         while True:
             result = await self._attempt(handle, spec, client)
             result.attempts = attempt
+            if self.cancel_event.is_set() and result.status in RETRYABLE:
+                result.status, result.error = "cancelled", "cancelled with the run"
             if self.cancel_event.is_set() or result.status not in RETRYABLE:
                 return result
             if pool.servers_alive(handle) or attempt >= self.config.max_attempts:
@@ -154,10 +156,10 @@ class BatchEvalRunner:
     async def _attempt(
         self, handle: WorkerHandle, spec: EpisodeSpec, client: str = ""
     ) -> EpisodeResult:
+        episode_dir = self.run_dir.create_episode(spec.index)  # its episode.json goes here
         if self.cancel_event.is_set():
             return EpisodeResult(index=spec.index, task=spec.task, episode_index=spec.episode_index,
                                  seed=spec.seed, status="cancelled", error="cancelled with the run")
-        episode_dir = self.run_dir.create_episode(spec.index)
         log_path = self.run_dir.episode_log_path(spec.index)
         log_path.unlink(missing_ok=True)  # a retry or a resume starts the log afresh
         wiring = EpisodeWiring(

@@ -104,37 +104,43 @@ def check_batch_invariance(
     """Compare every row of every rotated batch bit for bit with its probe run alone."""
     if not probes or max_batch < 1:
         raise ValueError("need at least one probe and max_batch >= 1")
-    references = [forward([probe], mode)[0] for probe in probes]
-    n_checked = n_mismatched = 0
-    max_abs_diff = 0.0
+    references = [_forward_rows(forward, [probe], mode)[0] for probe in probes]
+    n_checked = 0
+    diffs: list[float] = []
     first_mismatch: str | None = None
     for batch in _rotated_batches(len(probes), max_batch):
-        outputs = forward([probes[i] for i in batch], mode)
-        if outputs.dtype != np.float32 or outputs.shape[0] != len(batch):
-            raise ValueError(f"forward must return float32 rows, got {outputs.dtype}")
+        outputs = _forward_rows(forward, [probes[i] for i in batch], mode)
         for position, probe_index in enumerate(batch):
             n_checked += 1
             got, want = outputs[position], references[probe_index]
             if np.array_equal(got.view(np.uint32), want.view(np.uint32)):
                 continue
-            n_mismatched += 1
-            diff = float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64))))
-            max_abs_diff = max(max_abs_diff, diff)
+            diffs.append(float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64)))))
             if first_mismatch is None:
                 first_mismatch = (
                     f"probe {probe_index} at position {position} of a batch of {len(batch)}: "
-                    f"{int(np.sum(got != want))}/{got.size} values differ, max |diff| {diff:.3g}"
+                    f"{int(np.sum(got != want))}/{got.size} values differ, "
+                    f"max |diff| {diffs[-1]:.3g}"
                 )
     return InvarianceReport(
-        ok=n_mismatched == 0,
+        ok=not diffs,
         mode=mode,
         n_checked=n_checked,
-        n_mismatched=n_mismatched,
-        max_abs_diff=max_abs_diff,
+        n_mismatched=len(diffs),
+        max_abs_diff=max(diffs, default=0.0),
         first_mismatch=first_mismatch,
         n_threads=torch.get_num_threads(),
         device=device,
     )
+
+
+def _forward_rows(
+    forward: Forward[T], batch: Sequence[T], mode: BatchMode
+) -> npt.NDArray[np.float32]:
+    outputs = forward(batch, mode)
+    if outputs.dtype != np.float32 or outputs.ndim != 2 or outputs.shape[0] != len(batch):
+        raise ValueError(f"forward must return one float32 row per item, got {outputs.shape}")
+    return np.ascontiguousarray(outputs)
 
 
 def choose_mode(

@@ -211,6 +211,15 @@ class WorkspaceComponentRegistry:
         record = self.servers.records.get(key)
         return record is not None and record.is_alive()
 
+    def bind_server(self, nodeset: str) -> None:
+        """Route calls of a node set to its (untagged) server."""
+        self._bindings[nodeset] = self.servers.records[nodeset].handle
+
+    async def unload_shared(self, nodeset: str) -> None:
+        """Stop a shared server now (the caller checked that no run holds it)."""
+        self._bindings.pop(nodeset, None)
+        await self.servers.stop(nodeset)
+
     def bound(self, nodeset: str) -> NodeSetHandle | None:
         return self._bindings.get(nodeset)
 

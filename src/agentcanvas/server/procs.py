@@ -283,6 +283,10 @@ class ChildProcess:
             self._transition(ChildState.EXITED)
         return returncode
 
+    def send_signal(self, signum: signal.Signals) -> None:
+        """Signal the child (its whole group when started with ``new_session``), if not reaped."""
+        self._signal(signum)
+
     def _has_exited(self) -> bool:
         """True once the child has exited; unlike Popen.poll it leaves a zombie unreaped."""
         if self._popen.returncode is not None:

@@ -1,0 +1,137 @@
+"""The backend app: ``create_app()`` with a lifespan that owns the process's services.
+
+The lifespan scans the workspace, builds the JobScheduler (queue recovered from disk), and
+drives the scheduler tick about once a second — and at once after a submit or cancel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.staticfiles import StaticFiles
+
+from agentcanvas.errors import (
+    AgentCanvasError,
+    StateError,
+    UnknownGraphError,
+    UnknownNodeSetError,
+    UserInputError,
+)
+from agentcanvas.nodes.registry import WorkspaceComponentRegistry
+from agentcanvas.paths import runs_dir
+from agentcanvas.scheduler.calibration import CalibrationStore
+from agentcanvas.scheduler.job_scheduler import JobScheduler, SchedulerHooks
+from agentcanvas.scheduler.resources import default_samplers
+from agentcanvas.state import ProcessServices
+
+from . import eval as eval_api
+from . import misc
+from .security import GuardMiddleware
+
+log = logging.getLogger(__name__)
+TICK_S = 1.0
+WEB_DIR = Path(__file__).parent / "web"
+
+
+def build_services(workspace: Path, backend_url: str, token: str | None) -> ProcessServices:
+    registry = WorkspaceComponentRegistry(workspace=workspace)
+    registry.scan_all()
+    calibration = CalibrationStore(workspace / "outputs" / "calibration.json")
+    scheduler = JobScheduler(runs_dir(workspace), backend_url, default_samplers(), calibration,
+                             cwd=workspace)
+    svc = ProcessServices(workspace=workspace, registry=registry, scheduler=scheduler, token=token)
+    scheduler.hooks = SchedulerHooks(
+        canvas_locked=svc.guard.held,
+        release_shared=lambda names: _release(svc, names),
+        on_progress=svc.relay_progress,
+    )
+    return svc
+
+
+def _release(svc: ProcessServices, names: list[str]) -> None:
+    svc.registry.release_shared_nodesets(names)
+    svc.request_tick()
+
+
+async def _drain_pending_unloads(svc: ProcessServices) -> None:
+    for name in sorted(svc.pending_unloads):
+        record = svc.registry.servers.records.get(name)
+        if record is None or record.refcount == 0:
+            svc.pending_unloads.discard(name)
+            if record is not None:
+                await svc.registry.unload_shared(name)
+
+
+async def _tick_loop(svc: ProcessServices) -> None:
+    while True:
+        try:
+            svc.scheduler.tick()
+            await _drain_pending_unloads(svc)
+        except Exception:  # the loop must outlive one bad tick
+            log.exception("scheduler tick failed")
+        svc.wake.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(svc.wake.wait(), timeout=TICK_S)
+
+
+def create_app(
+    workspace: Path, backend_url: str, token: str | None = None, allowed_hosts: set[str] | None = None
+) -> FastAPI:
+    """The backend's FastAPI app (API, WebSocket, web page)."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        svc = build_services(workspace, backend_url, token)
+        app.state.services = svc
+        requeued = svc.scheduler.recover()
+        if requeued:
+            log.info("re-queued %d run(s) after restart: %s", len(requeued), requeued)
+        ticker = asyncio.ensure_future(_tick_loop(svc))
+        try:
+            yield
+        finally:
+            ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await ticker
+            for task in list(svc.inprocess.values()):
+                task.cancel()
+            svc.scheduler.shutdown()
+            await svc.registry.shutdown_all()
+
+    app = FastAPI(title="AgentCanvas Batch Eval", version="0.1.0", lifespan=lifespan)
+    app.add_middleware(GuardMiddleware, allowed_hosts=allowed_hosts or set(), token=token)
+    app.include_router(eval_api.router)
+    app.include_router(misc.router)
+    _install_error_handlers(app)
+    if WEB_DIR.is_dir():
+        app.mount("/", StaticFiles(directory=WEB_DIR, html=True), name="web")
+    return app
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(AgentCanvasError)
+    async def agentcanvas_error(request: Request, exc: AgentCanvasError) -> JSONResponse:
+        status = 500
+        if isinstance(exc, UnknownGraphError | UnknownNodeSetError):
+            status = 404
+        elif isinstance(exc, UserInputError):
+            status = 404 if "does not exist" in str(exc) or "no run" in str(exc) else 400
+        elif isinstance(exc, StateError):
+            status = 409
+        return JSONResponse({"detail": str(exc), "error": type(exc).__name__}, status_code=status)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = [
+            {"field": ".".join(str(p) for p in item["loc"] if p != "body"), "message": item["msg"]}
+            for item in exc.errors()
+        ]
+        text = "; ".join(f"{p['field']}: {p['message']}" for p in problems)
+        return JSONResponse({"detail": text, "problems": problems}, status_code=422)

@@ -1,0 +1,140 @@
+"""Node sets, graphs, canvas Play, and the WebSocket."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+from fastapi import APIRouter, Request, WebSocket, WebSocketDisconnect
+from pydantic import BaseModel, ConfigDict, Field
+
+from agentcanvas.errors import StateError
+from agentcanvas.eval.episode import EpisodeOptions, EpisodeSpec, EpisodeWiring, run_episode
+from agentcanvas.eval.runner import episode_tasks
+from agentcanvas.eval.seeding import episode_seed
+from agentcanvas.eval.config import EvalConfig
+from agentcanvas.graph.executor import ExecutionPrinciples
+from agentcanvas.nodes.registry import WorkspaceComponentRegistry
+from agentcanvas.paths import check_name
+from agentcanvas.state import ProcessServices
+
+router = APIRouter(tags=["workspace"])
+
+
+def services(request: Request) -> ProcessServices:
+    svc: ProcessServices = request.app.state.services
+    return svc
+
+
+@router.get("/api/graphs")
+async def graphs(request: Request) -> dict[str, Any]:
+    svc = services(request)
+    return {"graphs": [{"name": g.name, "origin": g.origin} for g in svc.registry.graph_entries()]}
+
+
+@router.get("/api/graphs/{name}")
+async def graph(name: str, request: Request) -> dict[str, Any]:
+    return services(request).registry.load_graph(name).model_dump(mode="json")
+
+
+@router.get("/api/nodesets")
+async def nodesets(request: Request) -> dict[str, Any]:
+    svc = services(request)
+    servers = {key: {"url": r.url, "refcount": r.refcount, "owned": r.owned, "alive": r.is_alive()}
+               for key, r in svc.registry.servers.records.items()}
+    return {
+        "nodesets": [svc.registry.manifest(n).model_dump(mode="json")
+                     for n in svc.registry.nodeset_names()],
+        "servers": servers,
+        "pending_unloads": sorted(svc.pending_unloads),
+        "load_errors": svc.registry.load_errors,
+    }
+
+
+@router.post("/api/nodesets/{name}/load")
+async def load_nodeset(name: str, request: Request) -> dict[str, Any]:
+    svc = services(request)
+    check_name("nodeset", name, field="name")
+    if svc.registry.manifest(name).parallelism != "shared":
+        raise StateError(f"node set {name!r} is not shared; only shared ones load in the backend")
+    record = await svc.registry.servers.start(name)
+    svc.registry.bind_server(name)
+    svc.pending_unloads.discard(name)
+    return {"name": name, "url": record.url}
+
+
+@router.post("/api/nodesets/{name}/unload")
+async def unload_nodeset(name: str, request: Request) -> dict[str, Any]:
+    """Unload now when no run holds it; otherwise deferred until its refcount is zero."""
+    svc = services(request)
+    check_name("nodeset", name, field="name")
+    record = svc.registry.servers.records.get(name)
+    if record is None:
+        raise StateError(f"node set {name!r} is not loaded")
+    if record.refcount > 0:
+        svc.pending_unloads.add(name)
+        return {"name": name, "status": "deferred", "refcount": record.refcount}
+    await svc.registry.unload_shared(name)
+    return {"name": name, "status": "unloaded"}
+
+
+class PlayRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    graph_name: str = Field(min_length=1, max_length=64)
+    episode: int = Field(default=0, ge=0)
+    task: str | None = None
+    seed: int = Field(default=0, ge=0)
+    step_budget: int | None = Field(default=None, ge=1)
+
+
+@router.post("/api/canvas/play")
+async def canvas_play(body: PlayRequest, request: Request) -> dict[str, Any]:
+    """One episode in the backend under the ExecutionGuard, with per-node events live."""
+    svc = services(request)
+    graph = svc.registry.load_graph(body.graph_name)
+    task = body.task or episode_tasks(EvalConfig(graph_name=graph.name), graph)[0]
+    registry = WorkspaceComponentRegistry(workspace=svc.workspace)
+    registry.scan_all()
+    async with svc.guard:
+        urls = await svc.registry.ensure_shared_nodesets_for_graph(graph)
+        try:
+            for name, url in urls.items():
+                await registry.register_remote_nodeset(name, url)
+            env = registry.local_instance(graph.env.nodeset) if graph.env else None
+            spec = EpisodeSpec(0, task, body.episode, episode_seed(body.seed, task, body.episode),
+                               key=f"canvas:{task}:{body.episode}")
+            wiring = EpisodeWiring(registry, env, principles=ExecutionPrinciples(False),
+                                   events=lambda e: svc.broadcast({**e, "source": "canvas"}))
+            result = await run_episode(graph, spec, wiring,
+                                       EpisodeOptions(step_budget_override=body.step_budget))
+        finally:
+            await registry.shutdown_all()
+            svc.registry.release_shared_nodesets(sorted(urls))
+    return result.model_dump(mode="json")
+
+
+@router.websocket("/ws")
+async def websocket(ws: WebSocket) -> None:
+    """Events: eval_progress, eval_episode_done, eval_complete (source "eval"), canvas events."""
+    svc: ProcessServices = ws.app.state.services
+    await ws.accept()
+    outbox: asyncio.Queue[str] = asyncio.Queue(maxsize=10_000)
+    ws.outbox = outbox  # type: ignore[attr-defined]
+    svc.ws_connections.add(ws)
+
+    async def pump() -> None:
+        while True:
+            await ws.send_text(await outbox.get())
+
+    sender = asyncio.ensure_future(pump())
+    try:
+        while True:
+            await ws.receive_text()
+    except WebSocketDisconnect:
+        pass
+    finally:
+        svc.ws_connections.discard(ws)
+        sender.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await sender

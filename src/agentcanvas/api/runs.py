@@ -1,0 +1,166 @@
+"""Reading run folders for the API: listing, episodes, logs, assets, and run comparison."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentcanvas.errors import RunError, UserInputError
+from agentcanvas.eval.metrics import mcnemar, wilson_interval
+from agentcanvas.eval.store import RunDir, read_json, read_jsonl
+from agentcanvas.paths import check_name, safe_child
+
+LOG_TAIL_BYTES = 200_000
+
+
+@dataclass
+class RunCache:
+    """summary.json contents keyed by run id, reloaded when the file's mtime changes."""
+
+    runs_dir: Path
+    _cache: dict[str, tuple[float, dict[str, Any]]] = field(default_factory=dict)
+
+    def run_dir(self, run_id: str) -> RunDir:
+        folder = safe_child(self.runs_dir, "run_id", run_id, field="run_id")
+        if not folder.is_dir():
+            raise UserInputError(f"run_id: no run {run_id!r}")
+        return RunDir(folder)
+
+    def summary(self, run_id: str) -> dict[str, Any]:
+        path = self.run_dir(run_id).summary_path
+        try:
+            mtime = path.stat().st_mtime
+        except OSError as exc:
+            raise UserInputError(f"run_id: run {run_id!r} has no summary.json") from exc
+        cached = self._cache.get(run_id)
+        if cached is None or cached[0] != mtime:
+            cached = (mtime, read_json(path))
+            self._cache[run_id] = cached
+        return cached[1]
+
+    def list(self, offset: int, limit: int, status: str | None = None) -> dict[str, Any]:
+        """Newest first; compact rows (no per-episode records)."""
+        if not self.runs_dir.is_dir():
+            return {"total": 0, "runs": []}
+        ids = sorted((p.name for p in self.runs_dir.iterdir() if p.is_dir()), reverse=True)
+        rows = []
+        for run_id in ids:
+            try:
+                check_name("run_id", run_id)
+                summary = self.summary(run_id)
+            except (UserInputError, RunError):
+                continue
+            if status and summary.get("status") != status:
+                continue
+            rows.append(compact(summary))
+        return {"total": len(rows), "runs": rows[offset : offset + limit]}
+
+
+def compact(summary: dict[str, Any]) -> dict[str, Any]:
+    row = {k: v for k, v in summary.items() if k != "episodes"}
+    success = summary.get("aggregate_metrics", {}).get("success")
+    row["success_rate"] = success.get("mean") if isinstance(success, dict) else None
+    return row
+
+
+def episodes_page(
+    summary: dict[str, Any], offset: int, limit: int, status: str | None, sort: str
+) -> dict[str, Any]:
+    episodes = summary.get("episodes", [])
+    if status:
+        episodes = [e for e in episodes if e.get("status") == status]
+    key, _, order = sort.partition(":")
+    if key in ("index", "steps", "status", "task"):
+        episodes = sorted(episodes, key=lambda e: (e.get(key) is None, e.get(key)),
+                          reverse=order == "desc")
+    return {"total": len(episodes), "episodes": episodes[offset : offset + limit]}
+
+
+def episode_folder(run_dir: RunDir, index: int) -> Path:
+    folder = run_dir.episode_dir(index)
+    if not folder.is_dir():
+        raise UserInputError(f"episode {index} of run {run_dir.root.name} does not exist")
+    return folder
+
+
+def episode_log(run_dir: RunDir, index: int) -> dict[str, Any]:
+    episode_folder(run_dir, index)
+    path = run_dir.episode_log_path(index)
+    if not path.exists():
+        return {"records": [], "torn_lines": 0}
+    read = read_jsonl(path)
+    return {"records": list(read.records), "torn_lines": read.torn_lines}
+
+
+def episode_assets(run_dir: RunDir, index: int) -> list[str]:
+    episode_folder(run_dir, index)
+    folder = run_dir.episode_assets_dir(index)
+    return sorted(p.name for p in folder.iterdir() if p.is_file()) if folder.is_dir() else []
+
+
+def asset_path(run_dir: RunDir, index: int, name: str) -> Path:
+    episode_folder(run_dir, index)
+    path = safe_child(run_dir.episode_assets_dir(index), "asset", name, field="asset")
+    if not path.is_file():
+        raise UserInputError(f"asset: no file {name!r} in episode {index}")
+    return path
+
+
+def log_tail(path: Path) -> str:
+    if not path.exists():
+        return ""
+    with path.open("rb") as handle:
+        handle.seek(max(0, path.stat().st_size - LOG_TAIL_BYTES))
+        return handle.read().decode("utf-8", "replace")
+
+
+def compare_runs(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """Pair episodes by (task, episode_index): success flips, per-task deltas, McNemar."""
+    left = {(e["task"], e["episode_index"]): e for e in a.get("episodes", [])}
+    right = {(e["task"], e["episode_index"]): e for e in b.get("episodes", [])}
+    paired = sorted(set(left) & set(right))
+    flips, per_task = [], {}
+    b_count = c_count = 0
+    for key in paired:
+        sa, sb = _success(left[key]), _success(right[key])
+        if sa is None or sb is None:
+            continue
+        per_task.setdefault(key[0], []).append((sa, sb))
+        if sa != sb:
+            flips.append({"task": key[0], "episode_index": key[1], "a": sa, "b": sb})
+            b_count += int(sa and not sb)
+            c_count += int(sb and not sa)
+    return {
+        "a": a.get("run_id"), "b": b.get("run_id"),
+        "paired": len(paired), "flips": flips,
+        "mcnemar": {"a_only": b_count, "b_only": c_count, "p_value": mcnemar(b_count, c_count)},
+        "per_task": {t: _task_delta(pairs) for t, pairs in sorted(per_task.items())},
+        "config_differences": config_differences(a.get("config", {}), b.get("config", {})),
+    }
+
+
+def _success(episode: dict[str, Any]) -> bool | None:
+    if episode.get("status") != "completed":
+        return None
+    value = episode.get("metrics", {}).get("success")
+    return None if value is None else bool(value)
+
+
+def _task_delta(pairs: list[tuple[bool, bool]]) -> dict[str, Any]:
+    n = len(pairs)
+    ka, kb = sum(a for a, _ in pairs), sum(b for _, b in pairs)
+    diffs = [int(b) - int(a) for a, b in pairs]
+    mean = sum(diffs) / n
+    var = sum((d - mean) ** 2 for d in diffs) / (n - 1) if n > 1 else 0.0
+    half = 1.96 * math.sqrt(var / n) if n > 1 else float("nan")
+    return {"n": n, "a": ka / n, "b": kb / n, "delta": mean,
+            "delta_lo": mean - half, "delta_hi": mean + half,
+            "a_interval": wilson_interval(ka, n), "b_interval": wilson_interval(kb, n)}
+
+
+def config_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """Config fields that differ (worker_count is a speed dial, so it is not listed)."""
+    keys = sorted((set(a) | set(b)) - {"worker_count"})
+    return [k for k in keys if a.get(k) != b.get(k)]

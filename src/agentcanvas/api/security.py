@@ -1,0 +1,71 @@
+"""Request guards: Host/Origin checks against DNS rebinding, and a token off loopback."""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Awaitable, Callable
+from urllib.parse import urlsplit
+
+from starlette.requests import HTTPConnection
+from starlette.responses import JSONResponse, Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
+
+
+def is_loopback(host: str) -> bool:
+    return host in LOOPBACK_HOSTS or host.startswith("127.")
+
+
+def _hostname(value: str) -> str:
+    if value.startswith("["):
+        return value.split("]")[0] + "]"
+    return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
+
+
+class GuardMiddleware:
+    """Refuse requests whose Host or Origin is not ours, and (off loopback) without the token."""
+
+    def __init__(self, app: ASGIApp, allowed_hosts: set[str], token: str | None) -> None:
+        self.app = app
+        self.allowed_hosts = {h.lower() for h in allowed_hosts} | LOOPBACK_HOSTS
+        self.token = token
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        conn = HTTPConnection(scope)
+        problem = self._problem(conn)
+        if problem is None:
+            await self.app(scope, receive, send)
+            return
+        if scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": 1008, "reason": problem})
+            return
+        response: Response = JSONResponse({"detail": problem}, status_code=403)
+        await response(scope, receive, send)
+
+    def _problem(self, conn: HTTPConnection) -> str | None:
+        host = _hostname(conn.headers.get("host", "")).lower()
+        if host not in self.allowed_hosts:
+            return f"Host {host!r} is not allowed (DNS rebinding guard)"
+        origin = conn.headers.get("origin")
+        if origin and origin != "null":
+            origin_host = (urlsplit(origin).hostname or "").lower()
+            if origin_host not in self.allowed_hosts and f"[{origin_host}]" not in self.allowed_hosts:
+                return f"Origin {origin!r} is not allowed"
+        if self.token is not None and not self._token_ok(conn):
+            return "missing or wrong token (Authorization: Bearer <token> or ?token=)"
+        return None
+
+    def _token_ok(self, conn: HTTPConnection) -> bool:
+        assert self.token is not None
+        given = conn.query_params.get("token") or ""
+        auth = conn.headers.get("authorization", "")
+        if auth.lower().startswith("bearer "):
+            given = auth[7:]
+        return hmac.compare_digest(given.encode(), self.token.encode())
+
+
+Handler = Callable[[HTTPConnection], Awaitable[Response]]

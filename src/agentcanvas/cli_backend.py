@@ -1,0 +1,160 @@
+"""``agentcanvas serve`` and the backend client commands: submit, runs, status, cancel, resume."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+import time
+from typing import Any
+
+import httpx
+import uvicorn
+
+from agentcanvas.api.security import is_loopback
+from agentcanvas.cli import command
+from agentcanvas.errors import ConfigError, UserInputError
+from agentcanvas.paths import workspace_dir
+
+DEFAULT_URL = "http://127.0.0.1:8765"
+FOLLOW_POLL_S = 1.0
+
+
+@command("serve")
+def cmd_serve(args: argparse.Namespace) -> int:
+    from agentcanvas.api.app import create_app
+
+    token = args.token or os.environ.get("AGENTCANVAS_TOKEN")
+    if not is_loopback(args.host) and not token:
+        raise ConfigError(f"--host {args.host}: binding off loopback needs --token (or AGENTCANVAS_TOKEN)")
+    sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((args.host, args.port))
+    except OSError as exc:
+        raise ConfigError(f"--port {args.port}: cannot bind {args.host}:{args.port} ({exc.strerror})") from exc
+    port = sock.getsockname()[1]
+    url = f"http://{args.host}:{port}"
+    app = create_app(workspace_dir(), url, token=token, allowed_hosts={args.host})
+    print(f"agentcanvas backend on {url} (workspace {workspace_dir()})", file=sys.stderr, flush=True)
+    config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=10)
+    uvicorn.Server(config).run(sockets=[sock])
+    return 0
+
+
+def _client(args: argparse.Namespace) -> httpx.Client:
+    token = os.environ.get("AGENTCANVAS_TOKEN")
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    return httpx.Client(base_url=args.url, timeout=30.0, headers=headers)
+
+
+def _call(args: argparse.Namespace, method: str, path: str, **kwargs: Any) -> Any:
+    try:
+        with _client(args) as client:
+            response = client.request(method, path, **kwargs)
+    except httpx.TransportError as exc:
+        raise UserInputError(f"--url {args.url}: no backend answers ({type(exc).__name__}); "
+                             "start one with `agentcanvas serve`") from exc
+    if response.status_code >= 400:
+        detail = response.json().get("detail", response.text) if response.content else ""
+        raise UserInputError(f"backend answered {response.status_code}: {detail}")
+    return response.json()
+
+
+@command("submit")
+def cmd_submit(args: argparse.Namespace) -> int:
+    body: dict[str, Any] = {"graph_name": args.graph, "episode_count": args.episodes,
+                            "worker_count": args.workers, "seed": args.seed,
+                            "priority": args.priority, "start_index": args.start_index}
+    if args.tasks:
+        body["tasks"] = [t.strip() for t in args.tasks.split(",")]
+    if args.step_budget is not None:
+        body["step_budget"] = args.step_budget
+    started = _call(args, "POST", "/api/eval/v2/start", json=body)
+    print(json.dumps(started))
+    if not args.follow:
+        return 0
+    return _follow(args, started["run_id"])
+
+
+def _follow(args: argparse.Namespace, run_id: str) -> int:
+    last = None
+    while True:
+        summary = _call(args, "GET", f"/api/eval/v2/status/{run_id}")
+        line = (f"{run_id}: {summary['status']} {summary.get('episodes_done', 0)}/"
+                f"{summary.get('episodes_total', 0)}")
+        if line != last:
+            print(line, file=sys.stderr, flush=True)
+            last = line
+        if summary["status"] in ("completed", "failed", "cancelled", "aborted"):
+            print(json.dumps({k: v for k, v in summary.items() if k != "episodes"}, indent=1))
+            return 0 if summary["status"] == "completed" else 1
+        time.sleep(FOLLOW_POLL_S)
+
+
+@command("runs")
+def cmd_runs(args: argparse.Namespace) -> int:
+    listing = _call(args, "GET", "/api/eval/v2/runs", params={"limit": args.limit})
+    if args.json:
+        print(json.dumps(listing, indent=1))
+        return 0
+    for run in listing["runs"]:
+        sr = run.get("success_rate")
+        print(f"{run['run_id']}  {run['status']:<10} {run['graph_name']:<20} "
+              f"{run.get('episodes_done', 0)}/{run.get('episodes_total', 0)}  "
+              f"SR {'-' if sr is None else f'{sr:.3f}'}")
+    return 0
+
+
+@command("status")
+def cmd_status(args: argparse.Namespace) -> int:
+    summary = _call(args, "GET", f"/api/eval/v2/status/{args.run_id}")
+    print(json.dumps(summary if args.full else {k: v for k, v in summary.items() if k != "episodes"},
+                     indent=1))
+    return 0
+
+
+@command("cancel")
+def cmd_cancel(args: argparse.Namespace) -> int:
+    print(json.dumps(_call(args, "POST", f"/api/eval/v2/cancel/{args.run_id}")))
+    return 0
+
+
+@command("resume")
+def cmd_resume(args: argparse.Namespace) -> int:
+    print(json.dumps(_call(args, "POST", f"/api/eval/v2/resume/{args.run_id}")))
+    return _follow(args, args.run_id) if args.follow else 0
+
+
+def extend_parser(sub: Any) -> None:
+    p = sub.add_parser("serve", help="run the backend (API, WebSocket, web page)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8765)
+    p.add_argument("--token", help="required when binding off loopback")
+    url_help = f"backend URL (default {DEFAULT_URL})"
+    p = sub.add_parser("submit", help="queue a run on the backend")
+    p.add_argument("graph")
+    p.add_argument("-n", "--episodes", type=int, default=10)
+    p.add_argument("-w", "--workers", type=int, default=1)
+    p.add_argument("--tasks")
+    p.add_argument("--start-index", type=int, default=0)
+    p.add_argument("--step-budget", type=int)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--priority", type=int, default=0)
+    p.add_argument("--follow", action="store_true", help="follow progress until the run ends")
+    p.add_argument("--url", default=DEFAULT_URL, help=url_help)
+    p = sub.add_parser("runs", help="list runs on the backend")
+    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--url", default=DEFAULT_URL, help=url_help)
+    for name in ("status", "cancel", "resume"):
+        p = sub.add_parser(name, help=f"{name} a run")
+        p.add_argument("run_id")
+        p.add_argument("--url", default=DEFAULT_URL, help=url_help)
+        if name == "status":
+            p.add_argument("--full", action="store_true", help="include per-episode records")
+        if name == "resume":
+            p.add_argument("--follow", action="store_true")
+

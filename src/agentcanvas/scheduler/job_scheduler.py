@@ -1,0 +1,323 @@
+"""JobScheduler: queue runs, admit them by measured fit, spawn and reap eval subprocesses.
+
+``submit`` only enqueues (run folder, spec.json, shared_urls.json, summary ``queued``); a tick
+(``_reap → _admit → _drain_pending_unloads``, in that order, so memory freed by a finished job
+is available to admission in the same tick) does the rest. Everything here is synchronous;
+the backend's lifespan drives ``tick`` about once a second and right after submit/cancel.
+
+The queue lives on disk: a queued run is a run folder whose summary says ``queued``, so it
+survives a backend restart (``recover``); a run found ``running`` without ``_DONE`` becomes
+``aborted`` and can be resumed.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentcanvas.errors import ConfigError, RunError, StateError
+from agentcanvas.eval.config import TERMINAL_RUN_STATUSES, EvalConfig, EvalRun
+from agentcanvas.eval.store import RunDir, atomic_write_json, new_run_id, read_json
+from agentcanvas.paths import safe_child
+from agentcanvas.scheduler.admission import JobDemand, RunningLoad, decide
+from agentcanvas.scheduler.calibration import CalibrationStore
+from agentcanvas.scheduler.resources import ProcessTreeMonitor, ResourceSampler
+from agentcanvas.server.procs import ChildProcess, spawn
+
+log = logging.getLogger(__name__)
+CANCEL_GRACE_S = 10.0
+DEFAULT_RAM_MB_BASE = 600.0  # an eval subprocess with no calibration yet
+DEFAULT_RAM_MB_PER_WORKER = 250.0  # one env server per worker
+
+
+@dataclass
+class QueuedJob:
+    """A run waiting for admission (mirrors its spec.json scheduling block)."""
+
+    run_id: str
+    run_dir: RunDir
+    graph_name: str
+    worker_count: int
+    priority: int
+    seq: float
+    marginal_vram_mb: float
+    exclusive_gpu: bool
+    shared_nodesets: list[str]
+
+
+@dataclass
+class RunningJob:
+    job: QueuedJob
+    child: ChildProcess
+    monitor: ProcessTreeMonitor
+    estimates_mb: dict[str, float]
+    started_at: float
+    kill_at: float | None = None
+    last_summary_mtime: float = 0.0
+
+
+@dataclass
+class SchedulerHooks:
+    """Callbacks into the backend: the canvas lock, shared refcounts, progress events."""
+
+    canvas_locked: Callable[[], bool] = lambda: False
+    release_shared: Callable[[list[str]], None] = lambda names: None
+    drain_unloads: Callable[[], None] = lambda: None
+    on_progress: Callable[[str, dict[str, Any]], None] = lambda run_id, summary: None
+
+
+@dataclass
+class JobScheduler:
+    """The queue, the running jobs, and the transitions between them."""
+
+    runs_dir: Path
+    backend_url: str
+    samplers: Sequence[ResourceSampler]
+    calibration: CalibrationStore
+    hooks: SchedulerHooks = field(default_factory=SchedulerHooks)
+    capacity_mb: dict[str, float] = field(default_factory=dict)
+    cwd: Path | None = None
+    queue: list[QueuedJob] = field(default_factory=list)
+    running: dict[str, RunningJob] = field(default_factory=dict)
+    waiting_reasons: dict[str, str] = field(default_factory=dict)
+
+    # -- submit / cancel / resume ----------------------------------------------------------
+    def submit(self, spec: dict[str, Any], shared_urls: dict[str, str]) -> str:
+        """Create the run folder and queue the run; never spawns."""
+        config = EvalConfig.model_validate(spec["config"])
+        run_id = new_run_id(self.runs_dir)
+        run_dir = RunDir(self.runs_dir / run_id)
+        run_dir.create()
+        scheduling = spec.setdefault("scheduling", {})
+        scheduling.setdefault("submitted_at", time.time())
+        spec["run_id"] = run_id
+        atomic_write_json(run_dir.spec_path, spec)
+        atomic_write_json(run_dir.shared_urls_path, shared_urls)
+        summary = EvalRun(run_id=run_id, graph_name=config.graph_name, config=config,
+                          episodes_total=0, status="pending")
+        atomic_write_json(run_dir.summary_path, summary.model_dump(mode="json"))
+        self._enqueue(run_dir, spec)
+        return run_id
+
+    def _enqueue(self, run_dir: RunDir, spec: dict[str, Any]) -> QueuedJob:
+        config = EvalConfig.model_validate(spec["config"])
+        scheduling = spec.get("scheduling", {})
+        job = QueuedJob(
+            run_id=run_dir.root.name, run_dir=run_dir, graph_name=config.graph_name,
+            worker_count=config.worker_count, priority=int(scheduling.get("priority", 0)),
+            seq=float(scheduling.get("submitted_at", time.time())),
+            marginal_vram_mb=float(scheduling.get("marginal_vram_mb", 0.0)),
+            exclusive_gpu=bool(scheduling.get("exclusive_gpu", False)),
+            shared_nodesets=list(spec.get("shared_nodesets", [])),
+        )
+        self.queue.append(job)
+        _set_status(run_dir, "queued")
+        return job
+
+    def run_dir(self, run_id: str) -> RunDir:
+        return RunDir(safe_child(self.runs_dir, "run_id", run_id, field="run_id"))
+
+    def cancel(self, run_id: str) -> str:
+        """Queued: cancelled + _DONE at once. Running: SIGTERM to its group, KILL later."""
+        for job in self.queue:
+            if job.run_id == run_id:
+                self.queue.remove(job)
+                _set_status(job.run_dir, "cancelled")
+                job.run_dir.touch_done()
+                self.hooks.release_shared(job.shared_nodesets)
+                return "cancelled"
+        running = self.running.get(run_id)
+        if running is None:
+            raise StateError(f"run {run_id} is neither queued nor running")
+        if running.kill_at is None:
+            running.child.send_signal(signal.SIGTERM)
+            running.kill_at = time.monotonic() + CANCEL_GRACE_S
+        return "cancelling"
+
+    def resume(self, run_id: str, shared_urls: dict[str, str], shared: list[str]) -> None:
+        """Re-queue an aborted/cancelled/failed run to execute only its missing episodes."""
+        run_dir = self.run_dir(run_id)
+        if run_id in self.running or any(j.run_id == run_id for j in self.queue):
+            raise StateError(f"run {run_id} is already queued or running")
+        summary = read_json(run_dir.summary_path)
+        if summary.get("status") == "completed":
+            raise StateError(f"run {run_id} is completed; nothing to resume")
+        spec = read_json(run_dir.spec_path)
+        spec["shared_nodesets"] = shared
+        spec.setdefault("scheduling", {})["submitted_at"] = time.time()
+        spec["resume"] = True
+        atomic_write_json(run_dir.spec_path, spec)
+        atomic_write_json(run_dir.shared_urls_path, shared_urls)
+        run_dir.done_path.unlink(missing_ok=True)
+        self._enqueue(run_dir, spec)
+
+    # -- the tick --------------------------------------------------------------------------
+    def tick(self) -> None:
+        """_reap → _admit → _drain_pending_unloads."""
+        self._reap()
+        self._admit()
+        self.hooks.drain_unloads()
+
+    def _reap(self) -> None:
+        now = time.monotonic()
+        for run_id, job in list(self.running.items()):
+            job.monitor.poll()
+            self._relay_progress(job)
+            if job.child.returncode is None:
+                if job.kill_at is not None and now >= job.kill_at:
+                    job.child.send_signal(signal.SIGKILL)
+                continue
+            if job.kill_at is not None:
+                job.child.send_signal(signal.SIGKILL)  # leftovers of its group
+            del self.running[run_id]
+            self._finish(job)
+
+    def _finish(self, job: RunningJob) -> None:
+        run_dir = job.job.run_dir
+        status = _read_status(run_dir)
+        if not run_dir.is_done():
+            status = "cancelled" if job.kill_at is not None else "aborted"
+            _set_status(run_dir, status)
+            if status == "cancelled":
+                run_dir.touch_done()
+        self._relay_progress(job, force=True)
+        peaks = job.monitor.peaks_mb()
+        if peaks and status == "completed":
+            self.calibration.record(job.job.graph_name, job.job.worker_count, peaks)
+        self.hooks.release_shared(job.job.shared_nodesets)
+        log.info("run %s finished: %s (exit %s)", job.job.run_id, status, job.child.returncode)
+
+    def _admit(self) -> None:
+        free = {s.resource: (smp.free_mb if (smp := s.sample()) else None) for s in self.samplers}
+        decision = decide(
+            [self._demand(j) for j in self.queue],
+            [self._load(r) for r in self.running.values()],
+            free, self.capacity_mb, self.hooks.canvas_locked(),
+        )
+        self.waiting_reasons = decision.waiting
+        for run_id in decision.start:
+            job = next(j for j in self.queue if j.run_id == run_id)
+            self.queue.remove(job)
+            self._spawn(job, self._demand(job).estimates_mb)
+
+    def _demand(self, job: QueuedJob) -> JobDemand:
+        estimates: dict[str, float] = {}
+        for sampler in self.samplers:
+            resource = sampler.resource
+            calibrated = self.calibration.estimate_mb(job.graph_name, job.worker_count, resource)
+            if calibrated is not None:
+                estimates[resource] = calibrated
+            elif resource == "vram":
+                estimates[resource] = job.marginal_vram_mb
+            else:
+                estimates[resource] = DEFAULT_RAM_MB_BASE + DEFAULT_RAM_MB_PER_WORKER * job.worker_count
+        return JobDemand(job.run_id, job.priority, int(job.seq * 1e6), estimates, job.exclusive_gpu)
+
+    def _load(self, running: RunningJob) -> RunningLoad:
+        used = {k: v for k, v in running.monitor.poll().items()}
+        return RunningLoad(running.job.run_id, running.estimates_mb, used, running.job.exclusive_gpu)
+
+    def _spawn(self, job: QueuedJob, estimates: dict[str, float]) -> None:
+        argv = [sys.executable, "-m", "agentcanvas.eval_subprocess_main",
+                "--run-dir", str(job.run_dir.root), "--backend-url", self.backend_url]
+        env = _child_env(job.run_dir)
+        try:
+            child = spawn(argv, env=env, cwd=self.cwd, new_session=True,
+                          stdout_path=job.run_dir.stdout_path,
+                          stderr_path=job.run_dir.stderr_path)
+        except Exception as exc:
+            _set_status(job.run_dir, "failed", error=f"could not spawn: {exc}")
+            job.run_dir.touch_done()
+            self.hooks.release_shared(job.shared_nodesets)
+            return
+        _set_status(job.run_dir, "running")
+        monitor = ProcessTreeMonitor(child.pid, self.samplers)
+        self.running[job.run_id] = RunningJob(job, child, monitor, estimates, time.time())
+
+    def _relay_progress(self, job: RunningJob, force: bool = False) -> None:
+        path = job.job.run_dir.summary_path
+        try:
+            mtime = path.stat().st_mtime
+        except OSError:
+            return
+        if force or mtime != job.last_summary_mtime:
+            job.last_summary_mtime = mtime
+            try:
+                self.hooks.on_progress(job.job.run_id, read_json(path))
+            except RunError:
+                pass
+
+    # -- restart recovery and views --------------------------------------------------------
+    def recover(self) -> list[str]:
+        """Re-queue queued runs; mark ``running`` runs without ``_DONE`` as aborted."""
+        requeued: list[str] = []
+        if not self.runs_dir.is_dir():
+            return requeued
+        for folder in sorted(p for p in self.runs_dir.iterdir() if p.is_dir()):
+            run_dir = RunDir(folder)
+            status = _read_status(run_dir)
+            if status in ("pending", "queued") and run_dir.spec_path.exists():
+                self._enqueue(run_dir, read_json(run_dir.spec_path))
+                requeued.append(folder.name)
+            elif status == "running" and not run_dir.is_done():
+                _set_status(run_dir, "aborted", error="the backend restarted while it ran")
+        return requeued
+
+    def list_active(self) -> dict[str, list[dict[str, Any]]]:
+        queued = [{"run_id": j.run_id, "graph_name": j.graph_name, "priority": j.priority,
+                   "worker_count": j.worker_count,
+                   "waiting_reason": self.waiting_reasons.get(j.run_id, "")}
+                  for j in sorted(self.queue, key=lambda j: (-j.priority, j.seq))]
+        running = [{"run_id": r.job.run_id, "graph_name": r.job.graph_name, "pid": r.child.pid,
+                    "priority": r.job.priority, "worker_count": r.job.worker_count,
+                    "started_at": r.started_at, "estimates_mb": r.estimates_mb}
+                   for r in self.running.values()]
+        return {"queued": queued, "running": running}
+
+    def shutdown(self) -> None:
+        """Stop running children (backend exit); their runs become aborted, resumable."""
+        for job in self.running.values():
+            job.child.close_sync(term_timeout_s=5.0)
+            if not job.job.run_dir.is_done():
+                _set_status(job.job.run_dir, "aborted", error="the backend stopped while it ran")
+        self.running.clear()
+
+
+def _child_env(run_dir: RunDir) -> dict[str, str]:
+    import os
+
+    env = dict(os.environ)
+    spec = read_json(run_dir.spec_path)
+    if spec.get("active_workspace_dir"):
+        env["ACTIVE_WORKSPACE_DIR"] = str(spec["active_workspace_dir"])
+    return env
+
+
+def _read_status(run_dir: RunDir) -> str:
+    try:
+        return str(read_json(run_dir.summary_path).get("status", "pending"))
+    except RunError:
+        return "pending"
+
+
+def _set_status(run_dir: RunDir, status: str, error: str | None = None) -> None:
+    """Rewrite summary.json's status (atomically), keeping everything else."""
+    try:
+        summary = read_json(run_dir.summary_path)
+    except RunError as exc:
+        raise RunError(f"run {run_dir.root.name}: no readable summary.json") from exc
+    summary["status"] = status
+    if error is not None:
+        summary["error"] = error
+    atomic_write_json(run_dir.summary_path, summary)
+
+
+def validate_status(status: str) -> None:
+    if status not in (*TERMINAL_RUN_STATUSES, "pending", "queued", "running"):
+        raise ConfigError(f"unknown run status {status!r}")

@@ -1,0 +1,84 @@
+"""ProcessServices: the per-process singletons of a backend (registry, scheduler, sockets).
+
+Each process has its own — an eval subprocess shares nothing with the backend — so the
+backend pushes subprocess progress to its WebSocket clients itself (JobScheduler hooks).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from agentcanvas.api.runs import RunCache
+from agentcanvas.nodes.registry import WorkspaceComponentRegistry
+from agentcanvas.scheduler.job_scheduler import JobScheduler
+
+log = logging.getLogger(__name__)
+
+
+class Socket(Protocol):
+    async def send_text(self, data: str) -> None: ...
+
+
+class ExecutionGuard:
+    """Held while canvas Play runs in the backend; admission is refused meanwhile."""
+
+    def __init__(self) -> None:
+        self._lock = asyncio.Lock()
+        self.holder: str | None = None
+
+    def held(self) -> bool:
+        return self._lock.locked()
+
+    async def __aenter__(self) -> ExecutionGuard:
+        await self._lock.acquire()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.holder = None
+        self._lock.release()
+
+
+@dataclass
+class ProcessServices:
+    """What a backend process owns."""
+
+    workspace: Path
+    registry: WorkspaceComponentRegistry
+    scheduler: JobScheduler
+    guard: ExecutionGuard = field(default_factory=ExecutionGuard)
+    ws_connections: set[Any] = field(default_factory=set)
+    pending_unloads: set[str] = field(default_factory=set)
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    token: str | None = None
+    runs: RunCache = field(init=False)
+    inprocess: dict[str, asyncio.Future[None]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.runs = RunCache(self.scheduler.runs_dir)
+
+    def broadcast(self, event: dict[str, Any]) -> None:
+        """Queue ``event`` to every WebSocket client (never blocks the caller)."""
+        if not self.ws_connections:
+            return
+        text = json.dumps(event, default=str)
+        for socket in list(self.ws_connections):
+            queue = getattr(socket, "outbox", None)
+            if queue is not None:
+                queue.put_nowait(text)
+
+    def relay_progress(self, run_id: str, summary: dict[str, Any]) -> None:
+        """Subprocess-path progress (summary.json) pushed to WebSocket clients."""
+        compact = {k: v for k, v in summary.items() if k != "episodes"}
+        self.broadcast({"type": "eval_progress", "source": "eval", "run_id": run_id,
+                        "summary": compact})
+        if summary.get("status") in ("completed", "failed", "cancelled", "aborted"):
+            self.broadcast({"type": "eval_complete", "source": "eval", "run_id": run_id,
+                            "status": summary.get("status")})
+
+    def request_tick(self) -> None:
+        self.wake.set()

@@ -1,0 +1,366 @@
+"""The six ways an episode ends, each made to really happen, each a populated EpisodeResult.
+
+A replicated test env ``tenv`` (its own auto_host server, found through ``AGENTCANVAS_HOME``)
+and a local glue node set ``tglue`` live in a real workspace under ``tmp_path``. An episode of
+``tenv`` is a pure function of the panel seed: it lasts ``3 + seed % 3`` actions. The policy
+node ``tglue.act`` can be told to sleep, raise or return ``{"error": ...}`` at a given step.
+One server is started for the whole module and shared by every run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import textwrap
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from agentcanvas.eval.config import EvalConfig, EvalRun
+from agentcanvas.eval.runner import BatchEvalRunner
+from agentcanvas.eval.seeding import episode_seed
+from agentcanvas.eval.store import RunDir, read_json, read_jsonl
+from agentcanvas.graph.model import Graph, parse_graph
+from agentcanvas.nodes.registry import WorkspaceComponentRegistry
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+RUN_DEADLINE_S = 60.0  # a broken runner fails the test instead of hanging it
+POLL_DEADLINE_S = 20.0
+
+TENV = textwrap.dedent(
+    '''
+    """tenv: a tiny replicated env; an episode lasts 3 + seed % 3 actions."""
+
+    import time
+
+    from agentcanvas.errors import NodeSetError
+    from agentcanvas.nodes.base import NodeSet, Panel
+    from agentcanvas.nodes.manifest import FieldSpec, LoadInfo, PanelSpec, PortSpec
+
+
+    class State:
+        def __init__(self):
+            self.task, self.seed, self.length, self.steps, self.latency_s = "", 0, 0, 0, 0.0
+
+
+    class TPanel(Panel):
+        spec = PanelSpec(
+            fields=[
+                FieldSpec(name="task_id", kind="str", default="ok"),
+                FieldSpec(name="episode_index", kind="int", default=0),
+                FieldSpec(name="seed", kind="int", default=0),
+                FieldSpec(name="step_latency_ms", kind="float", default=0.0),
+            ],
+            actions=["play"],
+        )
+
+        def on_action(self, name):
+            if name != "play":
+                return super().on_action(name)
+            s = self.state
+            s.task, s.seed = str(self.values["task_id"]), int(self.values["seed"])
+            s.latency_s = float(self.values["step_latency_ms"]) / 1000.0
+            s.length, s.steps = 3 + s.seed % 3, 0
+            return dict(self.values)
+
+        def on_load(self):
+            s = self.state
+            if s.task == "bad_load":
+                raise NodeSetError("tenv: level 'bad_load' cannot be built")
+            return LoadInfo(episode_id=f"{s.task}/{self.values['episode_index']}",
+                            scene_id=f"scene{s.seed % 5}", instruction=f"take {s.length} steps",
+                            step_budget=s.length + 5)
+
+
+    NODESET = NodeSet(name="tenv", parallelism="replicated", state_factory=State,
+                      panel_class=TPanel)
+
+
+    @NODESET.node("step", inputs=[PortSpec(name="action", required=False)],
+                  outputs=[PortSpec(name="obs", type="int"), PortSpec(name="done", type="bool"),
+                           PortSpec(name="metrics", type="dict")],
+                  done_port="done", blocking=True)
+    def step(inputs, config, state, ctx):
+        if inputs.get("action") is not None and state.steps < state.length:
+            time.sleep(state.latency_s)
+            state.steps += 1
+        done = state.steps >= state.length
+        return {"obs": state.seed + state.steps, "done": done,
+                "metrics": {"success": int(done), "score": (state.seed % 1000) / 1000.0,
+                            "steps": state.steps}}
+    '''
+)
+
+TGLUE = textwrap.dedent(
+    '''
+    """tglue: a policy that can be told to sleep, raise or report an error at a step."""
+
+    import asyncio
+
+    from pydantic import BaseModel
+
+    from agentcanvas.nodes.base import NodeSet
+    from agentcanvas.nodes.manifest import PortSpec
+
+
+    class ActConfig(BaseModel):
+        nap_at: int | None = None
+        nap_s: float = 60.0
+        raise_at: int | None = None
+        error_at: int | None = None
+
+
+    NODESET = NodeSet(name="tglue", parallelism="local")
+
+
+    @NODESET.node("act", inputs=[PortSpec(name="obs")],
+                  outputs=[PortSpec(name="action", type="int")], config=ActConfig)
+    async def act(inputs, config, state, ctx):
+        cfg = ActConfig.model_validate(config)
+        if cfg.nap_at is not None and ctx.step >= cfg.nap_at:
+            await asyncio.sleep(cfg.nap_s)
+        if cfg.raise_at == ctx.step:
+            raise RuntimeError(f"act failed at step {ctx.step}")
+        if cfg.error_at == ctx.step:
+            return {"error": f"act refused step {ctx.step}"}
+        return {"action": 1}
+    '''
+)
+
+
+def write_nodeset(workspace: Path, name: str, source: str) -> None:
+    folder = workspace / "graph_nodes" / name
+    folder.mkdir(parents=True)
+    (folder / "__init__.py").write_text(source, encoding="utf-8")
+
+
+def make_graph(
+    name: str,
+    *,
+    tasks: tuple[str, ...] = ("ok",),
+    act: dict[str, Any] | None = None,
+    graph_out: bool = True,
+    fields: dict[str, Any] | None = None,
+) -> Graph:
+    nodes: list[dict[str, Any]] = [
+        {"id": "env", "type": "tenv.step"},
+        {"id": "policy", "type": "tglue.act", "config": act or {}},
+    ]
+    edges: list[dict[str, Any]] = [
+        {"source": "env.obs", "target": "policy.obs"},
+        {"source": "policy.action", "target": "env.action", "next_iteration": True},
+    ]
+    if graph_out:
+        nodes.append({"id": "out", "type": "core.graphOut"})
+        edges.append({"source": "env.metrics", "target": "out.metrics"})
+    env = {"nodeset": "tenv", "fields": fields or {}, "tasks": list(tasks)}
+    return parse_graph(
+        {"version": 1, "name": name, "env": env, "nodes": nodes, "edges": edges}
+    )
+
+
+def episode_length(seed: int) -> int:
+    return 3 + seed % 3
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    root = tmp_path_factory.mktemp("termination_ws")
+    write_nodeset(root, "tenv", TENV)
+    write_nodeset(root, "tglue", TGLUE)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("AGENTCANVAS_HOME", str(root))  # the auto_host children find tenv here
+        yield root
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def registry(workspace: Path) -> AsyncIterator[WorkspaceComponentRegistry]:
+    reg = WorkspaceComponentRegistry(workspace=workspace)
+    reg.scan_all()
+    assert not reg.load_errors, reg.load_errors
+    await reg.ensure_nodesets_for_graph(make_graph("warmup"), worker_count=1)
+    try:
+        yield reg
+    finally:
+        await reg.shutdown_all()
+
+
+class Run:
+    """One BatchEvalRunner run in its own folder under tmp_path."""
+
+    def __init__(
+        self, registry: WorkspaceComponentRegistry, graph: Graph, root: Path, **config: Any
+    ) -> None:
+        registry.validate(graph)
+        self.config = EvalConfig(graph_name=graph.name, **config)
+        self.run_dir = RunDir(root / "run")
+        self.runner = BatchEvalRunner(
+            registry, graph, self.config, self.run_dir, run_id="20260101_000000"
+        )
+
+    async def execute(self) -> EvalRun:
+        return await asyncio.wait_for(self.runner.execute(), RUN_DEADLINE_S)
+
+
+def assert_identity(summary: EvalRun, tasks: list[str], n: int, seed: int = 0) -> None:
+    """Every record, whatever its ending, says which episode it was."""
+    expected = [(t, i) for t in tasks for i in range(n)]
+    assert [(e.task, e.episode_index) for e in summary.episodes] == expected
+    for position, ep in enumerate(summary.episodes):
+        assert ep.index == position
+        assert ep.seed == episode_seed(seed, ep.task, ep.episode_index)
+        assert ep.attempts == 1
+
+
+async def test_completed_episodes_carry_metrics_and_load_info(
+    registry: WorkspaceComponentRegistry, tmp_path: Path
+) -> None:
+    run = Run(registry, make_graph("ok"), tmp_path, episode_count=3)
+    summary = await run.execute()
+
+    assert summary.status == "completed"
+    assert summary.status_counts == {"completed": 3}
+    assert_identity(summary, ["ok"], 3)
+    for ep in summary.episodes:
+        length = episode_length(ep.seed)
+        assert ep.status == "completed" and ep.error is None and ep.node_errors == {}
+        assert ep.steps == length + 1  # the first iteration observes, then `length` actions
+        assert ep.metrics == {"score": (ep.seed % 1000) / 1000.0, "steps": length, "success": 1}
+        assert ep.step_budget == length + 5  # the env's budget, reported by on_load
+        assert ep.episode_id == f"ok/{ep.episode_index}"
+        assert ep.instruction == f"take {length} steps"
+        assert ep.scene_id == f"scene{ep.seed % 5}"
+    assert summary.determinism.guaranteed
+    assert summary.aggregate_metrics["success"].n == 3
+
+
+async def test_timeout_keeps_partial_steps_and_withdraws_the_guarantee(
+    registry: WorkspaceComponentRegistry, tmp_path: Path
+) -> None:
+    graph = make_graph("naps", act={"nap_at": 2, "nap_s": 60.0})
+    run = Run(registry, graph, tmp_path, episode_count=1, step_budget=4, per_step_timeout_s=0.25)
+    started = time.perf_counter()
+    summary = await run.execute()
+    elapsed_s = time.perf_counter() - started
+
+    assert elapsed_s < 30.0, "the safety net (4 x 0.25 s) did not cut the 60 s nap short"
+    assert summary.status == "completed"
+    assert_identity(summary, ["ok"], 1)
+    (ep,) = summary.episodes
+    assert ep.status == "timeout"
+    assert ep.error is not None and "timeout after 1 s" in ep.error
+    assert ep.steps == 2  # iterations 0 and 1 finished before the policy fell asleep
+    assert ep.metrics["steps"] == 2  # graphOut fired in iteration 2, before the nap ended it
+    assert ep.metrics["score"] == (ep.seed % 1000) / 1000.0
+    assert ep.step_budget == 4
+    assert summary.determinism.guaranteed is False
+    assert any("timeout" in reason and "[0]" in reason for reason in summary.determinism.reasons)
+    on_disk = EvalRun.model_validate(read_json(run.run_dir.summary_path))
+    assert on_disk.determinism.guaranteed is False
+    assert on_disk.episodes[0].status == "timeout"
+
+
+async def test_exception_in_on_load_is_data_and_the_run_goes_on(
+    registry: WorkspaceComponentRegistry, tmp_path: Path
+) -> None:
+    graph = make_graph("loads", tasks=("bad_load", "ok"))
+    run = Run(registry, graph, tmp_path, episode_count=1)
+    summary = await run.execute()
+
+    assert summary.status == "completed"
+    assert summary.status_counts == {"completed": 1, "exception": 1}
+    assert_identity(summary, ["bad_load", "ok"], 1)
+    bad, good = summary.episodes
+    assert bad.status == "exception"
+    assert bad.error is not None and "'bad_load' cannot be built" in bad.error
+    assert bad.steps == 0 and bad.metrics == {}
+    assert good.status == "completed" and good.metrics["success"] == 1
+    assert summary.aggregate_metrics["success"].n == 1  # the exception is not a failure
+
+
+@pytest.mark.parametrize(
+    ("act", "message"),
+    [({"raise_at": 1}, "RuntimeError: act failed at step 1"), ({"error_at": 1}, "refused step 1")],
+    ids=["raises", "returns-error"],
+)
+async def test_node_error_names_the_node_and_keeps_partial_metrics(
+    registry: WorkspaceComponentRegistry, tmp_path: Path, act: dict[str, Any], message: str
+) -> None:
+    run = Run(registry, make_graph("errs", act=act), tmp_path, episode_count=2)
+    summary = await run.execute()
+
+    assert summary.status == "completed"
+    assert summary.status_counts == {"error": 2}
+    assert_identity(summary, ["ok"], 2)
+    for ep in summary.episodes:
+        assert ep.status == "error"
+        assert ep.error is not None and "policy" in ep.error
+        assert list(ep.node_errors) == ["policy"]
+        assert message in ep.node_errors["policy"]
+        assert ep.steps == 2  # the failing iteration counts; nothing ran after it
+        assert ep.metrics["steps"] == 1  # graphOut saw the env after one action
+    assert summary.aggregate_metrics == {}
+    log = read_jsonl(run.run_dir.episode_log_path(0)).records
+    assert [r["status"] for r in log if r["node"] == "policy"] == ["ok", "error"]
+
+
+async def test_no_graph_out_is_no_verdict(
+    registry: WorkspaceComponentRegistry, tmp_path: Path
+) -> None:
+    run = Run(registry, make_graph("mute", graph_out=False), tmp_path, episode_count=2)
+    summary = await run.execute()
+
+    assert summary.status_counts == {"no_verdict": 2}
+    assert_identity(summary, ["ok"], 2)
+    for ep in summary.episodes:
+        assert ep.status == "no_verdict"
+        assert ep.error is not None and "no verdict" in ep.error
+        assert ep.metrics == {}
+        assert ep.steps == episode_length(ep.seed) + 1  # it ran to its end, it just said nothing
+    assert summary.aggregate_metrics == {}
+
+
+async def wait_for_firings(path: Path, n_records: int) -> None:
+    deadline = time.monotonic() + POLL_DEADLINE_S
+    while time.monotonic() < deadline:
+        if path.exists() and len(read_jsonl(path).records) >= n_records:
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError(f"{path} never reached {n_records} firings")
+
+
+async def test_cancel_mid_run_records_every_remaining_episode(
+    registry: WorkspaceComponentRegistry, tmp_path: Path
+) -> None:
+    graph = make_graph("slow", fields={"step_latency_ms": 60.0})
+    run = Run(registry, graph, tmp_path, episode_count=4)
+    execution = asyncio.ensure_future(run.execute())
+    try:
+        # Iteration 0 (env, policy, out) and the env of iteration 1: episode 1 is under way.
+        await wait_for_firings(run.run_dir.episode_log_path(1), 4)
+        run.runner.cancel()
+        summary = await execution
+    finally:
+        execution.cancel()
+
+    assert summary.status == "cancelled"
+    assert summary.episodes_done == summary.episodes_total == 4
+    assert summary.status_counts == {"cancelled": 3, "completed": 1}
+    assert_identity(summary, ["ok"], 4)
+    first, hit, *never_started = summary.episodes
+    assert first.status == "completed"
+    assert hit.status == "cancelled"
+    assert 1 <= hit.steps <= episode_length(hit.seed)  # partial: cut short mid-episode
+    assert hit.metrics["score"] == (hit.seed % 1000) / 1000.0
+    assert hit.metrics["success"] == 0
+    for ep in never_started:
+        assert ep.status == "cancelled" and ep.steps == 0 and ep.metrics == {}
+        assert ep.error == "cancelled with the run"
+    on_disk = EvalRun.model_validate(read_json(run.run_dir.summary_path))
+    assert on_disk.status == "cancelled"
+    assert [e.status for e in on_disk.episodes] == [e.status for e in summary.episodes]
+    assert summary.aggregate_metrics["success"].n == 1
