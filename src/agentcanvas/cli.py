@@ -117,6 +117,8 @@ def default_tasks(graph: Graph) -> list[str]:
 
 @command("play")
 def cmd_play(args: argparse.Namespace) -> int:
+    if args.step_budget is not None and args.step_budget < 1:
+        raise UserInputError(f"--step-budget must be >= 1 (got {args.step_budget})")
     registry = _registry()
     graph = resolve_graph(registry, args.graph)
     task = args.task or default_tasks(graph)[0]

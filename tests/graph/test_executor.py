@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from agentcanvas.errors import ConfigError
 from agentcanvas.eval.episode import resolve_step_budget
 from agentcanvas.graph.executor import (
     EpisodeContext,
@@ -262,7 +263,7 @@ async def test_loop_bound_resolves_override_then_graph_then_default(
 
 async def test_a_budget_below_one_is_refused(registry: WorkspaceComponentRegistry) -> None:
     executor = _executor(registry, _graph(COUNTING, COUNTING_EDGES), step_budget_override=0)
-    with pytest.raises(ValueError, match="step budget must be >= 1"):
+    with pytest.raises(ConfigError, match="step budget must be >= 1"):
         await _run(executor)
 
 

@@ -10,10 +10,10 @@ from fastapi import APIRouter, Request, WebSocket, WebSocketDisconnect
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentcanvas.errors import StateError
+from agentcanvas.eval.config import EvalConfig
 from agentcanvas.eval.episode import EpisodeOptions, EpisodeSpec, EpisodeWiring, run_episode
 from agentcanvas.eval.runner import episode_tasks
 from agentcanvas.eval.seeding import episode_seed
-from agentcanvas.eval.config import EvalConfig
 from agentcanvas.graph.executor import ExecutionPrinciples
 from agentcanvas.nodes.registry import WorkspaceComponentRegistry
 from agentcanvas.paths import check_name

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from agentcanvas.errors import ServerDiedError
 from agentcanvas.eval import metrics
 from agentcanvas.eval.config import DeterminismInfo, EpisodeResult, EvalConfig, EvalRun
 from agentcanvas.eval.episode import (
@@ -142,7 +143,13 @@ class BatchEvalRunner:
         """Run, and when the worker's server died, restart it and retry with the same seed."""
         attempt = 1
         while True:
-            result = await self._attempt(handle, spec, client)
+            try:
+                result = await self._attempt(handle, spec, client)
+            except ServerDiedError as exc:  # died while the episode was set on its panel
+                result = EpisodeResult(
+                    index=spec.index, task=spec.task, episode_index=spec.episode_index,
+                    seed=spec.seed, status="exception", error=f"{type(exc).__name__}: {exc}",
+                )
             result.attempts = attempt
             if self.cancel_event.is_set() and result.status in RETRYABLE:
                 result.status, result.error = "cancelled", "cancelled with the run"

@@ -18,6 +18,7 @@ from typing import Any, Literal, Protocol
 import numpy as np
 
 from agentcanvas.assets import save_frame
+from agentcanvas.errors import ConfigError
 from agentcanvas.graph.model import DEFAULT_STEP_BUDGET, GRAPH_SCOPE_ID, Graph, Node
 from agentcanvas.graph.ready import ReadySet, same_iteration_deps
 from agentcanvas.graph.summarize import summarize
@@ -128,7 +129,7 @@ class GraphExecutor:
         """Run iterations until a done signal, a node error, or the step budget."""
         budget = self.resolve_step_budget()
         if budget < 1:
-            raise ValueError(f"step budget must be >= 1, got {budget}")
+            raise ConfigError(f"step budget must be >= 1, got {budget}")
         self._emit({"type": "nav_status", "status": "running", "budget": budget})
         carry = self._initial_carry()
         try:
@@ -166,8 +167,8 @@ class GraphExecutor:
             for port, value in sorted(self.last_inputs.get(node.id, {}).items()):
                 if port == "metrics" and isinstance(value, dict):
                     _flatten_into(metrics, "", value)
-                elif _is_scalar(value):
-                    metrics[port] = value
+                elif _is_scalar(value) or isinstance(value, np.generic):
+                    metrics[port] = _plain(value)
         return metrics
 
     def _initial_carry(self) -> dict[tuple[str, str], Any]:
@@ -302,7 +303,7 @@ class GraphExecutor:
             entry["error"] = error
         if self._log is not None:
             self._log.record(entry)
-        self._emit({"type": "exec_log", **entry})
+        self._emit({**entry, "node_type": entry["type"], "type": "exec_log"})
 
     def _emit(self, event: dict[str, Any]) -> None:
         if self._events is not None and not self.principles.suppress_nav_events:
@@ -326,7 +327,14 @@ def _flatten_into(out: dict[str, Any], prefix: str, value: dict[str, Any]) -> No
         name = f"{prefix}{key}"
         if isinstance(item, dict):
             _flatten_into(out, f"{name}.", item)
-        elif _is_scalar(item):
-            out[name] = None if isinstance(item, float) and math.isnan(item) else item
-        elif hasattr(item, "item") and getattr(item, "size", 0) == 1:
-            out[name] = item.item()
+        elif _is_scalar(item) or isinstance(item, np.generic):
+            out[name] = _plain(item)
+        elif isinstance(item, np.ndarray) and item.size == 1:
+            out[name] = _plain(item.reshape(()).item())
+
+
+def _plain(value: Any) -> Any:
+    """A JSON-safe metric value: numpy scalars as Python ones, NaN as None."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    return None if isinstance(value, float) and math.isnan(value) else value

@@ -13,9 +13,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    WithJsonSchema,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
 
 from agentcanvas.errors import GraphFormatError
 
@@ -49,11 +58,19 @@ def _parse_port_ref(value: Any) -> Any:
     return value
 
 
+PORT_REF_SCHEMA = {
+    "type": "string",
+    "pattern": r"^[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*$",
+    "description": "A port, written 'node.port'.",
+}
+PortRefField = Annotated[PortRef, WithJsonSchema(PORT_REF_SCHEMA)]
+
+
 class Edge(_Strict):
     """A value flowing from an output port to an input port."""
 
-    source: PortRef = Field(description="Output port, written 'node.port'.")
-    target: PortRef = Field(description="Input port, written 'node.port'.")
+    source: PortRefField = Field(description="Output port, written 'node.port'.")
+    target: PortRefField = Field(description="Input port, written 'node.port'.")
     next_iteration: bool = Field(
         default=False,
         description="Deliver the value in the next iteration instead of this one (loop edge).",
@@ -65,6 +82,10 @@ class Edge(_Strict):
 
     _split_source = field_validator("source", mode="before")(_parse_port_ref)
     _split_target = field_validator("target", mode="before")(_parse_port_ref)
+
+    @field_serializer("source", "target")
+    def _as_string(self, ref: PortRef) -> str:
+        return str(ref)
 
     @model_validator(mode="after")
     def _initial_needs_loop(self) -> Edge:
@@ -117,7 +138,9 @@ class Graph(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
     description: str = ""
     step_budget: int | None = Field(
-        default=None, description="Iterations per episode (null: the env's or the default)."
+        default=None,
+        description="Iterations per episode (null: the env's or the default).",
+        json_schema_extra={"minimum": 1},
     )
     env: EnvBinding | None = None
     scopes: list[Scope] = Field(default_factory=list)

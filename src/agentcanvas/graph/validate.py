@@ -78,9 +78,24 @@ def _node_specs(
 
 def _check_scopes(graph: Graph, problems: list[str]) -> None:
     scope_ids = {GRAPH_SCOPE_ID} | {s.id for s in graph.scopes}
+    seen: set[str] = set()
     for scope in graph.scopes:
+        if scope.id == GRAPH_SCOPE_ID:
+            problems.append(f"scope id '{GRAPH_SCOPE_ID}' is reserved for the top level")
+        elif scope.id in seen:
+            problems.append(f"scope id '{scope.id}' is used twice")
+        seen.add(scope.id)
         if scope.parent not in scope_ids:
             problems.append(f"scope '{scope.id}' has unknown parent '{scope.parent}'")
+    parents = {s.id: s.parent for s in graph.scopes}
+    for scope in graph.scopes:
+        chain, current = [scope.id], scope.parent
+        while current in parents and current not in chain:
+            chain.append(current)
+            current = parents[current]
+        if current in chain:
+            problems.append("scope parents form a cycle: " + " -> ".join([*chain, current]))
+            break
     for node in graph.nodes:
         if node.scope not in scope_ids:
             problems.append(f"node '{node.id}' ({node.type}) is in unknown scope '{node.scope}'")

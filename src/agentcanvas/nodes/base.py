@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -243,6 +244,7 @@ class LocalNodeSet:
         self.manifest = nodeset.manifest()
         self.state = nodeset.state_factory() if nodeset.state_factory else None
         self.panel = nodeset.panel_class(self.state) if nodeset.panel_class else None
+        self._configs: dict[tuple[str, str], dict[str, Any]] = {}
 
     def call_sync(
         self, node_name: str, config: dict[str, Any], inputs: dict[str, Any], ctx: CallContext
@@ -253,10 +255,20 @@ class LocalNodeSet:
             raise NodeSetError(f"{self.name}.{node_name}: use call() for async nodes")
         return _as_result(result, self.name, node_name)
 
+    def _config(self, node_name: str, config: dict[str, Any]) -> dict[str, Any]:
+        """The node's config validated with defaults filled in (cached per distinct config)."""
+        if self.nodeset.definition(node_name).config_model is None:
+            return config
+        key = (node_name, json.dumps(config, sort_keys=True, default=str))
+        if key not in self._configs:
+            self._configs[key] = self.nodeset.validate_config(node_name, config)
+        return self._configs[key]
+
     async def call(
         self, node_name: str, config: dict[str, Any], inputs: dict[str, Any], ctx: CallContext
     ) -> dict[str, Any]:
         definition = self.nodeset.definition(node_name)
+        config = self._config(node_name, config)
         if inspect.iscoroutinefunction(definition.fn):
             result = await definition.fn(inputs, config, self.state, ctx)
             return _as_result(result, self.name, node_name)

@@ -119,7 +119,15 @@ class WorkspaceComponentRegistry:
 
     def validate(self, graph: Graph) -> None:
         """Semantic validation (node types, ports, cycles, configs) against the manifests."""
-        validate_graph(graph, self.find_manifest, self._check_config)
+        try:
+            validate_graph(graph, self.find_manifest, self._check_config)
+        except GraphValidationError as exc:
+            broken = [n for n in graph.nodesets() if n in self.load_errors]
+            if not broken:
+                raise
+            details = "\n".join(f"  - node set '{n}' failed to load: {self.load_errors[n]}"
+                                for n in broken)
+            raise GraphValidationError(f"{exc}\n{details}") from exc
 
     def _check_config(self, node: Node) -> None:
         if node.nodeset in self._nodesets:

@@ -26,6 +26,7 @@ import psutil
 import uvicorn
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
 from starlette.types import Receive, Scope, Send
 
 from agentcanvas.errors import AgentCanvasError, UserInputError
@@ -258,13 +259,25 @@ def record_path(record_dir: Path, nodeset: str, tag: int | None) -> Path:
     return record_dir / (f"{nodeset}.json" if tag is None else f"{nodeset}_{tag}.json")
 
 
+class ServerRecordFile(BaseModel):
+    """What a by-hand server (``--record-dir``) writes about itself while it runs."""
+
+    version: int = 1
+    pid: int
+    url: str
+    nodeset: str
+    tag: int | None
+    started_at: datetime = Field(description="When the process started (its create time).")
+
+
 def write_record(record_dir: Path, nodeset: str, tag: int | None, url: str) -> Path:
-    """Record this server (pid, url, nodeset, tag, started_at) atomically; returns the file."""
+    """Record this server atomically; returns the file."""
     record_dir.mkdir(parents=True, exist_ok=True)
     path = record_path(record_dir, nodeset, tag)
-    started_at = datetime.fromtimestamp(psutil.Process().create_time(), UTC).isoformat()
-    atomic_write_json(path, {"version": 1, "pid": os.getpid(), "url": url,
-                             "nodeset": nodeset, "tag": tag, "started_at": started_at})
+    started_at = datetime.fromtimestamp(psutil.Process().create_time(), UTC)
+    record = ServerRecordFile(pid=os.getpid(), url=url, nodeset=nodeset, tag=tag,
+                              started_at=started_at)
+    atomic_write_json(path, record.model_dump(mode="json"))
     return path
 
 

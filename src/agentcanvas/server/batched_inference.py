@@ -54,7 +54,7 @@ class BatchedInferenceServer:
         self.clients.discard(client)
         return len(self.clients)
 
-    async def submit(  # noqa: PLR0913 - one request, keyword-free for speed
+    async def submit(
         self,
         function_name: str,
         config: dict[str, Any],

@@ -1,0 +1,374 @@
+"""BatchEvalRunner end to end on a real replicated env: persistence, progress, determinism.
+
+The env ``tenv`` lives in a real workspace under tmp_path and runs in auto_host servers (they
+find it through ``AGENTCANVAS_HOME``). An episode is a pure function of its seed: it lasts
+``2 + seed % 3`` actions and, with ``render`` on, returns a frame whose pixels encode
+``(seed + steps) % 256`` so that every asset can be traced to its episode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import textwrap
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import pytest_asyncio
+from PIL import Image
+
+from agentcanvas.eval import metrics
+from agentcanvas.eval.config import EvalConfig, EvalRun
+from agentcanvas.eval.foreground import ForegroundRun, run_foreground
+from agentcanvas.eval.runner import BatchEvalRunner, plan_episodes
+from agentcanvas.eval.seeding import episode_seed
+from agentcanvas.eval.store import RunDir, append_jsonl, read_json, read_jsonl
+from agentcanvas.graph.model import Graph, parse_graph
+from agentcanvas.nodes.registry import WorkspaceComponentRegistry
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+RUN_DEADLINE_S = 60.0
+TASKS = ["t0", "t1"]
+N_PER_TASK = 3
+N_TOTAL = len(TASKS) * N_PER_TASK
+
+TENV = textwrap.dedent(
+    '''
+    """tenv: a replicated env; an episode lasts 2 + seed % 3 actions."""
+
+    import time
+
+    import numpy as np
+
+    from agentcanvas.nodes.base import NodeSet, Panel
+    from agentcanvas.nodes.manifest import FieldSpec, LoadInfo, PanelSpec, PortSpec
+
+
+    class State:
+        def __init__(self):
+            self.seed, self.length, self.steps, self.latency_s, self.render = 0, 0, 0, 0.0, False
+
+
+    class TPanel(Panel):
+        spec = PanelSpec(
+            fields=[
+                FieldSpec(name="task_id", kind="str", default="t0"),
+                FieldSpec(name="episode_index", kind="int", default=0),
+                FieldSpec(name="seed", kind="int", default=0),
+                FieldSpec(name="step_latency_ms", kind="float", default=0.0),
+                FieldSpec(name="render", kind="bool", default=False),
+            ],
+            actions=["play"],
+        )
+
+        def on_action(self, name):
+            s = self.state
+            s.seed = int(self.values["seed"])
+            s.latency_s = float(self.values["step_latency_ms"]) / 1000.0
+            s.render = bool(self.values["render"])
+            s.length, s.steps = 2 + s.seed % 3, 0
+            return dict(self.values)
+
+        def on_load(self):
+            return LoadInfo(episode_id=f"{self.values['task_id']}/{self.values['episode_index']}",
+                            step_budget=10)
+
+
+    NODESET = NodeSet(name="tenv", parallelism="replicated", state_factory=State,
+                      panel_class=TPanel)
+
+
+    @NODESET.node("step", inputs=[PortSpec(name="action", required=False)],
+                  outputs=[PortSpec(name="done", type="bool"), PortSpec(name="metrics", type="dict"),
+                           PortSpec(name="frame", type="array")],
+                  done_port="done", blocking=True)
+    def step(inputs, config, state, ctx):
+        if inputs.get("action") is not None and state.steps < state.length:
+            time.sleep(state.latency_s)
+            state.steps += 1
+        done = state.steps >= state.length
+        out = {"done": done, "metrics": {"success": int(done), "steps": state.steps,
+                                         "score": (state.seed % 1000) / 1000.0}}
+        if state.render:
+            out["frame"] = np.full((4, 4, 3), (state.seed + state.steps) % 256, dtype=np.uint8)
+        return out
+    '''
+)
+
+
+def make_graph(name: str = "tgraph", label: str = "v1", latency_ms: float = 15.0) -> Graph:
+    return parse_graph({
+        "version": 1,
+        "name": name,
+        "env": {"nodeset": "tenv", "fields": {"step_latency_ms": latency_ms}, "tasks": TASKS},
+        "nodes": [
+            {"id": "act", "type": "core.constant", "config": {"value": 1}},
+            {"id": "label", "type": "core.constant", "config": {"value": label}},
+            {"id": "facts", "type": "core.graphIn"},
+            {"id": "env", "type": "tenv.step"},
+            {"id": "out", "type": "core.graphOut"},
+        ],
+        "edges": [
+            {"source": "act.value", "target": "env.action"},
+            {"source": "env.metrics", "target": "out.metrics"},
+            {"source": "facts.seed", "target": "out.seed"},
+            {"source": "label.value", "target": "out.label"},
+        ],
+    })
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    root = tmp_path_factory.mktemp("runner_ws")
+    folder = root / "graph_nodes" / "tenv"
+    folder.mkdir(parents=True)
+    (folder / "__init__.py").write_text(TENV, encoding="utf-8")
+    (root / "graphs").mkdir()
+    (root / "graphs" / "tgraph.json").write_text(make_graph().to_json(), encoding="utf-8")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("AGENTCANVAS_HOME", str(root))
+        yield root
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def registry(workspace: Path) -> AsyncIterator[WorkspaceComponentRegistry]:
+    reg = WorkspaceComponentRegistry(workspace=workspace)
+    reg.scan_all()
+    assert not reg.load_errors, reg.load_errors
+    await reg.ensure_nodesets_for_graph(reg.load_graph("tgraph"), worker_count=3)
+    try:
+        yield reg
+    finally:
+        await reg.shutdown_all()
+
+
+class Recorder:
+    """A broadcast callback that reads summary.json at every episode boundary."""
+
+    def __init__(self, run_dir: RunDir) -> None:
+        self.run_dir = run_dir
+        self.events: list[dict[str, Any]] = []
+        self.on_disk: list[EvalRun] = []
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        self.events.append(event)
+        if event["type"] == "eval_episode_done":
+            self.on_disk.append(EvalRun.model_validate(read_json(self.run_dir.summary_path)))
+
+    def completion_order(self) -> list[int]:
+        return [e["episode"]["index"] for e in self.events if e["type"] == "eval_episode_done"]
+
+
+async def run_at(
+    registry: WorkspaceComponentRegistry, root: Path, workers: int
+) -> tuple[EvalRun, Recorder]:
+    run_dir = RunDir(root)
+    recorder = Recorder(run_dir)
+    config = EvalConfig(graph_name="tgraph", episode_count=N_PER_TASK, worker_count=workers,
+                        seed=11)
+    runner = BatchEvalRunner(registry, registry.load_graph("tgraph"), config, run_dir,
+                             run_id="20260101_000000", broadcast=recorder)
+    summary = await asyncio.wait_for(runner.execute(), RUN_DEADLINE_S)
+    assert summary.status_counts == {"completed": N_TOTAL}
+    return summary, recorder
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def one_worker(
+    registry: WorkspaceComponentRegistry, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[EvalRun, Recorder]:
+    return await run_at(registry, tmp_path_factory.mktemp("w1"), 1)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def three_workers(
+    registry: WorkspaceComponentRegistry, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[EvalRun, Recorder]:
+    return await run_at(registry, tmp_path_factory.mktemp("w3"), 3)
+
+
+# -- determinism ------------------------------------------------------------------------------
+
+
+async def test_seeds_come_from_episode_identity_never_the_worker_slot(
+    one_worker: tuple[EvalRun, Recorder], three_workers: tuple[EvalRun, Recorder]
+) -> None:
+    (w1, _), (w3, _) = one_worker, three_workers
+    expected = [
+        (t, i, episode_seed(11, t, i)) for t in TASKS for i in range(N_PER_TASK)
+    ]
+    for summary in (w1, w3):
+        assert [(e.task, e.episode_index, e.seed) for e in summary.episodes] == expected
+        for ep in summary.episodes:
+            assert ep.metrics["seed"] == ep.seed  # what the nodes saw (CallContext)
+            assert ep.metrics["score"] == (ep.seed % 1000) / 1000.0  # what the env was given
+    assert len({e.seed for e in w1.episodes}) == N_TOTAL
+    assert [e.identity() for e in w1.episodes] == [e.identity() for e in w3.episodes]
+
+
+async def test_plan_is_a_function_of_the_config_not_the_worker_count() -> None:
+    graph = make_graph()
+    plans = [
+        plan_episodes(
+            EvalConfig(graph_name="tgraph", episode_count=4, worker_count=w, seed=7,
+                       start_index=100),
+            graph, "run",
+        )
+        for w in (1, 3, 8)
+    ]
+    assert plans[0] == plans[1] == plans[2]
+    assert [(s.index, s.task, s.episode_index) for s in plans[0]] == [
+        (k * 4 + i, t, 100 + i) for k, t in enumerate(TASKS) for i in range(4)
+    ]
+    assert all(s.seed == episode_seed(7, s.task, s.episode_index) for s in plans[0])
+    other_seed = plan_episodes(EvalConfig(graph_name="tgraph", episode_count=4, seed=8), graph, "r")
+    assert {s.seed for s in other_seed}.isdisjoint({s.seed for s in plans[0]})
+
+
+# -- progress and aggregates ------------------------------------------------------------------
+
+
+async def test_summary_is_rewritten_at_every_episode_boundary(
+    three_workers: tuple[EvalRun, Recorder],
+) -> None:
+    _, recorder = three_workers
+    assert [s.episodes_done for s in recorder.on_disk] == list(range(1, N_TOTAL + 1))
+    for on_disk, index in zip(recorder.on_disk, recorder.completion_order(), strict=True):
+        assert on_disk.status == "running"
+        assert index in {e.index for e in on_disk.episodes}  # written before the broadcast
+        assert on_disk.aggregate_metrics == metrics.aggregate_metrics(on_disk.episodes)
+    progress = [e["episodes_done"] for e in recorder.events if e["type"] == "eval_progress"]
+    assert progress == list(range(1, N_TOTAL + 1))
+    assert recorder.events[-1] == {"type": "eval_complete", "source": "eval",
+                                   "run_id": "20260101_000000", "status": "completed"}
+    assert all(e["source"] == "eval" for e in recorder.events)
+
+
+async def test_aggregates_come_from_results_sorted_by_index(
+    one_worker: tuple[EvalRun, Recorder], three_workers: tuple[EvalRun, Recorder]
+) -> None:
+    (w1, rec1), (w3, rec3) = one_worker, three_workers
+    assert rec1.completion_order() == list(range(N_TOTAL))
+    order = rec3.completion_order()
+    assert sorted(order) == list(range(N_TOTAL))
+    assert order != sorted(order), "precondition: three workers finish out of index order"
+    assert [e.index for e in w3.episodes] == list(range(N_TOTAL))
+    assert w3.aggregate_metrics == w1.aggregate_metrics
+    assert w3.aggregate_by_task == w1.aggregate_by_task
+    assert w3.aggregate_metrics["score"].method == "bootstrap"  # order-sensitive if unsorted
+    by_index = sorted(w3.episodes, key=lambda e: e.index)
+    assert w3.aggregate_metrics == metrics.aggregate_metrics(by_index)
+    assert set(w3.aggregate_by_task) == set(TASKS)
+
+
+# -- the run folder ---------------------------------------------------------------------------
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def foreground(workspace: Path) -> ForegroundRun:
+    """A whole foreground run (own registry: run_foreground stops every server it used)."""
+    registry = WorkspaceComponentRegistry(workspace=workspace)
+    registry.scan_all()
+    config = EvalConfig(graph_name="tgraph", episode_count=2, worker_count=2, save_frames=True)
+    run = await asyncio.wait_for(
+        run_foreground(registry, registry.load_graph("tgraph"), config), RUN_DEADLINE_S
+    )
+    assert registry.servers.records == {}
+    return run
+
+
+REQUIRED_ROOT = {"spec.json", "summary.json", "graph.json", "_DONE", "episodes"}
+
+
+async def test_run_folder_layout(foreground: ForegroundRun, workspace: Path) -> None:
+    root = foreground.run_dir.root
+    assert root.parent == workspace / "outputs" / "eval_runs"
+    assert root.name == foreground.run_id
+    entries = {p.name for p in root.iterdir()}
+    assert entries >= REQUIRED_ROOT
+    # Foreground runs keep their node-set servers' logs beside the seed's layout.
+    assert entries - REQUIRED_ROOT <= {"servers"}
+    assert (root / "_DONE").read_bytes() == b""
+    spec = read_json(root / "spec.json")
+    assert spec["run_id"] == foreground.run_id
+    assert spec["config"]["worker_count"] == 2
+    summary = EvalRun.model_validate(read_json(root / "summary.json"))
+    assert summary.status == "completed" and summary.run_id == foreground.run_id
+    assert summary.version == 1 and summary.episodes_done == summary.episodes_total == 4
+    assert read_json(root / "graph.json") == make_graph().model_dump(mode="json")
+    assert sorted(p.name for p in (root / "episodes").iterdir()) == [f"ep{i:04d}" for i in range(4)]
+    for i in range(4):
+        folder = root / "episodes" / f"ep{i:04d}"
+        assert {p.name for p in folder.iterdir()} == {"log.jsonl", "assets", "episode.json"}
+
+
+async def test_an_episode_is_reconstructible_from_its_own_folder(
+    foreground: ForegroundRun,
+) -> None:
+    summary = EvalRun.model_validate(read_json(foreground.run_dir.summary_path))
+    for record in summary.episodes:
+        folder = foreground.run_dir.episode_dir(record.index)
+        episode = read_json(folder / "episode.json")
+        assert episode["run_id"] == foreground.run_id and episode["graph_name"] == "tgraph"
+        assert {k: episode[k] for k in ("index", "task", "episode_index", "seed", "metrics",
+                                        "steps", "status")} == {
+            "index": record.index, "task": record.task, "episode_index": record.episode_index,
+            "seed": record.seed, "metrics": record.metrics, "steps": record.steps,
+            "status": "completed",
+        }
+        log = read_jsonl(folder / "log.jsonl")
+        assert log.torn_lines == 0
+        steps = record.steps
+        assert [r["step"] for r in log.records if r["node"] == "env"] == list(range(steps))
+        facts = [r for r in log.records if r["node"] == "facts"]
+        assert [r["step"] for r in facts] == list(range(steps))
+        # Only this episode's firings: every graphIn firing names this episode.
+        assert all(r["outputs"]["seed"] == record.seed for r in facts)
+        assert all(r["outputs"]["episode_key"].endswith(f":{record.index}") for r in facts)
+        assert all(r["outputs"]["task"] == record.task for r in facts)
+        frames = sorted(p.name for p in (folder / "assets").iterdir())
+        assert frames == [f"step{s:04d}_env.png" for s in range(steps)]
+        for s, name in enumerate(frames):
+            pixels = np.asarray(Image.open(folder / "assets" / name))
+            assert (pixels == (record.seed + s + 1) % 256).all()
+
+
+async def test_a_torn_log_line_is_skipped_by_the_reader(foreground: ForegroundRun) -> None:
+    path = foreground.run_dir.episode_log_path(0)
+    before = read_jsonl(path)
+    assert before.torn_lines == 0 and before.records
+    torn = json.dumps({"step": 99, "node": "env", "status": "ok"}).encode()[:17]
+    with path.open("ab") as log:  # a writer that died halfway through a line
+        log.write(torn)
+    assert not path.read_bytes().endswith(b"\n")
+    after = read_jsonl(path)
+    assert after.records == before.records
+    assert after.torn_lines == 1
+    append_jsonl(path, {"step": 100, "node": "env", "status": "ok"})  # the next writer
+    resumed = read_jsonl(path)
+    assert resumed.records == (*before.records, {"step": 100, "node": "env", "status": "ok"})
+    assert resumed.torn_lines == 1
+
+
+async def test_graph_json_is_frozen_at_construction(
+    registry: WorkspaceComponentRegistry, workspace: Path, tmp_path: Path
+) -> None:
+    graph = registry.load_graph("tgraph")
+    original = graph.model_dump(mode="json")
+    config = EvalConfig(graph_name="tgraph", episode_count=1, tasks=["t0"])
+    runner = BatchEvalRunner(registry, graph, config, RunDir(tmp_path), run_id="20260101_000000")
+    # Edit the source graph afterwards: in memory (its node config) and on disk.
+    graph.node("label").config["value"] = "edited"
+    (workspace / "graphs" / "tgraph.json").write_text(
+        make_graph(label="edited on disk").to_json(), encoding="utf-8"
+    )
+    try:
+        summary = await asyncio.wait_for(runner.execute(), RUN_DEADLINE_S)
+    finally:
+        (workspace / "graphs" / "tgraph.json").write_text(make_graph().to_json(), encoding="utf-8")
+    assert read_json(tmp_path / "graph.json") == original
+    assert summary.episodes[0].metrics["label"] == "v1"

@@ -1,0 +1,235 @@
+"""Supervised env servers: a worker's env server killed (SIGKILL) is restarted, the episode it
+was running is retried with the same seed, and the run's records equal an uninterrupted run's.
+
+``tenv`` is a replicated env in a real workspace under tmp_path (its auto_host servers find it
+through ``AGENTCANVAS_HOME``); an episode is a pure function of its seed, with a simulated
+step latency so that a kill lands in the middle of an episode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import textwrap
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from agentcanvas.eval.config import EpisodeResult, EvalConfig, EvalRun
+from agentcanvas.eval.runner import BatchEvalRunner
+from agentcanvas.eval.store import RunDir, read_jsonl
+from agentcanvas.graph.model import Graph, parse_graph
+from agentcanvas.nodes.registry import WorkspaceComponentRegistry
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+RUN_DEADLINE_S = 60.0
+POLL_DEADLINE_S = 20.0
+N_EPISODES = 8
+N_WORKERS = 2
+
+TENV = textwrap.dedent(
+    '''
+    """tenv: a replicated env; an episode lasts 3 + seed % 3 actions of step_latency_ms each."""
+
+    import time
+
+    from agentcanvas.nodes.base import NodeSet, Panel
+    from agentcanvas.nodes.manifest import FieldSpec, LoadInfo, PanelSpec, PortSpec
+
+
+    class State:
+        def __init__(self):
+            self.seed, self.length, self.steps, self.latency_s = 0, 0, 0, 0.0
+
+
+    class TPanel(Panel):
+        spec = PanelSpec(
+            fields=[
+                FieldSpec(name="task_id", kind="str", default="ok"),
+                FieldSpec(name="episode_index", kind="int", default=0),
+                FieldSpec(name="seed", kind="int", default=0),
+                FieldSpec(name="step_latency_ms", kind="float", default=0.0),
+            ],
+            actions=["play"],
+        )
+
+        def on_action(self, name):
+            s = self.state
+            s.seed = int(self.values["seed"])
+            s.latency_s = float(self.values["step_latency_ms"]) / 1000.0
+            s.length, s.steps = 3 + s.seed % 3, 0
+            return dict(self.values)
+
+        def on_load(self):
+            return LoadInfo(episode_id=f"{self.values['task_id']}/{self.values['episode_index']}",
+                            scene_id=f"scene{self.state.seed % 5}", step_budget=20)
+
+
+    NODESET = NodeSet(name="tenv", parallelism="replicated", state_factory=State,
+                      panel_class=TPanel)
+
+
+    @NODESET.node("step", inputs=[PortSpec(name="action", required=False)],
+                  outputs=[PortSpec(name="done", type="bool"), PortSpec(name="metrics", type="dict")],
+                  done_port="done", blocking=True)
+    def step(inputs, config, state, ctx):
+        if inputs.get("action") is not None and state.steps < state.length:
+            time.sleep(state.latency_s)
+            state.steps += 1
+        done = state.steps >= state.length
+        return {"done": done, "metrics": {"success": int(done), "steps": state.steps,
+                                          "score": (state.seed % 1000) / 1000.0}}
+    '''
+)
+
+
+def make_graph(latency_ms: float) -> Graph:
+    return parse_graph({
+        "version": 1,
+        "name": "supervised",
+        "env": {"nodeset": "tenv", "fields": {"step_latency_ms": latency_ms},
+                "tasks": ["ok"]},
+        "nodes": [
+            {"id": "act", "type": "core.constant", "config": {"value": 1}},
+            {"id": "env", "type": "tenv.step"},
+            {"id": "out", "type": "core.graphOut"},
+        ],
+        "edges": [
+            {"source": "act.value", "target": "env.action"},
+            {"source": "env.metrics", "target": "out.metrics"},
+        ],
+    })
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    root = tmp_path_factory.mktemp("supervision_ws")
+    folder = root / "graph_nodes" / "tenv"
+    folder.mkdir(parents=True)
+    (folder / "__init__.py").write_text(TENV, encoding="utf-8")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("AGENTCANVAS_HOME", str(root))
+        yield root
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def registry(workspace: Path) -> AsyncIterator[WorkspaceComponentRegistry]:
+    reg = WorkspaceComponentRegistry(workspace=workspace)
+    reg.scan_all()
+    assert not reg.load_errors, reg.load_errors
+    await reg.ensure_nodesets_for_graph(make_graph(0.0), worker_count=N_WORKERS)
+    try:
+        yield reg
+    finally:
+        await reg.shutdown_all()
+
+
+def new_runner(
+    registry: WorkspaceComponentRegistry, root: Path, episode_count: int = N_EPISODES
+) -> BatchEvalRunner:
+    config = EvalConfig(graph_name="supervised", episode_count=episode_count,
+                        worker_count=N_WORKERS, max_attempts=2)
+    return BatchEvalRunner(registry, make_graph(30.0), config, RunDir(root),
+                           run_id="20260101_000000")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def baseline(
+    registry: WorkspaceComponentRegistry, tmp_path_factory: pytest.TempPathFactory
+) -> EvalRun:
+    """The uninterrupted run every interrupted one is compared with."""
+    runner = new_runner(registry, tmp_path_factory.mktemp("baseline"))
+    summary = await asyncio.wait_for(runner.execute(), RUN_DEADLINE_S)
+    assert summary.status_counts == {"completed": N_EPISODES}
+    assert all(e.attempts == 1 for e in summary.episodes)
+    return summary
+
+
+def outcome(ep: EpisodeResult) -> dict[str, Any]:
+    """identity() without ``attempts``: what the episode produced, not how often it ran."""
+    record = ep.identity()
+    record.pop("attempts")
+    return record
+
+
+def server_pid(registry: WorkspaceComponentRegistry, key: str) -> int:
+    server = registry.servers.records[key].server
+    assert server is not None and server.pid is not None
+    return server.pid
+
+
+async def wait_dead(registry: WorkspaceComponentRegistry, key: str) -> None:
+    deadline = time.monotonic() + POLL_DEADLINE_S
+    while registry.server_alive(key):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{key} still alive after SIGKILL")
+        await asyncio.sleep(0.005)
+
+
+async def wait_for_firings(path: Path, n_records: int) -> None:
+    deadline = time.monotonic() + POLL_DEADLINE_S
+    while not (path.exists() and len(read_jsonl(path).records) >= n_records):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{path} never reached {n_records} firings")
+        await asyncio.sleep(0.002)
+
+
+def assert_recovered(summary: EvalRun, baseline: EvalRun, chunk: range) -> EpisodeResult:
+    """The run completed, one episode of worker 0's chunk ran twice, results are unchanged."""
+    assert summary.status == "completed"
+    assert summary.status_counts == {"completed": N_EPISODES}
+    retried = [e for e in summary.episodes if e.attempts != 1]
+    assert len(retried) == 1, [(e.index, e.attempts) for e in summary.episodes]
+    (hit,) = retried
+    assert hit.attempts == 2 and hit.index in chunk
+    assert [outcome(e) for e in summary.episodes] == [outcome(e) for e in baseline.episodes]
+    assert summary.aggregate_metrics == baseline.aggregate_metrics
+    assert summary.aggregate_by_task == baseline.aggregate_by_task
+    return hit
+
+
+async def test_server_killed_mid_episode_is_restarted_and_the_episode_retried(
+    registry: WorkspaceComponentRegistry, baseline: EvalRun, tmp_path: Path
+) -> None:
+    runner = new_runner(registry, tmp_path)
+    victim, bystander = server_pid(registry, "tenv#0"), server_pid(registry, "tenv#1")
+    restarts_before = registry.servers.records["tenv#0"].restarts
+    execution = asyncio.ensure_future(asyncio.wait_for(runner.execute(), RUN_DEADLINE_S))
+    try:
+        # Iteration 0 of episode 0 has fired (act, env, out); at least two more actions of
+        # 30 ms each remain, so the kill lands inside the episode.
+        await wait_for_firings(runner.run_dir.episode_log_path(0), 3)
+        os.kill(victim, signal.SIGKILL)
+        summary = await execution
+    finally:
+        execution.cancel()
+
+    hit = assert_recovered(summary, baseline, range(N_EPISODES // N_WORKERS))
+    assert hit.index == 0
+    assert registry.servers.records["tenv#0"].restarts == restarts_before + 1
+    assert server_pid(registry, "tenv#0") != victim
+    assert server_pid(registry, "tenv#1") == bystander  # the other worker was left alone
+    # The retry started its log afresh: each step of the episode appears exactly once.
+    log = read_jsonl(runner.run_dir.episode_log_path(hit.index)).records
+    assert [r["step"] for r in log if r["node"] == "env"] == list(range(hit.steps))
+    assert all(r["status"] == "ok" for r in log)
+
+
+async def test_server_dead_before_the_episode_starts_is_restarted_too(
+    registry: WorkspaceComponentRegistry, baseline: EvalRun, tmp_path: Path
+) -> None:
+    """The death is noticed while the episode is being set on the panel (not in a node)."""
+    runner = new_runner(registry, tmp_path)
+    os.kill(server_pid(registry, "tenv#0"), signal.SIGKILL)
+    await wait_dead(registry, "tenv#0")
+    summary = await asyncio.wait_for(runner.execute(), RUN_DEADLINE_S)
+
+    hit = assert_recovered(summary, baseline, range(N_EPISODES // N_WORKERS))
+    assert hit.index == 0
+    assert registry.server_alive("tenv#0")
