@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck install clean
+.PHONY: demo test lint typecheck install clean browser
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -18,7 +18,14 @@ install: $(STAMP)
 demo: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/agentcanvas demo
 
-test: $(STAMP)
+# Browser tests drive Debian's chromium through Playwright (its own browser download cannot
+# work offline). Installed when missing and we may (root); otherwise those tests skip.
+browser:
+	@command -v chromium >/dev/null 2>&1 || [ "$$(id -u)" != 0 ] || \
+		(apt-get update -qq && apt-get install -y -qq chromium >/dev/null) || \
+		echo "chromium could not be installed: browser tests will be skipped"
+
+test: $(STAMP) browser
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -p no:cacheprovider
 
 lint: $(STAMP)
