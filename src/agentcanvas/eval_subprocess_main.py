@@ -60,7 +60,10 @@ async def run(run_dir: RunDir) -> str:
             determinism=await collect_determinism(registry, graph),
             previous=previous_results(run_dir, spec),
         )
-        loop.add_signal_handler(signal.SIGTERM, runner.cancel)
+        parent = os.getppid()
+        loop.add_signal_handler(
+            signal.SIGTERM, lambda: runner.cancel(aborted=os.getppid() != parent)
+        )
         summary = await runner.execute()
         return summary.status
     except Exception as exc:
@@ -94,7 +97,8 @@ async def _finalise(
     finally:
         if runner is not None:
             runner.save()
-        run_dir.touch_done()
+        if runner is None or runner.run.status != "aborted":
+            run_dir.touch_done()  # an aborted run stays without _DONE: it can be resumed
 
 
 def main(argv: list[str] | None = None) -> int:

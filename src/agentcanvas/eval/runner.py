@@ -88,6 +88,7 @@ class BatchEvalRunner:
         self.results: dict[int, EpisodeResult] = {r.index: r for r in previous}
         self.results_lock = asyncio.Lock()
         self.cancel_event = asyncio.Event()
+        self.aborted = False
         self.run = EvalRun(
             run_id=run_id, graph_name=graph.name, config=config,
             episodes_total=len(self.specs),
@@ -96,7 +97,9 @@ class BatchEvalRunner:
         run_dir.create()
         atomic_write_json(run_dir.graph_path, self.graph.model_dump(mode="json"))
 
-    def cancel(self) -> None:
+    def cancel(self, aborted: bool = False) -> None:
+        """Stop after the episodes in flight; ``aborted`` when our parent died (resumable)."""
+        self.aborted = self.aborted or aborted
         self.cancel_event.set()
 
     async def execute(self) -> EvalRun:
@@ -116,7 +119,10 @@ class BatchEvalRunner:
                     for index in chunk:
                         queue.put_nowait(index)
                     group.create_task(self._worker(pool, worker_id, queue))
-        self.run.status = "cancelled" if self.cancel_event.is_set() else "completed"
+        if self.cancel_event.is_set():
+            self.run.status = "aborted" if self.aborted else "cancelled"
+        else:
+            self.run.status = "completed"
         self.run.timings["finished_at"] = time.time()
         self._refresh()
         self.save()
