@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agentcanvas.eval.metrics import MetricAggregate
 
-RUN_FORMAT_VERSION = 1
+RUN_FORMAT_VERSION: Literal[1] = 1
 EpisodeStatus = Literal["completed", "timeout", "exception", "error", "no_verdict", "cancelled"]
 RunStatus = Literal["pending", "queued", "running", "completed", "failed", "cancelled", "aborted"]
 TERMINAL_RUN_STATUSES = ("completed", "failed", "cancelled", "aborted")

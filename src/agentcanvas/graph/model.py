@@ -28,7 +28,7 @@ from pydantic import (
 
 from agentcanvas.errors import GraphFormatError
 
-GRAPH_FORMAT_VERSION = 1
+GRAPH_FORMAT_VERSION: Literal[1] = 1
 GRAPH_SCOPE_ID = "graph"
 DEFAULT_STEP_BUDGET = 64
 IDENT_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 Parallelism = Literal["local", "shared", "replicated"]
 PortType = Literal["any", "float", "int", "bool", "str", "array", "dict", "list"]
 FieldKind = Literal["choice", "int", "float", "bool", "str"]
-MANIFEST_VERSION = 1
+MANIFEST_VERSION: Literal[1] = 1
 
 
 class _Frozen(BaseModel):

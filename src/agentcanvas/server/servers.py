@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from agentcanvas.errors import NodeSetError
@@ -67,7 +68,7 @@ class NodeSetServers:
         self.records[key] = record
         return record
 
-    async def start_many(self, wanted: list[tuple[str, int | None]]) -> list[ServerRecord]:
+    async def start_many(self, wanted: Sequence[tuple[str, int | None]]) -> list[ServerRecord]:
         """Start several servers concurrently; on any failure stop the ones just started."""
         missing = [w for w in wanted if server_key(*w) not in self.records]
         results = await asyncio.gather(
