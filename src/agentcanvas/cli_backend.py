@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 import httpx
+import psutil
 import uvicorn
 
 from agentcanvas.api.security import is_loopback
@@ -28,20 +29,43 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     token = args.token or os.environ.get("AGENTCANVAS_TOKEN")
     if not is_loopback(args.host) and not token:
-        raise ConfigError(f"--host {args.host}: binding off loopback needs --token (or AGENTCANVAS_TOKEN)")
+        raise ConfigError(f"--host {args.host}: binding off loopback needs --token "
+                          "(or AGENTCANVAS_TOKEN)")
     sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((args.host, args.port))
     except OSError as exc:
-        raise ConfigError(f"--port {args.port}: cannot bind {args.host}:{args.port} ({exc.strerror})") from exc
+        sock.close()
+        raise ConfigError(f"--port {args.port}: cannot bind {args.host}:{args.port} "
+                          f"({exc.strerror})") from exc
     port = sock.getsockname()[1]
     url = f"http://{args.host}:{port}"
-    app = create_app(workspace_dir(), url, token=token, allowed_hosts={args.host})
-    print(f"agentcanvas backend on {url} (workspace {workspace_dir()})", file=sys.stderr, flush=True)
+    hosts = allowed_hosts(args.host, args.allow_host or [])
+    app = create_app(workspace_dir(), url, token=token, allowed_hosts=hosts)
+    print(f"agentcanvas backend on {url} (workspace {workspace_dir()})", file=sys.stderr,
+          flush=True)
     config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=10)
     uvicorn.Server(config).run(sockets=[sock])
     return 0
+
+
+def allowed_hosts(host: str, extra: list[str]) -> set[str]:
+    """Names a request's Host header may carry (the DNS rebinding guard; loopback is implied).
+
+    The bound address and the ``--allow-host`` names; for a wildcard bind also this machine's
+    host name and every address of its interfaces, since clients reach it by any of them.
+    """
+    allowed = {host, *extra}
+    if host in ("0.0.0.0", "::"):
+        allowed |= {socket.gethostname(), socket.getfqdn()}
+        for addresses in psutil.net_if_addrs().values():
+            for address in addresses:
+                if address.family == socket.AF_INET:
+                    allowed.add(address.address)
+                elif address.family == socket.AF_INET6:
+                    allowed.add(f"[{address.address.split('%')[0]}]")
+    return allowed
 
 
 def _client(args: argparse.Namespace) -> httpx.Client:
@@ -111,8 +135,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
 @command("status")
 def cmd_status(args: argparse.Namespace) -> int:
     summary = _call(args, "GET", f"/api/eval/v2/status/{args.run_id}")
-    print(json.dumps(summary if args.full else {k: v for k, v in summary.items() if k != "episodes"},
-                     indent=1))
+    shown = summary if args.full else {k: v for k, v in summary.items() if k != "episodes"}
+    print(json.dumps(shown, indent=1))
     return 0
 
 
@@ -133,6 +157,8 @@ def extend_parser(sub: Any) -> None:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8765)
     p.add_argument("--token", help="required when binding off loopback")
+    p.add_argument("--allow-host", action="append", metavar="NAME",
+                   help="a host name clients use to reach the backend (repeatable)")
     url_help = f"backend URL (default {DEFAULT_URL})"
     p = sub.add_parser("submit", help="queue a run on the backend")
     p.add_argument("graph")

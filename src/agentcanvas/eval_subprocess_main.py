@@ -16,6 +16,7 @@ import asyncio
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -40,11 +41,13 @@ def previous_results(run_dir: RunDir, spec: dict[str, Any]) -> list[EpisodeResul
 
 
 async def run(run_dir: RunDir) -> str:
+    marks = {"main_started_at": time.time()}  # the scheduler knows when it spawned us
     spec = read_json(run_dir.spec_path)
     shared_urls: dict[str, str] = read_json(run_dir.shared_urls_path)
     config = EvalConfig.model_validate(spec["config"])
     registry = WorkspaceComponentRegistry(active_workspace=_overlay(spec))
     registry.scan_all()
+    marks["registry_scanned_at"] = time.time()
     registry.servers.launcher = LocalProcessLauncher(log_dir=run_dir.root / "servers")
     (run_dir.root / "servers").mkdir(exist_ok=True)
     runner: BatchEvalRunner | None = None
@@ -52,14 +55,17 @@ async def run(run_dir: RunDir) -> str:
     try:
         for name, url in shared_urls.items():
             await registry.register_remote_nodeset(name, url)
+        marks["shared_borrowed_at"] = time.time()
         graph = parse_graph(spec["graph"], source="spec.json graph")
         registry.validate(graph)
         await registry.ensure_nodesets_for_graph(graph, worker_count=config.worker_count)
+        marks["servers_ready_at"] = time.time()
         runner = BatchEvalRunner(
             registry, graph, config, run_dir, run_id=run_dir.root.name,
             determinism=await collect_determinism(registry, graph),
             previous=previous_results(run_dir, spec),
         )
+        runner.run.timings.update(marks)  # the cold start, phase by phase (bench/scheduler.py)
         parent = os.getppid()
         loop.add_signal_handler(
             signal.SIGTERM, lambda: runner.cancel(aborted=os.getppid() != parent)

@@ -7,13 +7,15 @@ import os
 from typing import Any
 
 from fastapi import APIRouter, Query, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, PlainTextResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agentcanvas.errors import StateError, UserInputError
+from agentcanvas.errors import StateError, UnsafeNameError, UserInputError
+from agentcanvas.paths import resolve_within
 from agentcanvas.eval.config import EvalConfig
 from agentcanvas.eval.foreground import run_foreground
-from agentcanvas.eval.store import RunDir, new_run_id
+from agentcanvas.eval.store import RunDir, new_run_id, read_json
 from agentcanvas.nodes.registry import WorkspaceComponentRegistry
 from agentcanvas.state import ProcessServices
 
@@ -58,8 +60,14 @@ def services(request: Request) -> ProcessServices:
 async def start_eval_v2(body: StartRequest, request: Request) -> StartResponse:
     """Queue a run (default) or, with via_subprocess false, run it inside the backend."""
     svc = services(request)
+    if body.active_workspace_dir is not None:
+        _check_overlay(svc, body.active_workspace_dir)
     graph = svc.registry.load_graph(body.graph_name)
-    config = EvalConfig(**body.model_dump(include=set(EvalConfig.model_fields) - {"version"}))
+    try:
+        config = EvalConfig(**body.model_dump(include=set(EvalConfig.model_fields) - {"version"}))
+    except ValidationError as exc:  # a rule of EvalConfig that StartRequest does not repeat
+        errors = [{**e, "loc": ("body", *e["loc"])} for e in exc.errors()]
+        raise RequestValidationError(errors) from exc
     use_subprocess = body.via_subprocess and os.environ.get("AGENTCANVAS_EVAL_SUBPROCESS", "1") != "0"
     if not use_subprocess:
         run_id = await _start_in_process(svc, graph, config)
@@ -77,6 +85,19 @@ async def start_eval_v2(body: StartRequest, request: Request) -> StartResponse:
     run_id = svc.scheduler.submit(spec, urls)
     svc.request_tick()
     return StartResponse(run_id=run_id, status="queued", via_subprocess=True)
+
+
+def _check_overlay(svc: ProcessServices, folder: str) -> None:
+    """An overlay imports node-set code: it must be a folder inside the workspace."""
+    try:
+        path = resolve_within(svc.workspace, folder)
+    except UnsafeNameError as exc:
+        raise UserInputError(
+            f"active_workspace_dir: {folder!r} must be a folder inside the workspace "
+            f"{svc.workspace}"
+        ) from exc
+    if not path.is_dir():
+        raise UserInputError(f"active_workspace_dir: {folder!r} is not a folder")
 
 
 async def _start_in_process(svc: ProcessServices, graph: Any, config: EvalConfig) -> str:
@@ -100,9 +121,14 @@ async def _start_in_process(svc: ProcessServices, graph: Any, config: EvalConfig
 
 
 @router.get("/status/{run_id}")
-async def status(run_id: str, request: Request) -> dict[str, Any]:
+async def status(
+    run_id: str,
+    request: Request,
+    compact: bool = Query(False, description="Leave out the per-episode records."),
+) -> dict[str, Any]:
     svc = services(request)
-    summary = dict(svc.runs.summary(run_id))
+    full = svc.runs.summary(run_id)
+    summary = runs.compact(full) if compact else dict(full)
     summary["waiting_reason"] = svc.scheduler.waiting_reasons.get(run_id)
     return summary
 
@@ -121,6 +147,9 @@ async def cancel(run_id: str, request: Request) -> dict[str, str]:
         task.cancel()
         return {"run_id": run_id, "status": "cancelling"}
     result = svc.scheduler.cancel(run_id)
+    if result == "cancelled":
+        svc.broadcast({"type": "eval_complete", "source": "eval", "run_id": run_id,
+                       "status": "cancelled"})
     svc.request_tick()
     return {"run_id": run_id, "status": result}
 
@@ -130,7 +159,7 @@ async def resume(run_id: str, request: Request) -> dict[str, str]:
     """Re-queue a run to execute only its missing episodes into the same folder."""
     svc = services(request)
     run_dir = svc.runs.run_dir(run_id)
-    spec = runs.read_json(run_dir.spec_path)
+    spec = read_json(run_dir.spec_path)
     from agentcanvas.graph.model import parse_graph
 
     graph = parse_graph(spec["graph"], source=f"run {run_id} spec.json")
@@ -162,8 +191,11 @@ async def list_episodes(
     limit: int = Query(100, ge=1, le=1000),
     status: str | None = None,
     sort: str = Query("index:asc", pattern=r"^(index|steps|status|task):(asc|desc)$"),
+    outcome: runs.Outcome | None = None,
 ) -> dict[str, Any]:
-    return runs.episodes_page(services(request).runs.summary(run_id), offset, limit, status, sort)
+    """A page of episode records; ``outcome`` error = not completed, failure = success 0."""
+    summary = services(request).runs.summary(run_id)
+    return runs.episodes_page(summary, offset, limit, status, sort, outcome)
 
 
 @router.get("/runs/{run_id}/episodes/{index}")
@@ -172,7 +204,7 @@ async def episode(run_id: str, index: int, request: Request) -> dict[str, Any]:
     path = run_dir.episode_json_path(index)
     if not path.exists():
         raise UserInputError(f"episode {index} of run {run_id} has no episode.json")
-    record: dict[str, Any] = runs.read_json(path)
+    record: dict[str, Any] = read_json(path)
     record["assets"] = runs.episode_assets(run_dir, index)
     return record
 
@@ -191,7 +223,7 @@ async def episode_asset(run_id: str, index: int, name: str, request: Request) ->
 async def run_graph(run_id: str, request: Request) -> Any:
     run_dir = services(request).runs.run_dir(run_id)
     path = run_dir.graph_path if run_dir.graph_path.exists() else run_dir.spec_path
-    data = runs.read_json(path)
+    data = read_json(path)
     return data.get("graph", data) if path == run_dir.spec_path else data
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from agentcanvas.errors import RunError, UserInputError
 from agentcanvas.eval.metrics import mcnemar, wilson_interval
@@ -13,6 +13,7 @@ from agentcanvas.eval.store import RunDir, read_json, read_jsonl
 from agentcanvas.paths import check_name, safe_child
 
 LOG_TAIL_BYTES = 200_000
+Outcome = Literal["success", "failure", "error"]
 
 
 @dataclass
@@ -66,16 +67,27 @@ def compact(summary: dict[str, Any]) -> dict[str, Any]:
 
 
 def episodes_page(
-    summary: dict[str, Any], offset: int, limit: int, status: str | None, sort: str
+    summary: dict[str, Any], offset: int, limit: int, status: str | None, sort: str,
+    outcome: Outcome | None = None,
 ) -> dict[str, Any]:
     episodes = summary.get("episodes", [])
     if status:
         episodes = [e for e in episodes if e.get("status") == status]
+    if outcome:
+        episodes = [e for e in episodes if _outcome(e) == outcome]
     key, _, order = sort.partition(":")
     if key in ("index", "steps", "status", "task"):
         episodes = sorted(episodes, key=lambda e: (e.get(key) is None, e.get(key)),
                           reverse=order == "desc")
     return {"total": len(episodes), "episodes": episodes[offset : offset + limit]}
+
+
+def _outcome(episode: dict[str, Any]) -> Outcome | None:
+    """An error is a run failure (status not completed); a failure is the task's (success 0)."""
+    if episode.get("status") != "completed":
+        return "error"
+    success = _success(episode)
+    return None if success is None else ("success" if success else "failure")
 
 
 def episode_folder(run_dir: RunDir, index: int) -> Path:
@@ -121,7 +133,8 @@ def compare_runs(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     left = {(e["task"], e["episode_index"]): e for e in a.get("episodes", [])}
     right = {(e["task"], e["episode_index"]): e for e in b.get("episodes", [])}
     paired = sorted(set(left) & set(right))
-    flips, per_task = [], {}
+    flips: list[dict[str, Any]] = []
+    per_task: dict[str, list[tuple[bool, bool]]] = {}
     b_count = c_count = 0
     for key in paired:
         sa, sb = _success(left[key]), _success(right[key])
@@ -129,7 +142,8 @@ def compare_runs(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
             continue
         per_task.setdefault(key[0], []).append((sa, sb))
         if sa != sb:
-            flips.append({"task": key[0], "episode_index": key[1], "a": sa, "b": sb})
+            flips.append({"task": key[0], "episode_index": key[1], "a": sa, "b": sb,
+                          "a_index": left[key]["index"], "b_index": right[key]["index"]})
             b_count += int(sa and not sb)
             c_count += int(sb and not sa)
     return {

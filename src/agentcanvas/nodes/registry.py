@@ -59,12 +59,9 @@ class WorkspaceComponentRegistry:
         """(Re)discover node sets and graphs from disk. Import failures are kept, not raised."""
         found = discovery.builtin_nodesets()
         found |= discovery.folder_nodesets(self.workspace / "graph_nodes", "workspace")
-        graphs = discovery.builtin_graphs()
-        graphs |= discovery.folder_graphs(self.workspace / "graphs", "workspace")
         if self.active_workspace is not None:
             found |= discovery.folder_nodesets(self.active_workspace / "graph_nodes", "active")
-            graphs |= discovery.folder_graphs(self.active_workspace / "graphs", "active")
-        self._found_nodesets, self._found_graphs = found, graphs
+        self._found_nodesets, self._found_graphs = found, self._discover_graphs()
         self.load_errors.clear()
         for name, item in found.items():
             if name in self._manifests and name not in self._nodesets:
@@ -76,6 +73,13 @@ class WorkspaceComponentRegistry:
                 continue
             self._nodesets[name] = nodeset
             self._manifests[name] = nodeset.manifest()
+
+    def _discover_graphs(self) -> dict[str, Found]:
+        graphs = discovery.builtin_graphs()
+        graphs |= discovery.folder_graphs(self.workspace / "graphs", "workspace")
+        if self.active_workspace is not None:
+            graphs |= discovery.folder_graphs(self.active_workspace / "graphs", "active")
+        return graphs
 
     def nodeset_names(self) -> list[str]:
         return sorted(self._manifests)
@@ -110,6 +114,9 @@ class WorkspaceComponentRegistry:
         """Load a graph by name and validate it against the known node sets."""
         check_name("graph", name, field="graph_name")
         item = self._found_graphs.get(name)
+        if item is None:  # saved since the last scan? graphs are cheap to re-discover
+            self._found_graphs = self._discover_graphs()
+            item = self._found_graphs.get(name)
         if item is None:
             known = ", ".join(sorted(self._found_graphs)) or "none"
             raise UnknownGraphError(f"unknown graph {name!r} (known graphs: {known})")

@@ -12,6 +12,7 @@ survives a backend restart (``recover``); a run found ``running`` without ``_DON
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
 import sys
@@ -169,12 +170,13 @@ class JobScheduler:
         for run_id, job in list(self.running.items()):
             job.monitor.poll()
             self._relay_progress(job)
-            if job.child.returncode is None:
+            if job.child.is_alive():  # does not reap: an exited leader stays a zombie
                 if job.kill_at is not None and now >= job.kill_at:
                     job.child.send_signal(signal.SIGKILL)
                 continue
-            if job.kill_at is not None:
-                job.child.send_signal(signal.SIGKILL)  # leftovers of its group
+            # The leader has exited but is not reaped yet, so its group id is still the run's:
+            # close_sync kills the group's stragglers, then reaps (no wait: it has exited).
+            job.child.close_sync(term_timeout_s=0.0)
             del self.running[run_id]
             self._finish(job)
 
@@ -194,7 +196,9 @@ class JobScheduler:
         log.info("run %s finished: %s (exit %s)", job.job.run_id, status, job.child.returncode)
 
     def _admit(self) -> None:
-        free = {s.resource: (smp.free_mb if (smp := s.sample()) else None) for s in self.samplers}
+        free: dict[str, float | None] = {
+            s.resource: (smp.free_mb if (smp := s.sample()) else None) for s in self.samplers
+        }
         decision = decide(
             [self._demand(j) for j in self.queue],
             [self._load(r) for r in self.running.values()],
@@ -204,7 +208,7 @@ class JobScheduler:
         for run_id in decision.start:
             job = next(j for j in self.queue if j.run_id == run_id)
             self.queue.remove(job)
-            self._spawn(job, self._demand(job).estimates_mb)
+            self._spawn(job, dict(self._demand(job).estimates_mb))
 
     def _demand(self, job: QueuedJob) -> JobDemand:
         estimates: dict[str, float] = {}
@@ -216,12 +220,14 @@ class JobScheduler:
             elif resource == "vram":
                 estimates[resource] = job.marginal_vram_mb
             else:
-                estimates[resource] = DEFAULT_RAM_MB_BASE + DEFAULT_RAM_MB_PER_WORKER * job.worker_count
+                estimates[resource] = (DEFAULT_RAM_MB_BASE
+                                       + DEFAULT_RAM_MB_PER_WORKER * job.worker_count)
         return JobDemand(job.run_id, job.priority, int(job.seq * 1e6), estimates, job.exclusive_gpu)
 
     def _load(self, running: RunningJob) -> RunningLoad:
-        used = {k: v for k, v in running.monitor.poll().items()}
-        return RunningLoad(running.job.run_id, running.estimates_mb, used, running.job.exclusive_gpu)
+        used = dict(running.monitor.poll())
+        job = running.job
+        return RunningLoad(job.run_id, running.estimates_mb, used, job.exclusive_gpu)
 
     def _spawn(self, job: QueuedJob, estimates: dict[str, float]) -> None:
         argv = [sys.executable, "-m", "agentcanvas.eval_subprocess_main",
@@ -248,10 +254,8 @@ class JobScheduler:
             return
         if force or mtime != job.last_summary_mtime:
             job.last_summary_mtime = mtime
-            try:
+            with contextlib.suppress(RunError):  # torn by a concurrent rewrite: next tick
                 self.hooks.on_progress(job.job.run_id, read_json(path))
-            except RunError:
-                pass
 
     # -- restart recovery and views --------------------------------------------------------
     def recover(self) -> list[str]:
@@ -281,11 +285,21 @@ class JobScheduler:
         return {"queued": queued, "running": running}
 
     def shutdown(self) -> None:
-        """Stop running children (backend exit); their runs become aborted, resumable."""
+        """Stop running children (backend exit); their runs become aborted, resumable.
+
+        The child takes the SIGTERM for a cancel and records ``cancelled`` with ``_DONE``;
+        unless a user did cancel it, that is overruled here: the run was interrupted.
+        """
         for job in self.running.values():
             job.child.close_sync(term_timeout_s=5.0)
-            if not job.job.run_dir.is_done():
-                _set_status(job.job.run_dir, "aborted", error="the backend stopped while it ran")
+            run_dir = job.job.run_dir
+            if job.kill_at is not None:
+                if not run_dir.is_done():
+                    _set_status(run_dir, "cancelled")
+                    run_dir.touch_done()
+            elif _read_status(run_dir) not in ("completed", "failed"):
+                _set_status(run_dir, "aborted", error="the backend stopped while it ran")
+                run_dir.done_path.unlink(missing_ok=True)
         self.running.clear()
 
 

@@ -1,0 +1,198 @@
+"""Admission rules (``scheduler.admission.decide``): pure, synchronous, no processes.
+
+Priority first, FIFO within a priority; a job that does not fit is skipped, not blocking;
+the canvas lock refuses everything; exclusive-GPU rules; measured fit against free memory
+minus reservations, and the static ledger where a resource has no measurement.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from agentcanvas.scheduler.admission import JobDemand, RunningLoad, decide, queue_order
+
+PLENTY = {"ram": 100_000.0}
+
+
+def job(
+    run_id: str,
+    *,
+    priority: int = 0,
+    seq: int = 0,
+    ram: float = 1_000.0,
+    vram: float | None = None,
+    exclusive: bool = False,
+) -> JobDemand:
+    estimates = {"ram": ram} if vram is None else {"ram": ram, "vram": vram}
+    return JobDemand(run_id, priority, seq, estimates, exclusive)
+
+
+def running(
+    run_id: str,
+    estimates: Mapping[str, float],
+    used: Mapping[str, float] | None = None,
+    *,
+    exclusive: bool = False,
+) -> RunningLoad:
+    return RunningLoad(run_id, estimates, used or {}, exclusive)
+
+
+# -- order -------------------------------------------------------------------------------
+def test_higher_priority_starts_first_even_when_submitted_later() -> None:
+    queued = [job("early-low", priority=0, seq=1), job("late-high", priority=5, seq=9)]
+
+    decision = decide(queued, [], {"ram": 1_500.0}, {}, canvas_locked=False)
+
+    assert decision.start == ["late-high"]
+    assert decision.waiting["early-low"].startswith("ram: needs 1000 MB")
+
+
+def test_fifo_within_a_priority() -> None:
+    queued = [job("third", seq=30), job("first", seq=10), job("second", seq=20)]
+
+    decision = decide(queued, [], {"ram": 2_500.0}, {}, canvas_locked=False)
+
+    assert decision.start == ["first", "second"]
+    assert set(decision.waiting) == {"third"}
+
+
+def test_queue_order_is_priority_then_submission() -> None:
+    queued = [job("a", priority=0, seq=1), job("b", priority=1, seq=3), job("c", priority=1, seq=2),
+              job("d", priority=-1, seq=0)]
+
+    assert [j.run_id for j in queue_order(queued)] == ["c", "b", "a", "d"]
+
+
+def test_everything_that_fits_starts_in_one_decision() -> None:
+    queued = [job(f"r{i}", seq=i) for i in range(4)]
+
+    decision = decide(queued, [], PLENTY, {}, canvas_locked=False)
+
+    assert decision.start == ["r0", "r1", "r2", "r3"]
+    assert decision.waiting == {}
+
+
+# -- fit ---------------------------------------------------------------------------------
+def test_a_job_that_does_not_fit_is_skipped_not_blocking() -> None:
+    queued = [job("huge", seq=1, ram=50_000.0), job("small", seq=2, ram=500.0)]
+
+    decision = decide(queued, [], {"ram": 4_000.0}, {}, canvas_locked=False)
+
+    assert decision.start == ["small"]
+    assert decision.waiting == {"huge": "ram: needs 50000 MB, 4000 MB available"}
+
+
+def test_jobs_started_in_the_same_decision_reserve_their_estimate() -> None:
+    queued = [job("a", seq=1, ram=600.0), job("b", seq=2, ram=600.0)]
+
+    decision = decide(queued, [], {"ram": 1_000.0}, {}, canvas_locked=False)
+
+    assert decision.start == ["a"]
+    assert decision.waiting["b"] == "ram: needs 600 MB, 400 MB available"
+
+
+def test_running_job_reserves_the_part_of_its_estimate_not_yet_measured() -> None:
+    # The running job estimated 800 MB and uses 300 MB now (already subtracted from "free"),
+    # so 500 MB more are reserved for it.
+    busy = running("busy", {"ram": 800.0}, {"ram": 300.0})
+
+    fits = decide([job("q", ram=500.0)], [busy], {"ram": 1_000.0}, {}, canvas_locked=False)
+    too_big = decide([job("q", ram=501.0)], [busy], {"ram": 1_000.0}, {}, canvas_locked=False)
+
+    assert fits.start == ["q"]
+    assert too_big.start == []
+    assert too_big.waiting["q"] == "ram: needs 501 MB, 500 MB available"
+
+
+def test_a_running_job_using_more_than_its_estimate_reserves_nothing_more() -> None:
+    over = running("over", {"ram": 500.0}, {"ram": 900.0})
+
+    decision = decide([job("q", ram=1_000.0)], [over], {"ram": 1_000.0}, {}, canvas_locked=False)
+
+    assert decision.start == ["q"]
+
+
+def test_every_measured_resource_must_fit() -> None:
+    queued = [job("gpu-heavy", ram=100.0, vram=9_000.0),
+              job("gpu-light", seq=1, ram=100.0, vram=1_000.0)]
+
+    decision = decide(queued, [], {"ram": 10_000.0, "vram": 8_000.0}, {}, canvas_locked=False)
+
+    assert decision.start == ["gpu-light"]
+    assert decision.waiting["gpu-heavy"] == "vram: needs 9000 MB, 8000 MB available"
+
+
+def test_static_ledger_only_where_a_resource_cannot_be_measured() -> None:
+    # vram has no reading (None): the declared capacity minus the declared estimates of what
+    # runs (its measured use is ignored) decides; ram is measured as usual.
+    busy = running("busy", {"ram": 100.0, "vram": 6_000.0}, {"vram": 1.0})
+    queued = [job("a", seq=1, ram=100.0, vram=3_000.0), job("b", seq=2, ram=100.0, vram=4_001.0)]
+
+    decision = decide(queued, [busy], {"ram": 10_000.0, "vram": None}, {"vram": 10_000.0},
+                      canvas_locked=False)
+
+    assert decision.start == ["a"]
+    assert decision.waiting["b"] == "vram: needs 4001 MB, 1000 MB available"
+
+
+def test_unmeasurable_resource_without_declared_capacity_does_not_constrain() -> None:
+    decision = decide([job("a", vram=1e9)], [], {"ram": 10_000.0, "vram": None}, {},
+                      canvas_locked=False)
+
+    assert decision.start == ["a"]
+
+
+def test_a_measured_resource_ignores_the_static_ledger() -> None:
+    # With a reading, the declared capacity (a stale guess) is not consulted.
+    decision = decide([job("a", vram=5_000.0)], [], {"ram": 10_000.0, "vram": 6_000.0},
+                      {"vram": 1_000.0}, canvas_locked=False)
+
+    assert decision.start == ["a"]
+
+
+# -- canvas lock and exclusive GPU --------------------------------------------------------
+def test_nothing_starts_while_the_canvas_holds_the_guard() -> None:
+    queued = [job("a", seq=1), job("b", seq=2, priority=9)]
+
+    decision = decide(queued, [], PLENTY, {}, canvas_locked=True)
+
+    assert decision.start == []
+    assert set(decision.waiting) == {"a", "b"}
+    assert all("canvas" in reason for reason in decision.waiting.values())
+
+
+def test_exclusive_job_waits_while_anything_runs() -> None:
+    decision = decide([job("excl", exclusive=True)], [running("other", {"ram": 1.0})], PLENTY, {},
+                      canvas_locked=False)
+
+    assert decision.start == []
+    assert "exclusive" in decision.waiting["excl"]
+
+
+def test_nothing_starts_while_an_exclusive_job_runs() -> None:
+    decision = decide([job("small", ram=1.0)], [running("excl", {"ram": 1.0}, exclusive=True)],
+                      PLENTY, {}, canvas_locked=False)
+
+    assert decision.start == []
+    assert decision.waiting["small"] == "an exclusive-GPU job is running"
+
+
+def test_exclusive_job_starts_alone_when_nothing_runs() -> None:
+    queued = [job("excl", seq=1, exclusive=True), job("after", seq=2),
+              job("excl2", seq=3, exclusive=True)]
+
+    decision = decide(queued, [], PLENTY, {}, canvas_locked=False)
+
+    assert decision.start == ["excl"]
+    assert decision.waiting["after"] == "an exclusive-GPU job is running"
+    assert decision.waiting["excl2"] == "an exclusive-GPU job is running"
+
+
+def test_exclusive_job_queued_behind_others_is_admitted_only_after_them() -> None:
+    # A normal job ahead in order starts; the exclusive one then waits for it.
+    queued = [job("normal", seq=1), job("excl", seq=2, exclusive=True)]
+
+    decision = decide(queued, [], PLENTY, {}, canvas_locked=False)
+
+    assert decision.start == ["normal"]
+    assert "exclusive" in decision.waiting["excl"]

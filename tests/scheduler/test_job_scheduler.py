@@ -1,0 +1,320 @@
+"""JobScheduler driven directly, tick by tick, on a real run folder tree.
+
+Submit, cancel, resume and recover need no process. Admission that starts a run spawns a real
+eval subprocess, which the test cancels at once. VRAM comes from ``FakeVramSampler`` (via
+``AGENTCANVAS_FAKE_VRAM_MB``, as on a machine without a GPU): memory registered for a pid is
+freed when that process dies, as on a device.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from agentcanvas.errors import StateError
+from agentcanvas.eval.config import EvalConfig
+from agentcanvas.eval.store import atomic_write_json, read_json
+from agentcanvas.nodes.registry import WorkspaceComponentRegistry
+from agentcanvas.scheduler.calibration import CalibrationStore
+from agentcanvas.scheduler.job_scheduler import JobScheduler, SchedulerHooks
+from agentcanvas.scheduler.resources import (
+    FAKE_VRAM_ENV,
+    FakeVramSampler,
+    NvmlVramSampler,
+    RamSampler,
+    ResourceSampler,
+    default_samplers,
+)
+
+T = TypeVar("T")
+DEADLINE_S = 60.0
+POLL_S = 0.05
+
+
+def poll_until(check: Callable[[], T | None], what: str, deadline_s: float = DEADLINE_S) -> T:
+    deadline = time.monotonic() + deadline_s
+    while True:
+        value = check()
+        if value is not None and value is not False:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up after {deadline_s:g} s waiting for {what}")
+        time.sleep(POLL_S)
+
+
+@pytest.fixture(scope="module")
+def graph_json() -> dict[str, Any]:
+    registry = WorkspaceComponentRegistry()
+    registry.scan_all()
+    return registry.load_graph("babyai_oracle").model_dump(mode="json")
+
+
+@pytest.fixture
+def make_spec(graph_json: dict[str, Any]) -> Callable[..., dict[str, Any]]:
+    def make(worker_count: int = 1, shared: tuple[str, ...] = (), **scheduling: Any
+             ) -> dict[str, Any]:
+        config = EvalConfig(graph_name="babyai_oracle", episode_count=1,
+                            worker_count=worker_count)
+        return {
+            "version": 1, "config": config.model_dump(mode="json"),
+            "scheduling": {"marginal_vram_mb": 0.0, "exclusive_gpu": False, "priority": 0,
+                           **scheduling},
+            "graph": graph_json, "shared_nodesets": list(shared), "active_workspace_dir": None,
+        }
+
+    return make
+
+
+class Released:
+    """The scheduler's release_shared hook, recorded."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+
+    def __call__(self, names: list[str]) -> None:
+        self.calls.append(list(names))
+
+
+@pytest.fixture
+def released() -> Released:
+    return Released()
+
+
+@pytest.fixture
+def new_scheduler(
+    tmp_path: Path, released: Released
+) -> Iterator[Callable[..., JobScheduler]]:
+    made: list[JobScheduler] = []
+
+    def make(samplers: list[ResourceSampler] | None = None,
+             capacity_mb: dict[str, float] | None = None,
+             canvas_locked: Callable[[], bool] = lambda: False) -> JobScheduler:
+        scheduler = JobScheduler(
+            tmp_path / "outputs" / "eval_runs", "http://127.0.0.1:9", samplers or [RamSampler()],
+            CalibrationStore(tmp_path / "outputs" / "calibration.json"),
+            hooks=SchedulerHooks(canvas_locked=canvas_locked, release_shared=released),
+            capacity_mb=capacity_mb or {}, cwd=tmp_path,
+        )
+        made.append(scheduler)
+        return scheduler
+
+    try:
+        yield make
+    finally:
+        for scheduler in made:
+            scheduler.shutdown()  # stops any eval subprocess a test left running
+
+
+def status_of(scheduler: JobScheduler, run_id: str) -> str:
+    return str(read_json(scheduler.run_dir(run_id).summary_path)["status"])
+
+
+def cancel_and_reap(scheduler: JobScheduler, run_id: str) -> None:
+    assert scheduler.cancel(run_id) == "cancelling"
+
+    def reaped() -> bool:
+        scheduler.tick()
+        return run_id not in scheduler.running
+
+    poll_until(reaped, f"{run_id} to be reaped")
+    assert status_of(scheduler, run_id) == "cancelled"
+    assert scheduler.run_dir(run_id).is_done()
+
+
+# -- submit, cancel, resume, recover (no process) --------------------------------------------
+def test_submit_writes_the_run_folder_and_never_spawns(
+    new_scheduler: Callable[..., JobScheduler], make_spec: Callable[..., dict[str, Any]]
+) -> None:
+    scheduler = new_scheduler()
+    urls = {"policy_mlp": "http://127.0.0.1:1234"}
+
+    run_id = scheduler.submit(make_spec(shared=("policy_mlp",), priority=3), urls)
+
+    folder = scheduler.run_dir(run_id)
+    spec = read_json(folder.spec_path)
+    assert spec["run_id"] == run_id and spec["scheduling"]["priority"] == 3
+    assert isinstance(spec["scheduling"]["submitted_at"], float)
+    assert read_json(folder.shared_urls_path) == urls
+    summary = read_json(folder.summary_path)
+    assert summary["status"] == "queued" and summary["graph_name"] == "babyai_oracle"
+    assert scheduler.running == {}
+    assert not folder.stdout_path.exists() and not folder.is_done()
+    assert [j["run_id"] for j in scheduler.list_active()["queued"]] == [run_id]
+
+
+def test_run_ids_take_a_collision_suffix(
+    new_scheduler: Callable[..., JobScheduler], make_spec: Callable[..., dict[str, Any]]
+) -> None:
+    scheduler = new_scheduler()
+    now = datetime.now()
+    for offset_s in range(-1, 10):  # claim the plain ids of the seconds around this test
+        stamp = (now + timedelta(seconds=offset_s)).strftime("%Y%m%d_%H%M%S")
+        (scheduler.runs_dir / stamp).mkdir(parents=True, exist_ok=True)
+
+    first = scheduler.submit(make_spec(), {})
+    second = scheduler.submit(make_spec(), {})
+
+    assert first != second
+    for run_id in (first, second):
+        stamp, _, suffix = run_id.rpartition("_")
+        assert suffix.isdigit() and int(suffix) >= 1 and len(stamp) == 15, run_id
+
+
+def test_cancel_of_a_queued_run_is_final_at_once(
+    new_scheduler: Callable[..., JobScheduler], make_spec: Callable[..., dict[str, Any]],
+    released: Released,
+) -> None:
+    scheduler = new_scheduler(canvas_locked=lambda: True)  # nothing is admitted
+    run_id = scheduler.submit(make_spec(shared=("policy_mlp",)), {"policy_mlp": "http://x"})
+    scheduler.tick()
+
+    assert scheduler.cancel(run_id) == "cancelled"
+
+    assert status_of(scheduler, run_id) == "cancelled"
+    assert scheduler.run_dir(run_id).is_done()
+    assert scheduler.queue == [] and released.calls == [["policy_mlp"]]
+    with pytest.raises(StateError, match="neither queued nor running"):
+        scheduler.cancel(run_id)
+
+
+def test_canvas_lock_refuses_admission(
+    new_scheduler: Callable[..., JobScheduler], make_spec: Callable[..., dict[str, Any]]
+) -> None:
+    scheduler = new_scheduler(canvas_locked=lambda: True)
+    run_id = scheduler.submit(make_spec(), {})
+
+    scheduler.tick()
+
+    assert scheduler.running == {}
+    assert "canvas" in scheduler.waiting_reasons[run_id]
+    assert scheduler.list_active()["queued"][0]["waiting_reason"] == \
+        scheduler.waiting_reasons[run_id]
+
+
+def test_queue_view_is_in_admission_order(
+    new_scheduler: Callable[..., JobScheduler], make_spec: Callable[..., dict[str, Any]]
+) -> None:
+    scheduler = new_scheduler(canvas_locked=lambda: True)
+    low = scheduler.submit(make_spec(priority=-1), {})
+    first = scheduler.submit(make_spec(), {})
+    high = scheduler.submit(make_spec(priority=5), {})
+    second = scheduler.submit(make_spec(), {})
+
+    order = [j["run_id"] for j in scheduler.list_active()["queued"]]
+
+    assert order == [high, first, second, low]
+
+
+def test_recover_requeues_queued_runs_and_aborts_interrupted_ones(
+    new_scheduler: Callable[..., JobScheduler], make_spec: Callable[..., dict[str, Any]]
+) -> None:
+    before = new_scheduler(canvas_locked=lambda: True)
+    queued = before.submit(make_spec(priority=2), {})
+    interrupted = before.submit(make_spec(), {})
+    finished = before.submit(make_spec(), {})
+    for run_id, status in ((interrupted, "running"), (finished, "completed")):
+        folder = before.run_dir(run_id)
+        atomic_write_json(folder.summary_path, {**read_json(folder.summary_path),
+                                                "status": status})
+    before.run_dir(finished).touch_done()
+
+    after = new_scheduler(canvas_locked=lambda: True)  # a restarted backend
+    requeued = after.recover()
+
+    assert requeued == [queued]
+    assert [(j.run_id, j.priority) for j in after.queue] == [(queued, 2)]
+    aborted = read_json(after.run_dir(interrupted).summary_path)
+    assert aborted["status"] == "aborted" and "restarted" in aborted["error"]
+    assert status_of(after, finished) == "completed"
+
+
+def test_resume_requeues_only_unfinished_runs(
+    new_scheduler: Callable[..., JobScheduler], make_spec: Callable[..., dict[str, Any]]
+) -> None:
+    scheduler = new_scheduler(canvas_locked=lambda: True)
+    cancelled = scheduler.submit(make_spec(), {})
+    completed = scheduler.submit(make_spec(), {})
+    for run_id, status in ((cancelled, "cancelled"), (completed, "completed")):
+        scheduler.cancel(run_id)  # leaves the queue; then say how it ended
+        folder = scheduler.run_dir(run_id)
+        atomic_write_json(folder.summary_path, {**read_json(folder.summary_path),
+                                                "status": status})
+
+    with pytest.raises(StateError, match="completed"):
+        scheduler.resume(completed, {}, [])
+    scheduler.resume(cancelled, {"policy_mlp": "http://y"}, ["policy_mlp"])
+
+    folder = scheduler.run_dir(cancelled)
+    spec = read_json(folder.spec_path)
+    assert spec["resume"] is True and spec["shared_nodesets"] == ["policy_mlp"]
+    assert read_json(folder.shared_urls_path) == {"policy_mlp": "http://y"}
+    assert not folder.is_done() and status_of(scheduler, cancelled) == "queued"
+    with pytest.raises(StateError, match="already queued"):
+        scheduler.resume(cancelled, {}, [])
+
+
+# -- admission that spawns ------------------------------------------------------------------
+def test_vram_admission_with_a_fake_gpu(
+    new_scheduler: Callable[..., JobScheduler], make_spec: Callable[..., dict[str, Any]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(FAKE_VRAM_ENV, "1000")
+    samplers = default_samplers()
+    gpu = next(s for s in samplers if isinstance(s, FakeVramSampler))
+    scheduler = new_scheduler(samplers=samplers)
+    first = scheduler.submit(make_spec(marginal_vram_mb=600.0), {})
+    second = scheduler.submit(make_spec(marginal_vram_mb=600.0), {})
+
+    scheduler.tick()
+
+    assert list(scheduler.running) == [first]  # declared 600 MB reserved for it
+    assert scheduler.waiting_reasons == {second: "vram: needs 600 MB, 400 MB available"}
+    assert status_of(scheduler, first) == "running"
+    # The child now holds its memory on the device: measured, no longer merely reserved.
+    gpu.set_usage(scheduler.running[first].child.pid, 600.0)
+    scheduler.tick()
+    assert scheduler.waiting_reasons == {second: "vram: needs 600 MB, 400 MB available"}
+
+    cancel_and_reap(scheduler, first)  # its process dies, and the device frees its memory
+    scheduler.tick()
+
+    assert list(scheduler.running) == [second]
+    cancel_and_reap(scheduler, second)
+
+
+def test_static_ledger_where_a_resource_cannot_be_measured(
+    new_scheduler: Callable[..., JobScheduler], make_spec: Callable[..., dict[str, Any]]
+) -> None:
+    unmeasurable = NvmlVramSampler(device_index=10_000)  # no such GPU anywhere
+    assert unmeasurable.sample() is None
+    scheduler = new_scheduler(samplers=[RamSampler(), unmeasurable],
+                              capacity_mb={"vram": 1_000.0})
+    fits = scheduler.submit(make_spec(marginal_vram_mb=700.0), {})
+    too_big = scheduler.submit(make_spec(marginal_vram_mb=400.0), {})
+
+    scheduler.tick()
+
+    assert list(scheduler.running) == [fits]
+    assert scheduler.waiting_reasons == {too_big: "vram: needs 400 MB, 300 MB available"}
+    cancel_and_reap(scheduler, fits)
+
+
+def test_calibrated_estimate_replaces_the_declared_one(
+    new_scheduler: Callable[..., JobScheduler], make_spec: Callable[..., dict[str, Any]],
+    tmp_path: Path,
+) -> None:
+    CalibrationStore(tmp_path / "outputs" / "calibration.json").record(
+        "babyai_oracle", 2, {"ram": 10.0, "vram": 5_000.0})
+    scheduler = new_scheduler(samplers=[RamSampler(), FakeVramSampler(4_000.0)])
+    calibrated = scheduler.submit(make_spec(worker_count=2, marginal_vram_mb=1.0), {})
+
+    scheduler.tick()
+
+    assert scheduler.running == {}
+    # 5000 MB × the safety margin, not the 1 MB the submitter declared.
+    assert scheduler.waiting_reasons[calibrated] == "vram: needs 6000 MB, 4000 MB available"
