@@ -1,41 +1,57 @@
 """Per-call overhead of a proxied node next to Gymnasium ``AsyncVectorEnv``'s per-step overhead.
 
-    .venv/bin/python bench/rpc.py [--quick] [--calls N]
+    .venv/bin/python bench/rpc.py [--quick] [--calls N] [--cpus any|same|split]
 
 Measured in one run, on this machine, one call at a time (latency, not throughput):
 
-- ``in-process``: ``LocalNodeSet.call`` of the bench node (the reference floor);
+- ``in-process``: ``LocalNodeSet.call`` of the bench node (the floor);
 - ``proxied``: the same node served by ``auto_host`` and called through ``RemoteNodeSet``
-  (HTTP on loopback, binary wire format, keep-alive connection);
+  (HTTP/1.1 on loopback, binary wire format, keep-alive connection);
 - ``AsyncVectorEnv``: ``envs.step`` of a trivial ``gymnasium.Env`` in a subprocess
   (``num_envs=1``), pickling over a pipe (``shared_memory=False``) or writing the
   observation to shared memory (``shared_memory=True``).
 
-Two payloads: a no-op (no outputs; for the vector env, a scalar observation) and a 64×64×3
-uint8 observation. The bench node set is written to a temporary workspace that the server
-finds through ``AGENTCANVAS_HOME``. The goal (issue 3): proxied within 3× of AsyncVectorEnv.
+Two payloads: ``no-op`` (a node with no outputs; for the vector env, a scalar observation)
+and ``obs`` (a 64×64×3 uint8 observation, as a step returns it). The bench node set is
+written to a temporary workspace that the server finds through ``AGENTCANVAS_HOME``.
+
+A second table splits a proxied no-op call into layers, to show where the time goes: the
+wire format alone, the server answering a pre-encoded request on a raw socket (uvicorn's HTTP
+parser + ASGI + the node), our HTTP client with a pre-encoded body, the full call, and the
+same call through ``httpx.AsyncClient`` (a general-purpose client, for comparison).
+
+``--cpus same`` puts caller and callees on one CPU (the figures are then CPU cost alone);
+``--cpus split`` puts them on two (every call then pays cross-CPU wake-ups, as parallel
+workers on their own cores do). Rows are measured in interleaved rounds, so a change of load
+during the run hits them alike. Goal (issue 3): proxied within 3x of AsyncVectorEnv per step.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import importlib.util
+import os
+import socket
 import statistics
 import sys
 import tempfile
 import textwrap
 import time
 import warnings
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
+import httpx
 import numpy as np
 
-from agentcanvas.nodes.base import CallContext, LocalNodeSet
+from agentcanvas.nodes.base import CallContext
 from agentcanvas.nodes.registry import WorkspaceComponentRegistry
+from agentcanvas.server import wire
 from agentcanvas.server.launcher import LocalProcessLauncher
 from agentcanvas.server.proxy import RemoteNodeSet, fetch_manifest
 
@@ -65,6 +81,10 @@ NODESET_SOURCE = textwrap.dedent(
         return {{"obs": state.obs, "reward": 0.0, "done": False}}
     '''
 )
+PATHS = ("in-process", "proxied", "AsyncVectorEnv shm=False", "AsyncVectorEnv shm=True")
+LAYER_PREFIXES = ("wire", "server", "+", "the same")
+N_ROUNDS = 10
+CTX = CallContext("bench", 0)
 
 
 class ObsEnv(gym.Env[np.ndarray, int]):
@@ -85,123 +105,213 @@ class ObsEnv(gym.Env[np.ndarray, int]):
         return self.obs, 0.0, False, False, {}
 
 
-@dataclass
+@dataclass(frozen=True)
 class Stats:
-    label: str
     median_us: float
     p99_us: float
 
     @classmethod
-    def of(cls, label: str, samples_ns: list[int]) -> Stats:
+    def of(cls, samples_ns: list[int]) -> Stats:
         ordered = sorted(samples_ns)
         p99 = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
-        return cls(label, statistics.median(ordered) / 1e3, p99 / 1e3)
+        return cls(statistics.median(ordered) / 1e3, p99 / 1e3)
 
 
-def time_sync(fn: Callable[[], object], n_calls: int, n_warmup: int) -> list[int]:
-    for _ in range(n_warmup):
-        fn()
-    samples = []
-    for _ in range(n_calls):
-        start = time.perf_counter_ns()
-        fn()
-        samples.append(time.perf_counter_ns() - start)
-    return samples
+@dataclass
+class Row:
+    """One thing to time: ``fn()`` is a call, or returns an awaitable when ``is_async``."""
+
+    fn: Callable[[], Any]
+    is_async: bool
+    samples_ns: list[int] = field(default_factory=list)
+
+    async def run(self, n_calls: int, keep: bool = True) -> None:
+        for _ in range(n_calls):
+            start = time.perf_counter_ns()
+            if self.is_async:
+                await self.fn()
+            else:
+                self.fn()
+            if keep:
+                self.samples_ns.append(time.perf_counter_ns() - start)
 
 
-async def time_async(
-    fn: Callable[[], Awaitable[object]], n_calls: int, n_warmup: int
-) -> list[int]:
-    for _ in range(n_warmup):
-        await fn()
-    samples = []
-    for _ in range(n_calls):
-        start = time.perf_counter_ns()
-        await fn()
-        samples.append(time.perf_counter_ns() - start)
-    return samples
+async def measure(rows: dict[str, Row], n_calls: int) -> dict[str, Stats]:
+    """Interleaved rounds: each row runs a slice of its calls per round, so a change in the
+    machine's load during the run hits every row alike (the ratios are what matter)."""
+    for row in rows.values():
+        await row.run(max(20, n_calls // 10), keep=False)  # warm-up
+    for _ in range(N_ROUNDS):
+        for row in rows.values():
+            await row.run(max(1, n_calls // N_ROUNDS))
+    return {label: Stats.of(row.samples_ns) for label, row in rows.items()}
 
 
-def bench_vector_env(
-    shape: tuple[int, ...], shared_memory: bool, n_calls: int, n_warmup: int
-) -> list[int]:
-    envs = gym.vector.AsyncVectorEnv(
-        [lambda: ObsEnv(shape)], shared_memory=shared_memory, context="fork"
-    )
+@dataclass(frozen=True)
+class Placement:
+    """Which CPUs the caller and the callees (server, vector-env workers) may run on.
+
+    ``any``: the scheduler decides. ``same``: everything on one CPU, so the figures are CPU
+    cost without cross-CPU wake-ups. ``split``: caller on one CPU, callees on another, so every
+    call pays a cross-CPU wake-up (expensive in a VM) on both sides.
+    """
+
+    caller: set[int] | None
+    callee: set[int] | None
+
+    @classmethod
+    def named(cls, name: str) -> Placement:
+        cpus = sorted(os.sched_getaffinity(0))
+        if name == "same":
+            return cls({cpus[0]}, {cpus[0]})
+        if name == "split":
+            if len(cpus) < 2:
+                raise SystemExit("--cpus split needs two CPUs")
+            return cls({cpus[0]}, {cpus[1]})
+        return cls(None, None)
+
+    def pin_caller(self) -> None:
+        if self.caller is not None:
+            os.sched_setaffinity(0, self.caller)
+
+    def pin_callee(self, pid: int | None) -> None:
+        if self.callee is not None and pid is not None:
+            os.sched_setaffinity(pid, self.callee)
+
+
+@contextlib.contextmanager
+def vector_envs(placement: Placement) -> Iterator[dict[str, Any]]:
+    """The four AsyncVectorEnvs, forked before any event loop or server exists."""
+    envs = {
+        f"AsyncVectorEnv shm={shm} {payload}": gym.vector.AsyncVectorEnv(
+            [lambda shape=shape: ObsEnv(shape)], shared_memory=shm, context="fork")
+        for shm in (False, True) for payload, shape in (("no-op", ()), ("obs", OBS_SHAPE))
+    }
     try:
-        envs.reset(seed=0)
-        actions = np.zeros(1, dtype=np.int64)
-        return time_sync(lambda: envs.step(actions), n_calls, n_warmup)
+        for env in envs.values():
+            for process in env.processes:
+                placement.pin_callee(process.pid)
+            env.reset(seed=0)
+        yield envs
     finally:
-        envs.close()
+        for env in envs.values():
+            env.close()
 
 
-async def bench_nodes(workspace: Path, n_calls: int, n_warmup: int) -> dict[str, Stats]:
+async def bench(
+    workspace: Path, envs: dict[str, Any], n_calls: int, placement: Placement
+) -> dict[str, Stats]:
     registry = WorkspaceComponentRegistry(workspace=workspace)
     registry.scan_all()
     local = registry.local_instance(NODESET_NAME)
-    ctx = CallContext("bench", 0)
     launcher = LocalProcessLauncher(env={"AGENTCANVAS_HOME": str(workspace)})
     server = await launcher.launch(NODESET_NAME, 0)
+    placement.pin_callee(server.pid)
     remote = RemoteNodeSet(NODESET_NAME, server.url, await fetch_manifest(server.url))
     try:
-        check = await remote.call("step", {}, {"action": 0}, ctx)
-        expected = (await local.call("step", {}, {"action": 0}, ctx))["obs"]
-        assert np.array_equal(check["obs"], expected), "the observation did not round-trip"
-        results = {}
+        got = (await remote.call("step", {}, {"action": 0}, CTX))["obs"]
+        expected = (await local.call("step", {}, {"action": 0}, CTX))["obs"]
+        assert got.tobytes() == expected.tobytes(), "the observation did not round-trip"
+        actions = np.zeros(1, dtype=np.int64)
+        rows = {label: Row(lambda e=env: e.step(actions), False) for label, env in envs.items()}
         for label, handle in (("in-process", local), ("proxied", remote)):
-            results[f"{label} no-op"] = Stats.of(f"{label} no-op", await time_async(
-                lambda h=handle: h.call("noop", {}, {}, ctx), n_calls, n_warmup))
-            results[f"{label} obs"] = Stats.of(f"{label} obs", await time_async(
-                lambda h=handle: h.call("step", {}, {"action": 0}, ctx), n_calls, n_warmup))
-        return results
+            rows[f"{label} no-op"] = Row(lambda h=handle: h.call("noop", {}, {}, CTX), True)
+            rows[f"{label} obs"] = Row(
+                lambda h=handle: h.call("step", {}, {"action": 0}, CTX), True)
+        async with layer_rows(server.url, remote) as layers:
+            return await measure(rows | layers, n_calls)
     finally:
         await remote.close()
         await server.stop()
         await local.close()
 
 
-def run(n_calls: int, n_warmup: int) -> dict[str, Stats]:
-    with tempfile.TemporaryDirectory(prefix="agentcanvas-bench-") as tmp:
+@contextlib.asynccontextmanager
+async def layer_rows(url: str, remote: RemoteNodeSet) -> AsyncIterator[dict[str, Row]]:
+    """A proxied no-op call, layer by layer (see the module docstring)."""
+    call, noop = {"config": {}, "inputs": {}, "ctx": CTX.__dict__}, {"outputs": {}}
+    request, answer_bytes = wire.encode(call), len(wire.encode(noop))
+    obs = {"outputs": {"obs": np.zeros(OBS_SHAPE, np.uint8)}}
+    host, port = url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    raw = (f"POST /call/noop HTTP/1.1\r\nHost: {host}:{port}\r\n"
+           f"Content-Type: {wire.WIRE_CONTENT_TYPE}\r\nContent-Length: {len(request)}\r\n\r\n"
+           ).encode() + request
+
+    async def raw_call() -> bytes:
+        writer.write(raw)
+        await reader.readuntil(b"\r\n\r\n")
+        return await reader.readexactly(answer_bytes)
+
+    client = remote._client  # the layer under RemoteNodeSet.call, on purpose
+    wire_type = wire.WIRE_CONTENT_TYPE.encode()
+    try:
+        async with httpx.AsyncClient() as http:
+            yield {
+                "wire: encode + decode, request and answer": Row(
+                    lambda: [wire.decode(wire.encode(x)) for x in (call, noop)], False),
+                "wire: the same for the 64x64x3 answer": Row(
+                    lambda: wire.decode(wire.encode(obs)), False),
+                "server: pre-encoded request on a raw socket": Row(raw_call, True),
+                "+ our HTTP client (pre-encoded body)": Row(
+                    lambda: client.request(b"POST", "/call/noop", request, wire_type), True),
+                "+ wire = RemoteNodeSet.call": Row(lambda: remote.call("noop", {}, {}, CTX), True),
+                "the same through httpx.AsyncClient": Row(
+                    lambda: http.post(f"{url}/call/noop", content=request,
+                                      headers={"content-type": wire.WIRE_CONTENT_TYPE}), True),
+            }
+    finally:
+        writer.close()
+
+
+def run(n_calls: int, placement: Placement) -> dict[str, Stats]:
+    placement.pin_caller()
+    with tempfile.TemporaryDirectory(prefix="agentcanvas-bench-") as tmp, \
+            vector_envs(placement) as envs:
         package = Path(tmp) / "graph_nodes" / NODESET_NAME
         package.mkdir(parents=True)
         (package / "__init__.py").write_text(NODESET_SOURCE)
-        results = asyncio.run(bench_nodes(Path(tmp), n_calls, n_warmup))
-    for shm in (False, True):
-        for label, shape in (("no-op", ()), ("obs", OBS_SHAPE)):
-            key = f"AsyncVectorEnv shm={shm} {label}"
-            results[key] = Stats.of(key, bench_vector_env(shape, shm, n_calls, n_warmup))
-    return results
+        return asyncio.run(bench(Path(tmp), envs, n_calls, placement))
 
 
-def print_table(results: dict[str, Stats]) -> None:
-    print(f"{'payload':<8} {'path':<30} {'median µs':>10} {'p99 µs':>10}")
+def print_tables(table: dict[str, Stats]) -> None:
+    print(f"{'payload':<8} {'path':<26} {'median µs':>10} {'p99 µs':>10}")
     for payload in ("no-op", "obs"):
-        for path in ("in-process", "proxied", "AsyncVectorEnv shm=False",
-                     "AsyncVectorEnv shm=True"):
-            s = results[f"{path} {payload}"]
-            print(f"{payload:<8} {path:<30} {s.median_us:>10.1f} {s.p99_us:>10.1f}")
-    print()
-    print("ratio proxied / AsyncVectorEnv (median; goal <= 3.0)")
+        for path in PATHS:
+            s = table[f"{path} {payload}"]
+            print(f"{payload:<8} {path:<26} {s.median_us:>10.1f} {s.p99_us:>10.1f}")
+    print("\nproxied / AsyncVectorEnv (goal <= 3.0)")
     for payload in ("no-op", "obs"):
-        proxied = results[f"proxied {payload}"]
+        proxied = table[f"proxied {payload}"]
         for shm in (False, True):
-            ave = results[f"AsyncVectorEnv shm={shm} {payload}"]
-            print(f"  {payload:<6} vs shm={shm!s:<5}  median {proxied.median_us / ave.median_us:5.2f}x"
-                  f"   p99 {proxied.p99_us / ave.p99_us:5.2f}x")
+            ave = table[f"AsyncVectorEnv shm={shm} {payload}"]
+            ratio, ratio_p99 = proxied.median_us / ave.median_us, proxied.p99_us / ave.p99_us
+            print(f"  {payload:<6} vs shm={shm!s:<5}  median {ratio:5.2f}x   p99 {ratio_p99:5.2f}x")
+    print(f"\nwhere a proxied no-op call goes (server HTTP: {http_implementation()})")
+    print(f"  {'layer':<44} {'median µs':>10} {'p99 µs':>10}")
+    for label, s in table.items():
+        if label.startswith(LAYER_PREFIXES):
+            print(f"  {label:<44} {s.median_us:>10.1f} {s.p99_us:>10.1f}")
+
+
+def http_implementation() -> str:
+    """What uvicorn's ``http="auto"`` picks in this environment (the server's, too)."""
+    return "httptools" if importlib.util.find_spec("httptools") else "h11 (pure Python)"
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="few calls, for a smoke run")
     parser.add_argument("--calls", type=int, default=None, help="timed calls per row")
+    parser.add_argument("--cpus", choices=["any", "same", "split"], default="any",
+                        help="CPU placement of caller and callees (see Placement)")
     args = parser.parse_args(argv)
     n_calls = args.calls or (300 if args.quick else 5000)
-    n_warmup = max(20, n_calls // 10)
     warnings.simplefilter("ignore")
-    print(f"bench/rpc.py: {n_calls} timed calls per row after {n_warmup} warm-up calls; "
-          f"python {sys.version.split()[0]}")
-    print_table(run(n_calls, n_warmup))
+    print(f"bench/rpc.py: {n_calls} timed calls per row in {N_ROUNDS} interleaved rounds, "
+          f"--cpus {args.cpus}; python {sys.version.split()[0]}, {os.cpu_count()} CPUs\n")
+    print_tables(run(n_calls, Placement.named(args.cpus)))
     return 0
 
 

@@ -201,5 +201,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+if __name__ == "__main__":  # run as `python -m agentcanvas.cli`: use the imported module's
+    from agentcanvas.cli import main as _main  # registry of commands, not this copy's
+
+    raise SystemExit(_main())

@@ -1,10 +1,15 @@
 """auto_host: serve one node set over HTTP on 127.0.0.1 with an ephemeral port.
 
-    python -m agentcanvas.server.auto_host --nodeset NAME [--tag K]
+    python -m agentcanvas.server.auto_host --nodeset NAME [--tag K] [--record-dir DIR]
 
 The port reaches the parent through the ready pipe (no race: the socket is bound and
 listening before the line is written). Endpoints: ``/health``, ``/manifest``,
-``/call/{node}`` (wire-encoded), ``/panel/*``, ``/evict``, ``/attach`` + ``/detach``.
+``/call/{node}`` (wire-encoded; served by a plain ASGI front, `FastCallApp`, as it is the hot
+path), ``/panel/*``, ``/evict``, ``/attach`` + ``/detach``, ``/stats``, ``/determinism``.
+
+SIGTERM and SIGINT stop the server gracefully, then the node set is closed. With
+``--record-dir`` (``agentcanvas serve-nodeset``) the server records itself in
+``DIR/<nodeset>[_<tag>].json`` while it runs.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from starlette.types import Receive, Scope, Send
 
-from agentcanvas.errors import AgentCanvasError, UserInputError
+from agentcanvas.errors import AgentCanvasError, UserInputError, WireError
 from agentcanvas.eval.store import atomic_write_json, read_json
 from agentcanvas.nodes.base import CallContext, LocalNodeSet
 from agentcanvas.nodes.registry import WorkspaceComponentRegistry
@@ -119,11 +124,15 @@ async def call_node(
     The node's failure is returned as data (the server lives on); a payload that is not a
     call raises UserInputError (HTTP 400).
     """
-    payload = wire.decode(body)
     try:
-        assert isinstance(payload, dict)
+        payload = wire.decode(body)
+    except WireError as exc:
+        raise UserInputError(f"/call/{node_name}: {exc}") from exc
+    try:
+        if not isinstance(payload, dict):
+            raise TypeError(f"a {type(payload).__name__}, not a dict")
         config, inputs, ctx = payload["config"], payload["inputs"], CallContext(**payload["ctx"])
-    except (AssertionError, KeyError, TypeError) as exc:
+    except (KeyError, TypeError) as exc:
         raise UserInputError(f"/call/{node_name}: not a call payload ({exc!r})") from exc
     try:
         outputs = await _call(instance, batcher, node_name, config, inputs, ctx)
@@ -235,11 +244,7 @@ async def serve(nodeset: str, tag: int | None, record_dir: Path | None = None) -
     serving = asyncio.ensure_future(server.serve(sockets=[sock]))
     record: Path | None = None
     try:
-        while not server.started:
-            if serving.done():
-                serving.result()
-                raise AgentCanvasError("uvicorn stopped before starting")
-            await asyncio.sleep(0.005)
+        await _until_started(server, serving)
         if record_dir is not None:
             record = write_record(record_dir, nodeset, tag, url)
         if os.environ.get(procs.READY_FD_ENV):
@@ -249,9 +254,20 @@ async def serve(nodeset: str, tag: int | None, record_dir: Path | None = None) -
             print(f"serving {nodeset} on {url}", flush=True)
         await serving
     finally:
+        server.should_exit = True  # when we got here by an error, uvicorn still runs
+        with contextlib.suppress(Exception):
+            await serving
         if record is not None:
             remove_record(record)
         await instance.close()
+
+
+async def _until_started(server: uvicorn.Server, serving: asyncio.Future[None]) -> None:
+    while not server.started:
+        if serving.done():
+            serving.result()
+            raise AgentCanvasError("uvicorn stopped before starting")
+        await asyncio.sleep(0.005)
 
 
 def record_path(record_dir: Path, nodeset: str, tag: int | None) -> Path:

@@ -1,0 +1,162 @@
+"""auto_host + RemoteNodeSet over real loopback HTTP: the wire, errors, the connection pool.
+
+One ``core`` server (an auto_host child of this process) serves the module; ``core.select``
+echoes its input ``a``, so whatever goes in must come back bit for bit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+import pytest_asyncio
+
+from agentcanvas.errors import ServerDiedError, ServerError
+from agentcanvas.nodes.base import CallContext
+from agentcanvas.nodesets.core import NODESET as CORE_NODESET
+from agentcanvas.server import wire
+from agentcanvas.server.launcher import LaunchedServer, LocalProcessLauncher
+from agentcanvas.server.proxy import RemoteNodeSet, fetch_manifest
+
+pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(60)]
+
+CTX = CallContext("echo", 0)
+SHORT_TIMEOUT_S = 0.5
+DEADLINE_S = 10.0
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def core_server() -> AsyncIterator[LaunchedServer]:
+    server = await LocalProcessLauncher().launch("core", None)
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def core(core_server: LaunchedServer) -> AsyncIterator[RemoteNodeSet]:
+    remote = RemoteNodeSet("core", core_server.url, await fetch_manifest(core_server.url))
+    try:
+        yield remote
+    finally:
+        await remote.close()
+
+
+async def echo(remote: RemoteNodeSet, value: Any) -> Any:
+    outputs = await remote.call("select", {}, {"cond": True, "a": value, "b": None}, CTX)
+    return outputs["out"]
+
+
+async def test_observation_round_trip_through_a_server_is_bit_exact(core: RemoteNodeSet) -> None:
+    obs = np.random.default_rng(7).integers(0, 256, (64, 64, 3), dtype=np.uint8)
+    back = await echo(core, obs)
+    assert isinstance(back, np.ndarray)
+    assert back.dtype == np.uint8 and back.shape == (64, 64, 3)
+    assert back.tobytes() == obs.tobytes()
+    assert back.flags.writeable and back.flags.c_contiguous
+
+
+async def test_floats_round_trip_bit_exactly(core: RemoteNodeSet) -> None:
+    values = np.array([0.1, -0.0, np.nan, np.inf, -np.inf, 1e-45, 3.4e38], dtype=np.float32)
+    nested = {"emb": values, "score": 0.1 + 0.2, "ids": [np.int64(2**62), 3], "nan": float("nan")}
+    back = await echo(core, nested)
+    assert back["emb"].dtype == np.float32
+    assert back["emb"].view(np.uint32).tolist() == values.view(np.uint32).tolist()
+    assert back["score"] == 0.1 + 0.2
+    assert back["ids"] == [2**62, 3] and isinstance(back["ids"][0], np.int64)
+    assert np.isnan(back["nan"])
+
+
+async def test_a_node_failure_is_data_and_the_server_lives_on(core: RemoteNodeSet) -> None:
+    outputs = await core.call("no_such_node", {}, {}, CTX)
+    assert "no_such_node" in outputs["error"]
+    assert (await core.health())["ok"] is True
+
+
+async def test_http_errors_are_translated(core: RemoteNodeSet, core_server: LaunchedServer) -> None:
+    with pytest.raises(ServerError, match=r"core at http://127\.0\.0\.1:\d+ answered /panel"):
+        await core.panel_change("seed", 1)  # core has no panel: a server-side NodeSetError
+    async with httpx.AsyncClient() as client:
+        response = await client.post(
+            f"{core_server.url}/call/select", content=b"not a wire payload",
+            headers={"content-type": wire.WIRE_CONTENT_TYPE},
+        )
+    assert response.status_code == 400
+    assert "not an agentcanvas wire payload" in response.json()["error"]
+    async with httpx.AsyncClient() as client:
+        response = await client.post(
+            f"{core_server.url}/call/select", content=wire.encode({"inputs": {}}),
+        )
+    assert response.status_code == 400
+    assert "not a call payload" in response.json()["error"]
+
+
+async def test_concurrent_calls_on_one_proxy_get_their_own_answers(core: RemoteNodeSet) -> None:
+    values = [np.full((8, 8), i, dtype=np.int32) for i in range(24)]
+    answers = await asyncio.gather(*(echo(core, v) for v in values))
+    for i, back in enumerate(answers):
+        assert back.tolist() == values[i].tolist()
+
+
+async def test_dead_and_hung_servers_become_errors_naming_them() -> None:
+    server = await LocalProcessLauncher().launch("core", 5)
+    assert server.pid is not None
+    manifest = await fetch_manifest(server.url)
+    remote = RemoteNodeSet("core#5", server.url, manifest, timeout_s=SHORT_TIMEOUT_S)
+    try:
+        assert await echo(remote, 1) == 1  # a keep-alive connection is now pooled
+        os.kill(server.pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(ServerError, match=r"core#5 at .* did not answer /call/select "
+                                                  r"within 0\.5 s") as hung:
+                await echo(remote, 2)
+            assert not isinstance(hung.value, ServerDiedError)
+        finally:
+            os.kill(server.pid, signal.SIGCONT)
+        assert await echo(remote, 3) == 3  # resumed: a fresh connection works again
+        os.kill(server.pid, signal.SIGKILL)
+        with pytest.raises(ServerDiedError, match=rf"core#5 at {server.url} is unreachable"):
+            await asyncio.wait_for(echo(remote, 4), DEADLINE_S)
+    finally:
+        await remote.close()
+        await server.stop()
+
+
+async def test_a_connection_the_server_closed_while_idle_is_replaced() -> None:
+    """A server may drop an idle keep-alive connection (its timeout); the next call still works."""
+    connections = 0
+
+    async def answer_once_then_close(
+        reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        nonlocal connections
+        connections += 1
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                      if line.lower().startswith(b"content-length"))
+        await reader.readexactly(length)
+        body = wire.encode({"outputs": {"n": connections}})
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: %s\r\ncontent-length: %d\r\n\r\n"
+                     % (wire.WIRE_CONTENT_TYPE.encode(), len(body)) + body)
+        await writer.drain()
+        writer.close()  # no "connection: close" header: the client must notice by itself
+
+    listener = await asyncio.start_server(answer_once_then_close, "127.0.0.1", 0)
+    port = listener.sockets[0].getsockname()[1]
+    remote = RemoteNodeSet("closer", f"http://127.0.0.1:{port}",
+                           CORE_NODESET.manifest(), timeout_s=DEADLINE_S)
+    try:
+        answers = [await remote.call("x", {}, {}, CTX) for _ in range(3)]
+    finally:
+        await remote.close()
+        listener.close()
+        await listener.wait_closed()
+    assert [a["n"] for a in answers] == [1, 2, 3]
+    assert connections == 3
