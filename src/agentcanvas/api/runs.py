@@ -170,7 +170,7 @@ def _task_delta(pairs: list[tuple[bool, bool]]) -> dict[str, Any]:
     var = sum((d - mean) ** 2 for d in diffs) / (n - 1) if n > 1 else 0.0
     half = 1.96 * math.sqrt(var / n) if n > 1 else float("nan")
     return {"n": n, "a": ka / n, "b": kb / n, "delta": mean,
-            "delta_lo": mean - half, "delta_hi": mean + half,
+            "delta_lo": max(-1.0, mean - half), "delta_hi": min(1.0, mean + half),
             "a_interval": wilson_interval(ka, n), "b_interval": wilson_interval(kb, n)}
 
 

@@ -133,9 +133,10 @@ function fmtInterval(lo, hi, fmt = fmtNum) {
 function fmtDuration(seconds) {
   if (!isNum(seconds) || seconds < 0) return "–";
   if (seconds < 10) return `${seconds.toFixed(seconds < 1 ? 2 : 1)} s`;
-  if (seconds < 60) return `${Math.round(seconds)} s`;
-  const m = Math.floor(seconds / 60);
-  if (m < 60) return `${m} min ${String(Math.round(seconds % 60)).padStart(2, "0")} s`;
+  const whole = Math.round(seconds);
+  if (whole < 60) return `${whole} s`;
+  const m = Math.floor(whole / 60);
+  if (m < 60) return `${m} min ${String(whole % 60).padStart(2, "0")} s`;
   return `${Math.floor(m / 60)} h ${String(m % 60).padStart(2, "0")} min`;
 }
 
@@ -827,6 +828,7 @@ function queuePanel(ctx, on) {
   const runningColumns = ["run", "graph", "workers", "progress", "eta", "actions"];
   const queuedColumns = ["run", "graph", "workers", "priority", "waiting", "actions"];
   let known = new Map();
+  let shown = "";
   const table = (id, columns, rows, empty) => {
     const tbody = h("tbody");
     fillRows(tbody, rows.map((s) => runRow(columns, s, on)), columns.length, empty);
@@ -834,7 +836,10 @@ function queuePanel(ctx, on) {
   };
   const load = async () => {
     const data = await get(`${API}/queue`);
-    if (!data) return;
+    // Rebuilt only when the queue changed: progress is updated in place, and a half-confirmed
+    // "Cancel" must survive the fallback poll.
+    if (!data || JSON.stringify(data) === shown) return;
+    shown = JSON.stringify(data);
     known = new Map([...data.running.map((r) => [r.run_id, "running"]),
       ...data.queued.map((q) => [q.run_id, "queued"])]);
     const running = data.running.map((r) => ({ ...on.summaryOf(r.run_id), ...r, status: "running" }));

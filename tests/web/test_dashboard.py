@@ -1,0 +1,556 @@
+"""The web dashboard in real headless Chromium against a real ``agentcanvas serve`` on loopback.
+
+Browser: Debian's ``chromium`` (``apt-get install -y chromium``) at /usr/bin/chromium, driven by
+Playwright; without it every test here is skipped. Two backends run per module, each in its own
+tmp workspace: ``live`` runs real evals (a workspace copy of babyai_oracle with a simulated
+step latency, so a run lasts a few seconds), ``big`` serves 200 synthetic but valid run folders
+(EvalRun summaries, one with 1,000 episodes) to check that the pages stay responsive.
+
+Screenshots go to ``test-artifacts/screenshots/`` and the measured load times to
+``test-artifacts/dashboard-timings.json`` (repo root, git-ignored).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from agentcanvas.eval import metrics
+from agentcanvas.eval.config import EpisodeResult, EvalConfig, EvalRun
+from agentcanvas.eval.store import RunDir, atomic_write_json
+
+sync_api = pytest.importorskip("playwright.sync_api")
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+    "--disable-component-update", "--no-first-run", "--disable-sync",
+]
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+SCREENSHOTS = ARTIFACTS / "screenshots"
+BACKEND_START_S = 30.0
+BACKEND_STOP_S = 15.0
+RUN_DEADLINE_S = 90.0
+UI_TIMEOUT_MS = 15_000
+STEP_LATENCY_MS = 120.0
+TASKS = ["BabyAI-GoToObj-v0", "BabyAI-GoToLocal-v0"]
+N_FAKE_RUNS = 200
+N_BIG_PER_TASK = 500  # 2 tasks → 1,000 episodes
+PAGE_ROWS = 50
+RENDER_BOUND_S = 15.0  # generous: this is a smoke bound, the measured times are reported
+SERVE = "import sys; from agentcanvas.cli import main; sys.exit(main(sys.argv[1:]))"
+NO_CHROMIUM = f"{CHROMIUM} is missing (install it: apt-get install -y chromium)"
+
+# Checked before any fixture, so no backend is started for nothing.
+pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason=NO_CHROMIUM)
+
+
+# ---------------------------------------------------------------------------------------
+# A real backend process on loopback
+
+
+@dataclass
+class Backend:
+    url: str
+    workspace: Path
+    process: subprocess.Popen[bytes]
+
+    def api(self, method: str, path: str, **kwargs: Any) -> Any:
+        response = httpx.request(method, self.url + path, timeout=30.0, **kwargs)
+        response.raise_for_status()
+        return response.json()
+
+    def diagnostics(self, run_id: str) -> str:
+        """What a failed wait needs: the run's summary status and the tails of its logs."""
+        run_dir = self.workspace / "outputs" / "eval_runs" / run_id
+        logs = sorted(run_dir.glob("*.log")) + sorted(run_dir.glob("servers/*.log"))
+        tails = [f"--- {p.relative_to(run_dir)}\n{p.read_text(errors='replace')[-2000:]}"
+                 for p in logs]
+        summary = run_dir / "summary.json"
+        status = json.loads(summary.read_text()).get("status") if summary.exists() else None
+        backend_log = (self.workspace / "backend.log").read_text(errors="replace")[-2000:]
+        return "\n".join([f"run {run_id}: status {status}", *tails, "--- backend", backend_log])
+
+    def wait_finished(self, run_ids: list[str]) -> dict[str, dict[str, Any]]:
+        deadline = time.monotonic() + RUN_DEADLINE_S
+        done: dict[str, dict[str, Any]] = {}
+        while time.monotonic() < deadline:
+            for run_id in set(run_ids) - set(done):
+                summary = self.api("GET", f"/api/eval/v2/status/{run_id}?compact=true")
+                if summary["status"] in ("completed", "failed", "cancelled", "aborted"):
+                    done[run_id] = summary
+            if len(done) == len(run_ids):
+                return done
+            time.sleep(0.2)
+        missing = sorted(set(run_ids) - set(done))
+        details = "\n".join(self.diagnostics(run_id) for run_id in missing)
+        raise AssertionError(f"runs not finished within {RUN_DEADLINE_S} s: {missing}\n{details}")
+
+
+def _require_websocket_support() -> None:
+    # Without one of these, uvicorn answers the /ws upgrade with 404 and nothing is pushed.
+    if not any(importlib.util.find_spec(name) for name in ("websockets", "wsproto")):
+        pytest.fail("uvicorn has no WebSocket library: /ws cannot work; install 'websockets'")
+
+
+def _start_backend(workspace: Path) -> Backend:
+    _require_websocket_support()
+    log_path = workspace / "backend.log"
+    env = {**os.environ, "AGENTCANVAS_HOME": str(workspace), "HF_HUB_OFFLINE": "1"}
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-c", SERVE, "serve", "--port", "0"],
+            cwd=workspace, env=env, stdout=log, stderr=log,
+        )
+    deadline = time.monotonic() + BACKEND_START_S
+    while time.monotonic() < deadline:
+        found = re.search(r"backend on (http://\S+)", log_path.read_text(errors="replace"))
+        if found and _answers(found.group(1)):
+            return Backend(found.group(1), workspace, process)
+        if process.poll() is not None:
+            break
+        time.sleep(0.1)
+    _stop_backend(process)
+    raise AssertionError(f"backend did not start:\n{log_path.read_text(errors='replace')}")
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/api/graphs", timeout=2.0).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+def _stop_backend(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=BACKEND_STOP_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=BACKEND_STOP_S)
+
+
+def _builtin_graph(name: str) -> dict[str, Any]:
+    text = resources.files("agentcanvas").joinpath(f"graphs/{name}.json").read_text()
+    graph: dict[str, Any] = json.loads(text)
+    return graph
+
+
+@pytest.fixture(scope="module")
+def live_backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
+    workspace = tmp_path_factory.mktemp("live_ws")
+    slow = _builtin_graph("babyai_oracle")
+    slow["name"] = "babyai_slow"
+    slow["env"]["fields"]["step_latency_ms"] = STEP_LATENCY_MS
+    (workspace / "graphs").mkdir()
+    (workspace / "graphs" / "babyai_slow.json").write_text(json.dumps(slow, indent=1))
+    backend = _start_backend(workspace)
+    yield backend
+    _stop_backend(backend.process)
+
+
+@pytest.fixture(scope="module")
+def finished_runs(live_backend: Backend) -> dict[str, str]:
+    """Three finished babyai_oracle runs: A with frames, B (tight step budget, so some
+    episodes flip to failures), C (B's budget and another seed: two config differences)."""
+    bodies = {
+        "a": {"graph_name": "babyai_oracle", "episode_count": 3, "save_frames": True},
+        "b": {"graph_name": "babyai_oracle", "episode_count": 3, "step_budget": 3},
+        "c": {"graph_name": "babyai_oracle", "episode_count": 3, "step_budget": 3, "seed": 7},
+    }
+    ids = {key: live_backend.api("POST", "/api/eval/v2/start", json=body)["run_id"]
+           for key, body in bodies.items()}
+    finished = live_backend.wait_finished(list(ids.values()))
+    assert {s["status"] for s in finished.values()} == {"completed"}, finished
+    return ids
+
+
+# ---------------------------------------------------------------------------------------
+# 200 synthetic runs, one of 1,000 episodes, written with the real models
+
+
+def _fake_episodes(rng: random.Random, n_per_task: int) -> list[EpisodeResult]:
+    records = []
+    for index in range(n_per_task * len(TASKS)):
+        task, episode_index = TASKS[index // n_per_task], index % n_per_task
+        status = rng.choices(["completed", "timeout", "exception", "error"], [90, 4, 3, 3])[0]
+        steps = rng.randint(2, 40)
+        values: dict[str, float | int | bool | str | None] = {}
+        if status == "completed":
+            success = int(rng.random() < 0.7)
+            values = {"success": success, "spl": success * rng.uniform(0.4, 1.0),
+                      "steps": steps - 1, "return": success * rng.uniform(0.3, 1.0)}
+        records.append(EpisodeResult(
+            index=index, episode_id=f"{task}/{episode_index}", task=task,
+            episode_index=episode_index, seed=rng.randrange(2**31), status=status, steps=steps,
+            metrics=values, error=None if status == "completed" else f"synthetic {status}",
+        ))
+    return records
+
+
+def _write_fake_run(runs_dir: Path, run_id: str, n_per_task: int, rng: random.Random) -> None:
+    episodes = _fake_episodes(rng, n_per_task)
+    status = rng.choices(["completed", "failed", "cancelled", "aborted"], [85, 5, 5, 5])[0]
+    started = datetime.strptime(run_id, "%Y%m%d_%H%M%S").timestamp()
+    run = EvalRun(
+        run_id=run_id, status=status, graph_name="babyai_oracle",
+        config=EvalConfig(graph_name="babyai_oracle", episode_count=n_per_task,
+                          worker_count=rng.choice([1, 2, 4, 8]), seed=rng.randrange(100)),
+        episodes_total=len(episodes), episodes_done=len(episodes),
+        aggregate_metrics=metrics.aggregate_metrics(episodes),
+        aggregate_by_task=metrics.aggregate_by_task(episodes),
+        status_counts=metrics.status_counts(episodes), episodes=episodes,
+        timings={"started_at": started, "finished_at": started + rng.uniform(5, 900)},
+        error="synthetic failure" if status == "failed" else None,
+    )
+    run_dir = RunDir(runs_dir / run_id)
+    run_dir.create()
+    atomic_write_json(run_dir.summary_path, run.model_dump(mode="json"))
+    atomic_write_json(run_dir.graph_path, _builtin_graph("babyai_oracle"))
+    run_dir.touch_done()
+
+
+@dataclass
+class BigWorkspace:
+    backend: Backend
+    big_run_id: str
+    big_errors: int
+    build_s: float
+
+
+@pytest.fixture(scope="module")
+def big_backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BigWorkspace]:
+    workspace = tmp_path_factory.mktemp("big_ws")
+    runs_dir = workspace / "outputs" / "eval_runs"
+    rng = random.Random(0)
+    first = datetime(2020, 1, 1)
+    ids = [(first + timedelta(minutes=i)).strftime("%Y%m%d_%H%M%S") for i in range(N_FAKE_RUNS)]
+    big_run_id = ids[N_FAKE_RUNS // 2]  # not on the first page of the runs list
+    built = time.perf_counter()
+    for run_id in ids:
+        _write_fake_run(runs_dir, run_id, N_BIG_PER_TASK if run_id == big_run_id else 5, rng)
+    build_s = time.perf_counter() - built
+    counts = json.loads((runs_dir / big_run_id / "summary.json").read_text())["status_counts"]
+    errors = sum(n for status, n in counts.items() if status != "completed")
+    backend = _start_backend(workspace)
+    yield BigWorkspace(backend, big_run_id, errors, build_s)
+    _stop_backend(backend.process)
+
+
+# ---------------------------------------------------------------------------------------
+# Browser
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    if not CHROMIUM.exists():
+        pytest.skip(NO_CHROMIUM)
+    with sync_api.sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    """A fresh page; uncaught script errors fail the test."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    page.set_default_timeout(UI_TIMEOUT_MS)
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    yield page
+    context.close()
+    assert not errors, f"uncaught errors in the page: {errors}"
+
+
+def shot(page: Any, name: str) -> None:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+
+
+def open_page(page: Any, backend: Backend, route: str) -> None:
+    page.goto(f"{backend.url}/{route}")
+    page.wait_for_selector("#live-status[data-state='live']")
+
+
+def record_ws_frames(page: Any) -> list[dict[str, Any]]:
+    frames: list[dict[str, Any]] = []
+
+    def on_socket(socket: Any) -> None:
+        socket.on("framereceived", lambda payload: frames.append(json.loads(payload)))
+
+    page.on("websocket", on_socket)
+    return frames
+
+
+def poll(check: Callable[[], Any], deadline_s: float, what: str,
+         explain: Callable[[], str] = str) -> Any:
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {deadline_s} s waiting for {what}\n{explain()}")
+
+
+def wait_run_state(locator: Any, backend: Backend, run_id: str) -> None:
+    """Wait for a run's element to appear; on timeout, fail with the run's logs."""
+    try:
+        locator.wait_for(timeout=RUN_DEADLINE_S * 1000)
+    except sync_api.TimeoutError as exc:
+        raise AssertionError(f"{exc}\n{backend.diagnostics(run_id)}") from exc
+
+
+# ---------------------------------------------------------------------------------------
+# Tests
+
+
+def test_start_run_from_form_and_watch_progress_live(live_backend: Backend, page: Any) -> None:
+    frames = record_ws_frames(page)
+    open_page(page, live_backend, "#/")
+    page.wait_for_selector("#f-graph_name option[value='babyai_slow']", state="attached")
+    page.select_option("#f-graph_name", "babyai_slow")
+    page.fill("#f-episode_count", "4")
+    page.fill("#f-worker_count", "1")
+    page.click("#start-form button[type=submit]")
+    run_id = page.get_attribute("#start-message [data-run-id]", "data-run-id")
+    row = page.locator(f"#runs-table tr[data-run-id='{run_id}']")
+    row.wait_for()
+    handle = row.element_handle()
+    samples = []  # (status, done, total, source) while the run lasts
+    screenshot_taken = False
+    deadline = time.monotonic() + RUN_DEADLINE_S
+    while time.monotonic() < deadline:
+        status = row.locator("[data-col=status]").inner_text()
+        done, total, source = row.locator(".progress").evaluate(
+            "b => [b.firstChild.value, b.firstChild.max, b.dataset.source]")
+        samples.append((status, done, total, source))
+        if status == "running" and done > 0 and not screenshot_taken:
+            shot(page, "01_runs_progress_live")
+            screenshot_taken = True
+        if status in ("completed", "failed", "cancelled", "aborted"):
+            break
+        time.sleep(0.1)
+    assert samples[-1][0] == "completed", f"{samples[-3:]}\n{live_backend.diagnostics(run_id)}"
+    running = [(done, source) for status, done, _, source in samples if status == "running"]
+    advanced = sorted({done for done, _ in running})
+    assert len(advanced) >= 2 and advanced[-1] > advanced[0], f"bar did not advance live: {running}"
+    assert any(source == "ws" for _, source in running), "progress was not driven by the WebSocket"
+    pushed = [f for f in frames if f.get("type") == "eval_progress" and f.get("run_id") == run_id]
+    assert len(pushed) >= 2
+    assert handle.evaluate("tr => tr.isConnected"), "the row was re-rendered instead of updated"
+    assert samples[-1][1] == samples[-1][2] == 8  # 4 episodes × 2 tasks
+    shot(page, "02_runs_after_live_run")
+
+
+def test_bad_form_values_show_errors_next_to_field(live_backend: Backend, page: Any) -> None:
+    starts: list[str] = []
+    page.on("request", lambda r: starts.append(r.url) if r.url.endswith("/start") else None)
+    open_page(page, live_backend, "#/")
+    page.wait_for_selector("#f-graph_name option[value='babyai_oracle']", state="attached")
+    page.select_option("#f-graph_name", "babyai_oracle")
+    page.fill("#f-episode_count", "0")
+    page.click("#start-form button[type=submit]")
+    episodes_error = page.locator("[data-error-for=episode_count]")
+    assert "at least 1" in episodes_error.inner_text()
+    assert page.get_attribute("#f-episode_count", "aria-invalid") == "true"
+    assert starts == [], "a client-side error must not reach the server"
+
+    page.fill("#f-episode_count", "2")
+    page.fill("#f-worker_count", "999")  # the server's limit (64) answers with a 422
+    page.click("#start-form button[type=submit]")
+    workers_error = page.locator("[data-error-for=worker_count]")
+    workers_error.filter(has_text="64").wait_for()
+    assert episodes_error.inner_text() == ""
+    assert page.get_attribute("#f-worker_count", "aria-invalid") == "true"
+    assert len(starts) == 1
+    shot(page, "03_form_validation_errors")
+
+
+def test_finished_run_page(live_backend: Backend, finished_runs: dict[str, str], page: Any) -> None:
+    run_a, run_b = finished_runs["a"], finished_runs["b"]
+    open_page(page, live_backend, f"#/run/{run_a}")
+    page.wait_for_selector("#aggregate-table tr[data-metric=success]")
+    page.wait_for_selector("#episode-table tbody tr[data-index]")
+    assert page.locator("#episode-table tbody tr[data-index]").count() == 6
+    assert page.locator("svg.graph g.node").count() == 3
+    assert page.locator("svg.graph path.edge.next").count() == 1  # nav.action → env.action
+    assert page.locator("#task-chart svg .whisker").count() == 2
+    assert "guaranteed" in page.locator("#determinism").inner_text()
+    for which in ("stdout", "stderr"):
+        href = page.get_attribute(f".run-header a:text('{which}.log')", "href")
+        assert httpx.get(live_backend.url + href, timeout=10).status_code == 200
+    page.click("#episode-table button[data-sort=steps]")  # ascending
+    page.click("#episode-table button[data-sort=steps]")  # descending
+    page.wait_for_selector("#episode-table th[aria-sort=descending] button[data-sort=steps]")
+    step_cells = page.locator("#episode-table tbody tr td:nth-child(6)")
+    steps = [int(t) for t in step_cells.all_inner_texts()]
+    assert steps == sorted(steps, reverse=True)
+    shot(page, "04_run_page")
+
+    open_page(page, live_backend, f"#/run/{run_b}")
+    page.wait_for_selector("#episode-table tbody tr[data-index]")
+    failures = int(page.locator(".stat.failure strong").inner_text())
+    assert failures > 0 and page.locator(".stat.error strong").inner_text() == "0"
+    page.click(".stat.failure")
+    page.wait_for_function(
+        "n => document.querySelectorAll('#episode-table tbody tr[data-outcome=failure]').length"
+        " === n && document.querySelectorAll('#episode-table tbody tr').length === n", arg=failures)
+    shot(page, "05_run_page_task_failures")
+
+
+def test_episode_frames_step_through(
+    live_backend: Backend, finished_runs: dict[str, str], page: Any
+) -> None:
+    run_a = finished_runs["a"]
+    record = live_backend.api("GET", f"/api/eval/v2/runs/{run_a}/episodes/0")
+    frame_names = [a for a in record["assets"] if a.endswith("_env.png")]
+    assert len(frame_names) >= 3
+    open_page(page, live_backend, f"#/run/{run_a}/episode/0")
+    image = page.locator("img#frame")
+    image.wait_for()
+    first = image.get_attribute("src")
+    assert first.endswith(frame_names[0])
+    page.click("#frame-next")
+    assert image.get_attribute("src").endswith(frame_names[1])
+    assert page.locator("#frame-label").inner_text().startswith(f"frame 2/{len(frame_names)}")
+    page.wait_for_function("document.querySelector('img#frame').naturalWidth > 0")
+    page.focus("#frame-slider")
+    page.keyboard.press("End")
+    assert image.get_attribute("src").endswith(frame_names[-1])
+    page.click("#frame-prev")
+    assert image.get_attribute("src").endswith(frame_names[-2])
+    log_rows = page.locator("#log-table tbody tr")
+    assert log_rows.count() == len(live_backend.api(
+        "GET", f"/api/eval/v2/runs/{run_a}/episodes/0/log")["records"])
+    current_step = int(page.locator("#frame-label").inner_text().rsplit("step ", 1)[1])
+    highlighted = page.locator("#log-table tbody tr.current td:first-child").all_inner_texts()
+    assert highlighted and {int(s) for s in highlighted} == {current_step}
+    assert json.loads(page.locator("#episode-json").text_content())["index"] == 0
+    shot(page, "06_episode_player")
+
+
+def test_compare_two_runs(live_backend: Backend, finished_runs: dict[str, str], page: Any) -> None:
+    run_a, run_b, run_c = finished_runs["a"], finished_runs["b"], finished_runs["c"]
+    expected = live_backend.api("GET", f"/api/eval/v2/compare?a={run_a}&b={run_b}")
+    assert expected["flips"], "a tight step budget should flip some successes"
+    open_page(page, live_backend, "#/compare")
+    page.wait_for_selector(f"#compare-a option[value='{run_a}']", state="attached")
+    page.select_option("#compare-a", run_a)
+    page.select_option("#compare-b", run_b)
+    page.click("#compare-form button[type=submit]")
+    page.wait_for_selector("#mcnemar")
+    assert page.locator("#flips-table tbody tr[data-direction]").count() == len(expected["flips"])
+    def cell(label: str) -> str:
+        return str(page.locator("#mcnemar tr", has_text=label).locator("td").inner_text())
+
+    assert cell("A succeeded, B failed") == str(expected["mcnemar"]["a_only"])
+    assert cell("B succeeded, A failed") == str(expected["mcnemar"]["b_only"])
+    assert cell("McNemar p-value") != "–"
+    assert page.locator("#delta-table tbody tr").count() == len(expected["per_task"])
+    assert page.locator("#config-warning").count() == 0  # save_frames differs too: no score effect
+    assert "step_budget" in page.locator("#config-note").inner_text()
+    assert "save_frames" in page.locator(".config-diff").inner_text()
+    shot(page, "07_compare_one_difference")
+
+    open_page(page, live_backend, f"#/compare?a={run_a}&b={run_c}")
+    warning = page.locator("#config-warning")
+    warning.wait_for()
+    assert "seed" in warning.inner_text() and "step_budget" in warning.inner_text()
+    shot(page, "08_compare_config_warning")
+
+
+def test_cancel_resume_and_live_run_page(live_backend: Backend, page: Any) -> None:
+    body = {"graph_name": "babyai_slow", "episode_count": 4, "worker_count": 1}
+    run_id = live_backend.api("POST", "/api/eval/v2/start", json=body)["run_id"]
+    open_page(page, live_backend, "#/")
+    row = page.locator(f"#runs-table tr[data-run-id='{run_id}']")
+    progress = row.locator(".progress")
+    row.wait_for()
+    first_done = "b => b.dataset.status === 'running' && b.firstChild.value >= 1"
+    poll(lambda: progress.evaluate(first_done), RUN_DEADLINE_S, "the first episode of the run",
+         lambda: live_backend.diagnostics(run_id))
+    cancel = row.locator("button.cancel")
+    cancel.click()
+    assert cancel.inner_text() == "Really cancel?"  # a second click confirms
+    cancel.click()
+    wait_run_state(row.locator("[data-col=status] .st-cancelled"), live_backend, run_id)
+    counts = live_backend.api("GET", f"/api/eval/v2/status/{run_id}?compact=true")["status_counts"]
+    assert 1 <= counts["completed"] < 8 and counts["cancelled"] >= 1, counts  # recorded as such
+    shot(page, "11_runs_cancelled")
+
+    row.locator("button.resume").click()
+    wait_run_state(row.locator(".progress[data-status=running]"), live_backend, run_id)
+    open_page(page, live_backend, f"#/run/{run_id}")
+    bar = page.locator(".run-header .progress")
+    wait_run_state(page.locator(".run-header .st-completed"), live_backend, run_id)
+    assert bar.locator(".progress-text").inner_text() == "8/8"
+    page.wait_for_function(  # the table follows the run to its end (eval_complete reloads it)
+        "document.querySelectorAll('#episode-table tbody tr[data-outcome=success]').length === 8")
+    shot(page, "12_run_resumed_completed")
+
+
+def test_pages_stay_responsive_with_200_runs_and_1000_episodes(
+    big_backend: BigWorkspace, page: Any
+) -> None:
+    backend, big = big_backend.backend, big_backend.big_run_id
+    timings: dict[str, float] = {"write_200_run_folders_s": big_backend.build_s}
+    rows = "#runs-table tbody tr[data-run-id]"
+
+    started = time.perf_counter()
+    page.goto(f"{backend.url}/#/")
+    page.wait_for_function(f"document.querySelectorAll('{rows}').length === {PAGE_ROWS}")
+    timings["runs_list_first_page_s"] = time.perf_counter() - started
+    assert "of 200" in page.locator("#runs-panel .pager-info").inner_text()
+    first_id = page.get_attribute(rows, "data-run-id")
+    started = time.perf_counter()
+    page.click("#runs-panel button[aria-label='next page']")
+    page.wait_for_function(
+        f"document.querySelector('{rows}').dataset.runId !== '{first_id}'"
+        f" && document.querySelectorAll('{rows}').length === {PAGE_ROWS}")
+    timings["runs_list_next_page_s"] = time.perf_counter() - started
+    shot(page, "09_runs_200")
+
+    episode_rows = "#episode-table tbody tr[data-index]"
+    started = time.perf_counter()
+    page.goto(f"{backend.url}/#/run/{big}")
+    page.wait_for_function(f"document.querySelectorAll('{episode_rows}').length === {PAGE_ROWS}")
+    page.wait_for_selector("#aggregate-table tr[data-metric=success]")
+    timings["run_1000_episodes_first_page_s"] = time.perf_counter() - started
+    assert "of 1000" in page.locator("#episodes-panel .pager-info").inner_text()
+    started = time.perf_counter()
+    page.click("#episodes-panel button[aria-label='last page']")
+    page.wait_for_function(f"document.querySelector('{episode_rows}').dataset.index === '950'")
+    timings["run_1000_episodes_last_page_s"] = time.perf_counter() - started
+    page.select_option("#episode-filter", "outcome:error")
+    page.wait_for_function(
+        "([sel, n]) => document.querySelectorAll(sel).length === n"
+        " && [...document.querySelectorAll(sel)].every(r => r.dataset.outcome === 'error')",
+        arg=[episode_rows, min(PAGE_ROWS, big_backend.big_errors)])
+    assert f"({big_backend.big_errors} matching" in page.locator("#episodes-panel h2").inner_text()
+    shot(page, "10_run_1000_episodes_errors")
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    (ARTIFACTS / "dashboard-timings.json").write_text(json.dumps(timings, indent=1) + "\n")
+    print("dashboard timings:", json.dumps(timings))
+    pages = {k: v for k, v in timings.items() if k != "write_200_run_folders_s"}
+    slow = {k: v for k, v in pages.items() if v > RENDER_BOUND_S}
+    assert not slow, f"pages took longer than {RENDER_BOUND_S} s: {slow}"
