@@ -7,7 +7,10 @@ number of outputs is checked against the inputs; a failing batch fails each of i
 and the server lives on; cancelled requests are dropped before the forward pass.
 
 No background task: every waiting caller may flush its queue when it is due, so whoever
-waits longest does the work and nothing is left without an owner.
+waits longest does the work and nothing is left without an owner. A batch is taken from its
+queue only once the lock is held, so requests that queued while another pass ran join the
+next pass. A caller cancelled while its pass runs in a thread still waits for the pass (the
+lock covers it to the end) and hands the other requests their outputs before re-raising.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import asyncio
 import hashlib
 import json
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -44,7 +48,7 @@ class BatchedInferenceServer:
         self.clients: set[str] = set()
         self.forward_passes = 0
         self.requests_served = 0
-        self.batch_sizes: list[int] = []
+        self.batch_size_counts: Counter[int] = Counter()
 
     def attach(self, client: str) -> int:
         self.clients.add(client)
@@ -67,47 +71,45 @@ class BatchedInferenceServer:
         queue = self._queues.setdefault(key, BatchQueue())
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         queue.pending.append(PendingRequest(client, self._clock(), item, future))
-        while not future.done():
-            due = flush_due_at(self.policy, queue, len(self.clients), self._clock())
-            if due is None:
-                break
-            delay = due - self._clock()
-            if delay <= 0:
-                await self._flush(queue, config, handler)
-                continue
-            try:
-                await asyncio.wait([future], timeout=delay)
-            except asyncio.CancelledError:
-                future.cancel()  # dropped from its batch before the forward pass
-                raise
-        return await future
+        try:
+            while not future.done():
+                due = flush_due_at(self.policy, queue, len(self.clients), self._clock())
+                if due is None:
+                    break  # taken into a batch that another caller is running
+                delay = due - self._clock()
+                if delay <= 0:
+                    await self._flush(queue, config, handler)
+                else:
+                    await asyncio.wait([future], timeout=delay)
+            return await future
+        except asyncio.CancelledError:
+            future.cancel()  # dropped from its batch before the forward pass
+            raise
 
-    async def _flush(self, queue: BatchQueue, config: dict[str, Any], handler: BatchHandler) -> None:
-        batch = queue.take(self.policy.max_batch)  # taken before any await: no double flush
-        if not batch:
-            return
+    async def _flush(
+        self, queue: BatchQueue, config: dict[str, Any], handler: BatchHandler
+    ) -> None:
+        """Run one forward pass of this queue's oldest requests, under the inference lock."""
         async with self._inference_lock:
-            batch = [r for r in batch if not r.future.done()]  # cancelled while waiting
-            if not batch:
+            # Decided again and taken under the lock, with no await before the pass starts:
+            # requests that queued while a pass ran join this one, the clients of a pass of
+            # this queue that just ended get their cap to come back, and no two callers take
+            # the same request.
+            now_s = self._clock()
+            due = flush_due_at(self.policy, queue, len(self.clients), now_s)
+            if due is None or due > now_s:
                 return
+            batch = queue.take(1 if self.policy.kind == "none" else self.policy.max_batch)
+            forward = asyncio.get_running_loop().run_in_executor(
+                None, handler, [r.item for r in batch], config
+            )
             try:
-                outputs = await asyncio.to_thread(handler, [r.item for r in batch], config)
-                if len(outputs) != len(batch):
-                    raise ServerError(
-                        f"batch handler returned {len(outputs)} outputs for {len(batch)} inputs"
-                    )
-            except Exception as exc:  # fail every request of this batch; the server lives on
-                for request in batch:
-                    if not request.future.done():
-                        request.future.set_exception(exc)
-                return
-            finally:
+                await _until_done(forward)
+            finally:  # also when this caller was cancelled: the others get their outputs
+                queue.last_pass_end_s = self._clock()
                 self.forward_passes += 1
-                self.batch_sizes.append(len(batch))
-        for request, output in zip(batch, outputs, strict=True):
-            if not request.future.done():
-                request.future.set_result(output)
-                self.requests_served += 1
+                self.batch_size_counts[len(batch)] += 1
+                self.requests_served += _resolve(batch, forward)
 
     def stats(self) -> dict[str, Any]:
         return {
@@ -115,4 +117,47 @@ class BatchedInferenceServer:
             "forward_passes": self.forward_passes,
             "requests_served": self.requests_served,
             "attached": len(self.clients),
+            "batch_sizes": {str(n): count for n, count in sorted(self.batch_size_counts.items())},
         }
+
+
+async def _until_done(forward: asyncio.Future[Any]) -> None:
+    """Wait for a forward pass running in a thread, even through the caller's cancellation.
+
+    The thread cannot be stopped, so the inference lock must cover it to the end and the
+    other requests of its batch must still get their outputs; the cancellation is re-raised
+    once the pass is over.
+    """
+    cancelled = False
+    while not forward.done():
+        try:
+            await asyncio.shield(forward)
+        except asyncio.CancelledError:
+            if forward.cancelled():
+                raise
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError
+
+
+def _resolve(batch: list[PendingRequest], forward: asyncio.Future[Any]) -> int:
+    """Hand each request its output, or the batch's error to each; returns outputs handed."""
+    error = ServerError("the forward pass was cancelled") if forward.cancelled() else (
+        forward.exception()
+    )
+    outputs: Sequence[Any] = () if error is not None else forward.result()
+    if error is None and len(outputs) != len(batch):
+        error = ServerError(
+            f"batch handler returned {len(outputs)} outputs for {len(batch)} inputs"
+        )
+    if error is not None:  # fail every request of this batch; the server lives on
+        for request in batch:
+            if not request.future.done():
+                request.future.set_exception(error)
+        return 0
+    served = 0
+    for request, output in zip(batch, outputs, strict=True):
+        if not request.future.done():  # its caller may have gone meanwhile
+            request.future.set_result(output)
+            served += 1
+    return served

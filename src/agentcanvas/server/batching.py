@@ -8,6 +8,10 @@ Three flush policies (the third is ours):
   window at one worker and has no upper bound while requests keep arriving.
 - ``ours``: flush when the batch is full, or when every attached client has a request
   waiting, or ``cap_s`` after the *first* arrival. With one worker a request flushes at once.
+  A request that queued while its queue's previous pass ran counts the cap from that pass's
+  end instead: it could not have run earlier anyway, and the clients that pass served get
+  ``cap_s`` to come back and join. Without it, workers split into two groups that alternate,
+  each group's requests flushed by the cap while the other's pass runs, in half-full passes.
 """
 
 from __future__ import annotations
@@ -44,6 +48,8 @@ class BatchQueue:
     """The requests of one (function_name, config_hash) key, in arrival order."""
 
     pending: list[PendingRequest] = field(default_factory=list)
+    last_pass_end_s: float = float("-inf")
+    """When this queue's latest forward pass ended (the server's clock)."""
 
     def live(self) -> list[PendingRequest]:
         """Drop requests whose caller went away (cancelled futures) and return the rest."""
@@ -69,13 +75,15 @@ def flush_due_at(
     waiting_clients = len({r.client for r in live})
     if attached <= 1 or waiting_clients >= attached:
         return now_s  # every attached client is waiting: nobody else can join this batch
-    return live[0].arrived_s + policy.cap_s
+    return max(live[0].arrived_s, queue.last_pass_end_s) + policy.cap_s
 
 
 def policy_from_env() -> FlushPolicy:
     """The policy a server uses: env ``AGENTCANVAS_FLUSH_POLICY`` (default ``ours``)."""
     kind = os.environ.get("AGENTCANVAS_FLUSH_POLICY", "ours")
     if kind not in ("none", "restart_on_submit", "ours"):
-        raise ValueError(f"AGENTCANVAS_FLUSH_POLICY must be none, restart_on_submit or ours, not {kind!r}")
+        raise ValueError(
+            f"AGENTCANVAS_FLUSH_POLICY must be none, restart_on_submit or ours, not {kind!r}"
+        )
     max_batch = int(os.environ.get("AGENTCANVAS_MAX_BATCH", "8"))
     return FlushPolicy(kind=kind, max_batch=max_batch)  # type: ignore[arg-type]
