@@ -1,0 +1,88 @@
+// The run page's episode table: filtered, sorted and paginated on the server.
+
+import { episodeHref, latestGet, runApi } from "./api.js";
+import { fillRows, h, num, option, panel, scroller, statusBadge } from "./dom.js";
+import { fmtNum, truncate } from "./format.js";
+import { PAGE_SIZE, pagerBar } from "./pager.js";
+
+const EPISODES_REFRESH_MS = 2000;
+const EPISODE_STATUSES = ["completed", "timeout", "exception", "error", "no_verdict", "cancelled"];
+
+const EPISODE_SORTS = { index: "Index", task: "Task", status: "Status", steps: "Steps" };
+
+export function episodeOutcome(e) {
+  if (e.status !== "completed") return ["error", "error"];
+  const s = e.metrics?.success;
+  if (s === null || s === undefined) return ["–", "none"];
+  return s ? ["success", "success"] : ["failure", "failure"];
+}
+
+function episodeRow(runId, e, metrics) {
+  const [outcome, kind] = episodeOutcome(e);
+  return h("tr", { dataset: { index: e.index, outcome: kind } },
+    num(h("a", { href: episodeHref(runId, e.index), text: e.index })),
+    h("td", {}, e.task), num(e.episode_index),
+    h("td", {}, statusBadge(e.status)), h("td", { class: `outcome ${kind}` }, outcome),
+    num(e.steps), metrics.map((m) => num(fmtNum(e.metrics?.[m]))), num(e.attempts ?? 1),
+    h("td", { class: "error-text", title: e.error || "" }, e.error ? truncate(e.error, 90) : ""));
+}
+
+const OUTCOME_FILTERS = [
+  ["outcome:success", "successes"],
+  ["outcome:failure", "task failures (success 0)"],
+  ["outcome:error", "errors (not completed)"],
+];
+
+function episodeHead(sort, metrics, sortBy) {
+  const [current, order] = sort.split(":");
+  const plain = (label) => h("th", { scope: "col" }, label);
+  const sortable = (key) => {
+    const sorted = current === key;
+    return h("th", { scope: "col", "aria-sort": sorted ? `${order}ending` : "none" },
+      h("button", { type: "button", class: "sort", "data-sort": key, onclick: () => sortBy(key) },
+        EPISODE_SORTS[key], sorted ? (order === "asc" ? " ▲" : " ▼") : ""));
+  };
+  return h("tr", {}, sortable("index"), sortable("task"), plain("Ep. #"), sortable("status"),
+    plain("Outcome"), sortable("steps"), metrics.map(plain), plain("Attempts"), plain("Error"));
+}
+
+export function episodeTable(ctx, runId) {
+  const get = latestGet(ctx);
+  const state = { offset: 0, filter: "", sort: "index:asc", metrics: [] };
+  const { el, body, heading } = panel("Episodes", "episodes-panel");
+  const thead = h("thead");
+  const tbody = h("tbody");
+  const pager = pagerBar((offset) => { state.offset = offset; load(); });
+  const filter = h("select", { id: "episode-filter", "aria-label": "filter episodes" },
+    option("", "all episodes"),
+    h("optgroup", { label: "outcome" }, OUTCOME_FILTERS.map(([value, text]) => option(value, text))),
+    h("optgroup", { label: "status" }, EPISODE_STATUSES.map((s) => option(`status:${s}`, s))));
+  filter.addEventListener("change", () => show(filter.value));
+  body.append(h("div", { class: "toolbar" }, filter, pager.el),
+    scroller(h("table", { class: "data", id: "episode-table" }, thead, tbody)));
+  function show(value) {
+    Object.assign(state, { filter: value, offset: 0 });
+    filter.value = value;
+    load();
+  }
+  function sortBy(key) {
+    const [current, order] = state.sort.split(":");
+    state.sort = `${key}:${current === key && order === "asc" ? "desc" : "asc"}`;
+    state.offset = 0;
+    load();
+  }
+  async function load() {
+    const query = new URLSearchParams({ offset: state.offset, limit: PAGE_SIZE, sort: state.sort });
+    const [kind, value] = state.filter.split(":");
+    if (value) query.set(kind, value);
+    const data = await get(`${runApi(runId)}/episodes?${query}`);
+    if (!data) return;
+    thead.replaceChildren(episodeHead(state.sort, state.metrics, sortBy));
+    fillRows(tbody, data.episodes.map((e) => episodeRow(runId, e, state.metrics)),
+      8 + state.metrics.length, "No episodes match.");
+    pager.update(state.offset, data.episodes.length, data.total);
+    heading.textContent = `Episodes (${data.total}${state.filter ? ` matching ${state.filter}` : ""})`;
+  }
+  const refresh = ctx.throttle(() => load().catch((err) => ctx.fail(tbody, err)), EPISODES_REFRESH_MS);
+  return { el, load, refresh, show, setMetrics: (names) => { state.metrics = names; } };
+}

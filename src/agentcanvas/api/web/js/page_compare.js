@@ -1,0 +1,175 @@
+// #/compare?a=&b= — two runs paired by (task, episode_index): config diff, McNemar, flips, deltas.
+
+import { API, api, enc, episodeHref, runApi, runHref } from "./api.js";
+import { intervalChart } from "./charts.js";
+import {
+  dataTable, fillRows, h, headRow, keyValues, notice, num, option, panel, rowHead, scroller,
+  statusBadge,
+} from "./dom.js";
+import { fmtInterval, fmtNum, fmtPct, isNum } from "./format.js";
+import { PAGE_SIZE, pagerBar } from "./pager.js";
+import { successRate } from "./run_summary.js";
+
+function runOption(r) {
+  return option(r.run_id, `${r.run_id} · ${r.graph_name} · ${r.status} · SR ${fmtPct(r.success_rate)}`);
+}
+
+function comparePicker(runs, a, b) {
+  const select = (name, value) => {
+    const el = h("select", { name, id: `compare-${name}`, "aria-label": `run ${name.toUpperCase()}` },
+      option("", "pick a run"), runs.map(runOption));
+    if (value && !runs.some((r) => r.run_id === value)) el.append(option(value));
+    el.value = value;
+    return el;
+  };
+  const [left, right] = [select("a", a), select("b", b)];
+  const swap = h("button", { type: "button", text: "⇄", title: "swap A and B",
+    onclick: () => { [left.value, right.value] = [right.value, left.value]; } });
+  const form = h("form", { class: "compare-picker", id: "compare-form" },
+    h("label", {}, "A ", left), swap, h("label", {}, "B ", right),
+    h("button", { type: "submit", class: "primary", text: "Compare" }));
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    location.hash = `#/compare?a=${enc(left.value)}&b=${enc(right.value)}`;
+  });
+  return form;
+}
+
+// Config fields that change what is written, never a score (worker_count is left out server-side).
+const OUTPUT_ONLY_FIELDS = new Set(["save_frames", "record_log"]);
+
+function configWarning(allDifferences, configA, configB) {
+  const known = (field) => field in (configA ?? {}) || field in (configB ?? {});
+  const value = (config, field) => JSON.stringify(config?.[field] ?? null);
+  const change = (field) => (known(field)
+    ? `${value(configA, field)} → ${value(configB, field)}` : "differs");
+  const differences = allDifferences.filter((f) => !OUTPUT_ONLY_FIELDS.has(f));
+  const outputOnly = allDifferences.filter((f) => OUTPUT_ONLY_FIELDS.has(f));
+  const rows = differences.map((field) => [field, change(field)]);
+  const aside = outputOnly.length ? h("p", { class: "muted" }, "Also differs, without effect on scores: ",
+    outputOnly.map((f) => `${f} ${change(f)}`).join(", "), ".") : null;
+  return h("div", { class: "config-diff" }, configVerdict(differences, rows), aside);
+}
+
+function configVerdict(differences, rows) {
+  if (differences.length > 1) {
+    return h("div", { class: "notice warning", id: "config-warning", role: "alert" },
+      h("strong", {}, `The configs differ in ${differences.length} fields, not just the one compared. `),
+      "A difference in results cannot be attributed to any single one of them.", keyValues(rows));
+  }
+  if (differences.length === 1) {
+    return h("div", { class: "notice info", id: "config-note" },
+      `The configs differ only in ${differences[0]}.`, keyValues(rows));
+  }
+  return notice("Same config (worker count aside): paired episodes should match exactly.", "info");
+}
+
+function mcnemarBlock(data) {
+  const m = data.mcnemar;
+  const significant = isNum(m.p_value) && m.p_value < 0.05;
+  let verdict = "The difference in success is not significant at the 5 % level.";
+  if (m.a_only + m.b_only === 0) verdict = "No discordant pairs: the runs agree on every paired episode.";
+  else if (significant) verdict = "The difference in success is significant at the 5 % level.";
+  return h("div", { id: "mcnemar" }, keyValues([
+    ["paired episodes", data.paired],
+    ["A succeeded, B failed", m.a_only], ["B succeeded, A failed", m.b_only],
+    ["McNemar p-value", isNum(m.p_value) ? m.p_value.toPrecision(3) : "–"],
+  ]), h("p", { class: significant ? "verdict sig" : "verdict" }, verdict));
+}
+
+function perTaskDeltas(perTask) {
+  const tasks = Object.entries(perTask);
+  if (!tasks.length) return [notice("No paired completed episodes.")];
+  const rate = (x, interval) => `${fmtPct(x)} ${interval ? fmtInterval(...interval, fmtPct) : ""}`;
+  const sign = (d) => (d < 0 ? "neg" : d > 0 ? "pos" : "");
+  const table = dataTable("delta-table", ["Task", "n", "A success", "B success", "Δ (B − A)", "Δ 95 %"],
+    tasks.map(([task, t]) => h("tr", {}, rowHead(task), num(t.n), num(rate(t.a, t.a_interval)),
+      num(rate(t.b, t.b_interval)), h("td", { class: `num ${sign(t.delta)}` }, fmtNum(t.delta)),
+      num(fmtInterval(t.delta_lo, t.delta_hi)))), [1, 2, 3, 4, 5]);
+  const rows = tasks.map(([task, t]) => ({
+    label: task, mean: t.delta, lo: t.delta_lo, hi: t.delta_hi, note: `n=${t.n}`,
+  }));
+  const chart = intervalChart(rows, { domain: [-1, 1], label: "success delta per task" });
+  return [scroller(table), h("div", { class: "chart-wrap" }, chart)];
+}
+
+function flipRow(data, f) {
+  const mark = (ok) => h("span", { class: ok ? "outcome success" : "outcome failure" },
+    ok ? "✓ success" : "✗ failure");
+  const link = (run, idx) => (idx === undefined ? "–"
+    : h("a", { href: episodeHref(run, idx), text: `ep ${idx}` }));
+  return h("tr", { dataset: { direction: f.a ? "worse" : "better" } },
+    h("td", {}, f.task), num(f.episode_index),
+    h("td", {}, mark(f.a), " ", link(data.a, f.a_index)),
+    h("td", {}, mark(f.b), " ", link(data.b, f.b_index)));
+}
+
+function flipsTable(data) {
+  const state = { offset: 0, direction: "" };
+  const tbody = h("tbody");
+  const pager = pagerBar((offset) => { state.offset = offset; draw(); });
+  const filter = h("select", { "aria-label": "filter flips" }, option("", "all flips"),
+    option("worse", "A ✓ → B ✗ (regressions)"), option("better", "A ✗ → B ✓ (improvements)"));
+  filter.addEventListener("change", () => { state.direction = filter.value; state.offset = 0; draw(); });
+  const direction = (f) => (f.a ? "worse" : "better");
+  const flips = () => data.flips.filter((f) => !state.direction || state.direction === direction(f));
+  function draw() {
+    const list = flips();
+    const page = list.slice(state.offset, state.offset + PAGE_SIZE);
+    fillRows(tbody, page.map((f) => flipRow(data, f)), 4, "No episode flipped.");
+    pager.update(state.offset, page.length, list.length);
+  }
+  draw();
+  const labels = ["Task", "Ep. #", "A", "B"];
+  const table = h("table", { class: "data", id: "flips-table" }, headRow(labels, [1]), tbody);
+  return h("div", {}, h("div", { class: "toolbar" }, filter, pager.el), scroller(table));
+}
+
+function runCard(label, summary, runId) {
+  const facts = `${summary.graph_name} · ${summary.episodes_done}/${summary.episodes_total} episodes`
+    + ` · success ${fmtPct(successRate(summary))}`;
+  return h("div", { class: "run-card" }, h("strong", {}, label), " ",
+    h("a", { href: runHref(runId), text: runId }), " ", statusBadge(summary.status),
+    h("div", { class: "muted" }, facts));
+}
+
+async function compareReport(ctx, a, b, container) {
+  const [data, sa, sb, ga, gb] = await Promise.all([
+    api(`${API}/compare?a=${enc(a)}&b=${enc(b)}`),
+    api(`${API}/status/${enc(a)}?compact=true`), api(`${API}/status/${enc(b)}?compact=true`),
+    api(`${runApi(a)}/graph`).catch(() => null), api(`${runApi(b)}/graph`).catch(() => null),
+  ]);
+  if (!ctx.alive) return;
+  const differences = [...data.config_differences];
+  if (ga && gb && JSON.stringify(ga) !== JSON.stringify(gb)) differences.push("frozen graph");
+  const tests = panel("Paired test (McNemar, success)", "mcnemar-panel");
+  const flips = panel(`Flips (${data.flips.length})`, "flips-panel");
+  const deltas = panel("Per-task success deltas (B − A, 95 %)", "deltas-panel");
+  tests.body.append(mcnemarBlock(data));
+  flips.body.append(flipsTable(data));
+  deltas.body.append(...perTaskDeltas(data.per_task));
+  container.replaceChildren(configWarning(differences, sa.config, sb.config),
+    h("div", { class: "grid two" }, runCard("A", sa, a), runCard("B", sb, b)),
+    h("div", { class: "grid two" }, tests.el, flips.el), deltas.el);
+}
+
+export function compareView(ctx, query) {
+  const a = query.get("a") || "";
+  const b = query.get("b") || "";
+  const title = () => h("h1", {}, "Compare two runs");
+  const picker = h("div", { class: "panel" }, title(), notice("loading runs…"));
+  const report = h("div", { id: "compare-report" });
+  ctx.root.append(picker, report);
+  const hint = "Episodes are paired by (task, episode_index); only completed episodes with a success"
+    + " value count.";
+  api(`${API}/runs?limit=500`).then((data) => {
+    if (!ctx.alive) return;
+    picker.replaceChildren(title(), comparePicker(data.runs, a, b), h("p", { class: "muted" }, hint));
+  }).catch((err) => ctx.fail(picker, err));
+  if (!a || !b) {
+    report.append(notice("Pick run A and run B."));
+    return;
+  }
+  report.append(notice("comparing…"));
+  compareReport(ctx, a, b, report).catch((err) => ctx.fail(report, err));
+}

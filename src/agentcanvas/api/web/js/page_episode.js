@@ -1,0 +1,56 @@
+// #/run/<id>/episode/<idx> — one episode: facts, frame player, firing log, episode.json.
+
+import { api, episodeHref, runApi, runHref } from "./api.js";
+import { h, keyValues, notice, panel, put, statusBadge } from "./dom.js";
+import { episodeOutcome } from "./episode_table.js";
+import { firingLog, nodeStats } from "./firing_log.js";
+import { fmtDuration, fmtNum } from "./format.js";
+import { framePlayer } from "./frame_player.js";
+
+function episodeFacts(e) {
+  const [outcome] = episodeOutcome(e);
+  const metrics = Object.entries(e.metrics ?? {}).map(([k, v]) => `${k} ${fmtNum(v)}`).join(" · ");
+  const nodeErrors = Object.entries(e.node_errors ?? {}).map(([n, msg]) => h("li", {}, `${n}: ${msg}`));
+  return [
+    keyValues([
+      ["task", e.task], ["episode index", e.episode_index], ["seed", e.seed],
+      ["status", statusBadge(e.status)], ["outcome", outcome],
+      ["steps", `${e.steps} (budget ${e.step_budget ?? "–"})`], ["metrics", metrics || "–"],
+      ["attempts", e.attempts ?? 1], ["instruction", e.instruction || "–"],
+      ["duration", fmtDuration(e.duration_s)],
+    ]),
+    e.error ? notice(`Error: ${e.error}`, "error") : null,
+    nodeErrors.length ? h("ul", { class: "reasons" }, nodeErrors) : null,
+  ];
+}
+
+function episodeCrumbs(runId, index) {
+  const previous = index > 0
+    ? h("a", { href: episodeHref(runId, index - 1), text: "‹ previous", id: "prev-episode" }) : null;
+  return h("nav", { class: "crumbs" }, h("a", { href: "#/", text: "Runs" }), " / ",
+    h("a", { href: runHref(runId), text: runId }), ` / episode ${index}  `, previous, " ",
+    h("a", { href: episodeHref(runId, index + 1), text: "next ›", id: "next-episode" }));
+}
+
+export function episodeView(ctx, runId, index) {
+  const facts = panel(`Episode ${index}`, "episode-panel");
+  const frames = panel("Frames", "frames-panel");
+  const log = panel("Firing log", "log-panel");
+  const stats = panel("Per node", "node-panel");
+  const raw = h("pre", { class: "json", id: "episode-json" });
+  ctx.root.append(episodeCrumbs(runId, index), h("div", { class: "grid two" }, facts.el, frames.el),
+    log.el, stats.el, h("details", { class: "panel" }, h("summary", {}, "episode.json"), raw));
+  const base = `${runApi(runId)}/episodes/${index}`;
+  Promise.all([api(base), api(`${base}/log`)]).then(([record, logData]) => {
+    if (!ctx.alive) return;
+    put(facts.body, episodeFacts(record));
+    raw.textContent = JSON.stringify(record, null, 2);
+    let player = null;
+    const firing = firingLog(logData.records, (step) => player?.showStep(step));
+    player = framePlayer(ctx, runId, index, record.assets, (step) => firing.follow(step));
+    const torn = logData.torn_lines ? notice(`${logData.torn_lines} torn line(s) skipped`) : null;
+    put(frames.body, player.el);
+    put(log.body, firing.el, torn);
+    put(stats.body, nodeStats(logData.records));
+  }).catch((err) => ctx.fail(facts.body, err));
+}
