@@ -1,3 +1,3 @@
-"""AgentCanvas Batch Eval: run an agent graph over many episodes, bit-identically at any worker count."""
+"""AgentCanvas Batch Eval: run an agent graph over many episodes, identically at any N."""
 
 __version__ = "0.1.0"

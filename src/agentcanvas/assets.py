@@ -17,7 +17,9 @@ def save_frame(frame: Any, ctx: CallContext) -> str:
         return ""
     array = np.asarray(frame)
     if array.ndim != 3 or array.shape[2] not in (3, 4) or array.dtype != np.uint8:
-        raise ValueError(f"frame must be an HxWx3 uint8 array, got {array.dtype}{list(array.shape)}")
+        raise ValueError(
+            f"frame must be an HxWx3 uint8 array, got {array.dtype}{list(array.shape)}"
+        )
     folder = Path(ctx.asset_dir)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"step{ctx.step:04d}_{ctx.node_id}.png"

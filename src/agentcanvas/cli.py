@@ -59,7 +59,9 @@ def cmd_nodesets(args: argparse.Namespace) -> int:
         origin = registry.origin(m["name"])
         print(f"{m['name']} {m['version']} [{m['parallelism']}, {origin}] - {m['description']}")
         for node in m["nodes"]:
-            ins = ", ".join(p["name"] for p in node["inputs"]) or ("*" if node["dynamic_inputs"] else "")
+            ins = ", ".join(p["name"] for p in node["inputs"]) or (
+                "*" if node["dynamic_inputs"] else ""
+            )
             outs = ", ".join(p["name"] for p in node["outputs"])
             print(f"    {m['name']}.{node['name']}({ins}) -> ({outs})")
     for name, err in registry.load_errors.items():
@@ -80,11 +82,24 @@ def cmd_graphs(args: argparse.Namespace) -> int:
     for item in entries:
         try:
             graph = load_graph_file(item.path)
-            rows.append({"name": item.name, "origin": item.origin, "path": str(item.path),
-                         "description": graph.description, "nodesets": graph.nodesets()})
+            rows.append(
+                {
+                    "name": item.name,
+                    "origin": item.origin,
+                    "path": str(item.path),
+                    "description": graph.description,
+                    "nodesets": graph.nodesets(),
+                }
+            )
         except AgentCanvasError as exc:
-            rows.append({"name": item.name, "origin": item.origin, "path": str(item.path),
-                         "error": str(exc)})
+            rows.append(
+                {
+                    "name": item.name,
+                    "origin": item.origin,
+                    "path": str(item.path),
+                    "error": str(exc),
+                }
+            )
     if args.json:
         _print_json({"graphs": rows})
     else:
@@ -138,8 +153,10 @@ def cmd_play(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(result.model_dump(mode="json"))
     else:
-        print(f"{graph.name} task={task} episode={args.episode} seed={seed}: {result.status}, "
-              f"{result.steps} steps")
+        print(
+            f"{graph.name} task={task} episode={args.episode} seed={seed}: {result.status}, "
+            f"{result.steps} steps"
+        )
         for key, value in result.metrics.items():
             print(f"  {key} = {value}")
         if result.error:
@@ -180,7 +197,9 @@ def _load_extensions() -> None:
         return
     from agentcanvas import cli_backend, cli_eval, cli_servers
 
-    _EXTENSIONS.extend([cli_eval.extend_parser, cli_servers.extend_parser, cli_backend.extend_parser])
+    _EXTENSIONS.extend(
+        [cli_eval.extend_parser, cli_servers.extend_parser, cli_backend.extend_parser]
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -29,22 +29,25 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     token = args.token or os.environ.get("AGENTCANVAS_TOKEN")
     if not is_loopback(args.host) and not token:
-        raise ConfigError(f"--host {args.host}: binding off loopback needs --token "
-                          "(or AGENTCANVAS_TOKEN)")
+        raise ConfigError(
+            f"--host {args.host}: binding off loopback needs --token (or AGENTCANVAS_TOKEN)"
+        )
     sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((args.host, args.port))
     except OSError as exc:
         sock.close()
-        raise ConfigError(f"--port {args.port}: cannot bind {args.host}:{args.port} "
-                          f"({exc.strerror})") from exc
+        raise ConfigError(
+            f"--port {args.port}: cannot bind {args.host}:{args.port} ({exc.strerror})"
+        ) from exc
     port = sock.getsockname()[1]
     url = f"http://{args.host}:{port}"
     hosts = allowed_hosts(args.host, args.allow_host or [])
     app = create_app(workspace_dir(), url, token=token, allowed_hosts=hosts)
-    print(f"agentcanvas backend on {url} (workspace {workspace_dir()})", file=sys.stderr,
-          flush=True)
+    print(
+        f"agentcanvas backend on {url} (workspace {workspace_dir()})", file=sys.stderr, flush=True
+    )
     config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=10)
     uvicorn.Server(config).run(sockets=[sock])
     return 0
@@ -79,8 +82,10 @@ def _call(args: argparse.Namespace, method: str, path: str, **kwargs: Any) -> An
         with _client(args) as client:
             response = client.request(method, path, **kwargs)
     except httpx.TransportError as exc:
-        raise UserInputError(f"--url {args.url}: no backend answers ({type(exc).__name__}); "
-                             "start one with `agentcanvas serve`") from exc
+        raise UserInputError(
+            f"--url {args.url}: no backend answers ({type(exc).__name__}); "
+            "start one with `agentcanvas serve`"
+        ) from exc
     if response.status_code >= 400:
         detail = response.json().get("detail", response.text) if response.content else ""
         raise UserInputError(f"backend answered {response.status_code}: {detail}")
@@ -89,9 +94,14 @@ def _call(args: argparse.Namespace, method: str, path: str, **kwargs: Any) -> An
 
 @command("submit")
 def cmd_submit(args: argparse.Namespace) -> int:
-    body: dict[str, Any] = {"graph_name": args.graph, "episode_count": args.episodes,
-                            "worker_count": args.workers, "seed": args.seed,
-                            "priority": args.priority, "start_index": args.start_index}
+    body: dict[str, Any] = {
+        "graph_name": args.graph,
+        "episode_count": args.episodes,
+        "worker_count": args.workers,
+        "seed": args.seed,
+        "priority": args.priority,
+        "start_index": args.start_index,
+    }
     if args.tasks:
         body["tasks"] = [t.strip() for t in args.tasks.split(",")]
     if args.step_budget is not None:
@@ -107,8 +117,10 @@ def _follow(args: argparse.Namespace, run_id: str) -> int:
     last = None
     while True:
         summary = _call(args, "GET", f"/api/eval/v2/status/{run_id}")
-        line = (f"{run_id}: {summary['status']} {summary.get('episodes_done', 0)}/"
-                f"{summary.get('episodes_total', 0)}")
+        line = (
+            f"{run_id}: {summary['status']} {summary.get('episodes_done', 0)}/"
+            f"{summary.get('episodes_total', 0)}"
+        )
         if line != last:
             print(line, file=sys.stderr, flush=True)
             last = line
@@ -126,9 +138,11 @@ def cmd_runs(args: argparse.Namespace) -> int:
         return 0
     for run in listing["runs"]:
         sr = run.get("success_rate")
-        print(f"{run['run_id']}  {run['status']:<10} {run['graph_name']:<20} "
-              f"{run.get('episodes_done', 0)}/{run.get('episodes_total', 0)}  "
-              f"SR {'-' if sr is None else f'{sr:.3f}'}")
+        print(
+            f"{run['run_id']}  {run['status']:<10} {run['graph_name']:<20} "
+            f"{run.get('episodes_done', 0)}/{run.get('episodes_total', 0)}  "
+            f"SR {'-' if sr is None else f'{sr:.3f}'}"
+        )
     return 0
 
 
@@ -157,8 +171,12 @@ def extend_parser(sub: Any) -> None:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8765)
     p.add_argument("--token", help="required when binding off loopback")
-    p.add_argument("--allow-host", action="append", metavar="NAME",
-                   help="a host name clients use to reach the backend (repeatable)")
+    p.add_argument(
+        "--allow-host",
+        action="append",
+        metavar="NAME",
+        help="a host name clients use to reach the backend (repeatable)",
+    )
     url_help = f"backend URL (default {DEFAULT_URL})"
     p = sub.add_parser("submit", help="queue a run on the backend")
     p.add_argument("graph")
@@ -183,4 +201,3 @@ def extend_parser(sub: Any) -> None:
             p.add_argument("--full", action="store_true", help="include per-episode records")
         if name == "resume":
             p.add_argument("--follow", action="store_true")
-

@@ -29,8 +29,12 @@ def add_eval_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--start-index", type=int, default=0, help="first episode_index of each task")
     p.add_argument("--step-budget", type=int, help="override the step budget (>= 1)")
     p.add_argument("--seed", type=int, default=0, help="run seed (default 0)")
-    p.add_argument("--per-step-timeout", type=float, default=10.0,
-                   help="wall-clock safety net per step, seconds")
+    p.add_argument(
+        "--per-step-timeout",
+        type=float,
+        default=10.0,
+        help="wall-clock safety net per step, seconds",
+    )
     p.add_argument("--save-frames", action="store_true", help="save frames as PNG assets")
 
 
@@ -38,10 +42,15 @@ def build_config(args: argparse.Namespace, graph_name: str, workers: int) -> Eva
     """EvalConfig from CLI flags; a bad value names the flag's field."""
     try:
         return EvalConfig(
-            graph_name=graph_name, episode_count=args.episodes, worker_count=workers,
+            graph_name=graph_name,
+            episode_count=args.episodes,
+            worker_count=workers,
             tasks=[t.strip() for t in args.tasks.split(",")] if args.tasks else None,
-            start_index=args.start_index, step_budget=args.step_budget, seed=args.seed,
-            per_step_timeout_s=args.per_step_timeout, save_frames=args.save_frames,
+            start_index=args.start_index,
+            step_budget=args.step_budget,
+            seed=args.seed,
+            per_step_timeout_s=args.per_step_timeout,
+            save_frames=args.save_frames,
         )
     except ValidationError as exc:
         item = exc.errors()[0]
@@ -53,8 +62,12 @@ class _ProgressView:
 
     def __init__(self, total: int, label: str) -> None:
         self.progress = Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TextColumn("SR {task.fields[sr]}"), TimeRemainingColumn(), console=stderr,
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("SR {task.fields[sr]}"),
+            TimeRemainingColumn(),
+            console=stderr,
             transient=False,
         )
         self.task = self.progress.add_task(label, total=total, sr="-")
@@ -62,27 +75,34 @@ class _ProgressView:
     def __call__(self, event: dict[str, Any]) -> None:
         if event.get("type") == "eval_progress":
             sr = event.get("success_rate")
-            self.progress.update(self.task, completed=event["episodes_done"],
-                                 sr="-" if sr is None else f"{sr:.3f}")
+            self.progress.update(
+                self.task, completed=event["episodes_done"], sr="-" if sr is None else f"{sr:.3f}"
+            )
 
 
 def _run(args: argparse.Namespace, workers: int, label: str) -> ForegroundRun:
     registry = _registry()
     graph = resolve_graph(registry, args.graph)
     config = build_config(args, graph.name, workers)
-    n_tasks = len(config.tasks) if config.tasks else max(1, len(graph.env.tasks) if graph.env else 1)
+    n_tasks = (
+        len(config.tasks) if config.tasks else max(1, len(graph.env.tasks) if graph.env else 1)
+    )
     view = _ProgressView(config.episode_count * n_tasks, label)
     with view.progress:
         return asyncio.run(run_foreground(registry, graph, config, broadcast=view))
 
 
 def print_summary(run: EvalRun, where: str) -> None:
-    table = Table(title=f"{run.graph_name} - {run.episodes_done}/{run.episodes_total} episodes, "
-                        f"{run.config.worker_count} worker(s), status {run.status}")
+    table = Table(
+        title=f"{run.graph_name} - {run.episodes_done}/{run.episodes_total} episodes, "
+        f"{run.config.worker_count} worker(s), status {run.status}"
+    )
     for col in ("metric", "mean", "95% interval", "n", "method"):
         table.add_column(col)
     for name, agg in run.aggregate_metrics.items():
-        table.add_row(name, f"{agg.mean:.4f}", f"[{agg.lo:.4f}, {agg.hi:.4f}]", str(agg.n), agg.method)
+        table.add_row(
+            name, f"{agg.mean:.4f}", f"[{agg.lo:.4f}, {agg.hi:.4f}]", str(agg.n), agg.method
+        )
     stderr.print(table)
     by_task = Table(title="per task")
     for col in ("task", "success", "spl/return", "n"):
@@ -90,14 +110,19 @@ def print_summary(run: EvalRun, where: str) -> None:
     for task, aggs in run.aggregate_by_task.items():
         second = aggs.get("spl") or aggs.get("return")
         success = aggs.get("success")
-        by_task.add_row(task, f"{success.mean:.3f}" if success else "-",
-                        f"{second.mean:.3f}" if second else "-",
-                        str(success.n if success else (second.n if second else 0)))
+        by_task.add_row(
+            task,
+            f"{success.mean:.3f}" if success else "-",
+            f"{second.mean:.3f}" if second else "-",
+            str(success.n if success else (second.n if second else 0)),
+        )
     stderr.print(by_task)
     stderr.print(f"status counts: {run.status_counts}")
     errors = [e for e in run.episodes if e.status != "completed"]
     for ep in errors[:20]:
-        stderr.print(f"  [red]episode {ep.index} ({ep.task} #{ep.episode_index}): {ep.status}: {ep.error}")
+        stderr.print(
+            f"  [red]episode {ep.index} ({ep.task} #{ep.episode_index}): {ep.status}: {ep.error}"
+        )
     if not run.determinism.guaranteed:
         stderr.print(f"[yellow]invariance not guaranteed: {run.determinism.reasons}")
     stderr.print(f"run written to {where}")
@@ -141,8 +166,16 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     """The main job on built-in defaults: a 2-worker batch eval of babyai_oracle."""
     demo_args = argparse.Namespace(
-        graph="babyai_oracle", episodes=10, tasks=None, start_index=0, step_budget=None,
-        seed=0, per_step_timeout=10.0, save_frames=True, workers=2, json=False,
+        graph="babyai_oracle",
+        episodes=10,
+        tasks=None,
+        start_index=0,
+        step_budget=None,
+        seed=0,
+        per_step_timeout=10.0,
+        save_frames=True,
+        workers=2,
+        json=False,
     )
     stderr.print("demo: batch eval of babyai_oracle, 10 episodes x 2 tasks on 2 workers")
     result = _run(demo_args, 2, "demo")

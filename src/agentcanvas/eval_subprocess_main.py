@@ -61,7 +61,11 @@ async def run(run_dir: RunDir) -> str:
         await registry.ensure_nodesets_for_graph(graph, worker_count=config.worker_count)
         marks["servers_ready_at"] = time.time()
         runner = BatchEvalRunner(
-            registry, graph, config, run_dir, run_id=run_dir.root.name,
+            registry,
+            graph,
+            config,
+            run_dir,
+            run_id=run_dir.root.name,
             determinism=await collect_determinism(registry, graph),
             previous=previous_results(run_dir, spec),
         )
@@ -90,8 +94,14 @@ def _write_failure(
     if runner is not None:
         runner.run.status, runner.run.error = "failed", f"{type(exc).__name__}: {exc}"
         return
-    failed = EvalRun(run_id=run_dir.root.name, graph_name=config.graph_name, config=config,
-                     episodes_total=0, status="failed", error=f"{type(exc).__name__}: {exc}")
+    failed = EvalRun(
+        run_id=run_dir.root.name,
+        graph_name=config.graph_name,
+        config=config,
+        episodes_total=0,
+        status="failed",
+        error=f"{type(exc).__name__}: {exc}",
+    )
     atomic_write_json(run_dir.summary_path, failed.model_dump(mode="json"))
 
 

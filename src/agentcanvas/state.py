@@ -74,11 +74,18 @@ class ProcessServices:
     def relay_progress(self, run_id: str, summary: dict[str, Any]) -> None:
         """Subprocess-path progress (summary.json) pushed to WebSocket clients."""
         compact = {k: v for k, v in summary.items() if k != "episodes"}
-        self.broadcast({"type": "eval_progress", "source": "eval", "run_id": run_id,
-                        "summary": compact})
+        self.broadcast(
+            {"type": "eval_progress", "source": "eval", "run_id": run_id, "summary": compact}
+        )
         if summary.get("status") in ("completed", "failed", "cancelled", "aborted"):
-            self.broadcast({"type": "eval_complete", "source": "eval", "run_id": run_id,
-                            "status": summary.get("status")})
+            self.broadcast(
+                {
+                    "type": "eval_complete",
+                    "source": "eval",
+                    "run_id": run_id,
+                    "status": summary.get("status"),
+                }
+            )
 
     def request_tick(self) -> None:
         self.wake.set()

@@ -44,8 +44,9 @@ def build_services(workspace: Path, backend_url: str, token: str | None) -> Proc
     registry = WorkspaceComponentRegistry(workspace=workspace)
     registry.scan_all()
     calibration = CalibrationStore(workspace / "outputs" / "calibration.json")
-    scheduler = JobScheduler(runs_dir(workspace), backend_url, default_samplers(), calibration,
-                             cwd=workspace)
+    scheduler = JobScheduler(
+        runs_dir(workspace), backend_url, default_samplers(), calibration, cwd=workspace
+    )
     svc = ProcessServices(workspace=workspace, registry=registry, scheduler=scheduler, token=token)
     scheduler.hooks = SchedulerHooks(
         canvas_locked=svc.guard.held,
@@ -82,7 +83,10 @@ async def _tick_loop(svc: ProcessServices) -> None:
 
 
 def create_app(
-    workspace: Path, backend_url: str, token: str | None = None, allowed_hosts: set[str] | None = None
+    workspace: Path,
+    backend_url: str,
+    token: str | None = None,
+    allowed_hosts: set[str] | None = None,
 ) -> FastAPI:
     """The backend's FastAPI app (API, WebSocket, web page)."""
 

@@ -12,11 +12,11 @@ from fastapi.responses import FileResponse, PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentcanvas.errors import StateError, UnsafeNameError, UserInputError
-from agentcanvas.paths import resolve_within
 from agentcanvas.eval.config import EvalConfig
 from agentcanvas.eval.foreground import run_foreground
 from agentcanvas.eval.store import RunDir, new_run_id, read_json
 from agentcanvas.nodes.registry import WorkspaceComponentRegistry
+from agentcanvas.paths import resolve_within
 from agentcanvas.state import ProcessServices
 
 from . import runs
@@ -68,7 +68,9 @@ async def start_eval_v2(body: StartRequest, request: Request) -> StartResponse:
     except ValidationError as exc:  # a rule of EvalConfig that StartRequest does not repeat
         errors = [{**e, "loc": ("body", *e["loc"])} for e in exc.errors()]
         raise RequestValidationError(errors) from exc
-    use_subprocess = body.via_subprocess and os.environ.get("AGENTCANVAS_EVAL_SUBPROCESS", "1") != "0"
+    use_subprocess = (
+        body.via_subprocess and os.environ.get("AGENTCANVAS_EVAL_SUBPROCESS", "1") != "0"
+    )
     if not use_subprocess:
         run_id = await _start_in_process(svc, graph, config)
         return StartResponse(run_id=run_id, status="running", via_subprocess=False)
@@ -76,8 +78,11 @@ async def start_eval_v2(body: StartRequest, request: Request) -> StartResponse:
     spec = {
         "version": 1,
         "config": config.model_dump(mode="json"),
-        "scheduling": {"marginal_vram_mb": body.marginal_vram_mb,
-                       "exclusive_gpu": body.exclusive_gpu, "priority": body.priority},
+        "scheduling": {
+            "marginal_vram_mb": body.marginal_vram_mb,
+            "exclusive_gpu": body.exclusive_gpu,
+            "priority": body.priority,
+        },
         "graph": graph.model_dump(mode="json"),
         "shared_nodesets": sorted(urls),
         "active_workspace_dir": body.active_workspace_dir,
@@ -148,8 +153,9 @@ async def cancel(run_id: str, request: Request) -> dict[str, str]:
         return {"run_id": run_id, "status": "cancelling"}
     result = svc.scheduler.cancel(run_id)
     if result == "cancelled":
-        svc.broadcast({"type": "eval_complete", "source": "eval", "run_id": run_id,
-                       "status": "cancelled"})
+        svc.broadcast(
+            {"type": "eval_complete", "source": "eval", "run_id": run_id, "status": "cancelled"}
+        )
     svc.request_tick()
     return {"run_id": run_id, "status": result}
 

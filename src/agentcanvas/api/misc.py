@@ -41,11 +41,14 @@ async def graph(name: str, request: Request) -> dict[str, Any]:
 @router.get("/api/nodesets")
 async def nodesets(request: Request) -> dict[str, Any]:
     svc = services(request)
-    servers = {key: {"url": r.url, "refcount": r.refcount, "owned": r.owned, "alive": r.is_alive()}
-               for key, r in svc.registry.servers.records.items()}
+    servers = {
+        key: {"url": r.url, "refcount": r.refcount, "owned": r.owned, "alive": r.is_alive()}
+        for key, r in svc.registry.servers.records.items()
+    }
     return {
-        "nodesets": [svc.registry.manifest(n).model_dump(mode="json")
-                     for n in svc.registry.nodeset_names()],
+        "nodesets": [
+            svc.registry.manifest(n).model_dump(mode="json") for n in svc.registry.nodeset_names()
+        ],
         "servers": servers,
         "pending_unloads": sorted(svc.pending_unloads),
         "load_errors": svc.registry.load_errors,
@@ -102,12 +105,22 @@ async def canvas_play(body: PlayRequest, request: Request) -> dict[str, Any]:
             for name, url in urls.items():
                 await registry.register_remote_nodeset(name, url)
             env = registry.local_instance(graph.env.nodeset) if graph.env else None
-            spec = EpisodeSpec(0, task, body.episode, episode_seed(body.seed, task, body.episode),
-                               key=f"canvas:{task}:{body.episode}")
-            wiring = EpisodeWiring(registry, env, principles=ExecutionPrinciples(False),
-                                   events=lambda e: svc.broadcast({**e, "source": "canvas"}))
-            result = await run_episode(graph, spec, wiring,
-                                       EpisodeOptions(step_budget_override=body.step_budget))
+            spec = EpisodeSpec(
+                0,
+                task,
+                body.episode,
+                episode_seed(body.seed, task, body.episode),
+                key=f"canvas:{task}:{body.episode}",
+            )
+            wiring = EpisodeWiring(
+                registry,
+                env,
+                principles=ExecutionPrinciples(False),
+                events=lambda e: svc.broadcast({**e, "source": "canvas"}),
+            )
+            result = await run_episode(
+                graph, spec, wiring, EpisodeOptions(step_budget_override=body.step_budget)
+            )
         finally:
             await registry.shutdown_all()
             svc.registry.release_shared_nodesets(sorted(urls))

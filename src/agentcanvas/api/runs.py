@@ -67,7 +67,11 @@ def compact(summary: dict[str, Any]) -> dict[str, Any]:
 
 
 def episodes_page(
-    summary: dict[str, Any], offset: int, limit: int, status: str | None, sort: str,
+    summary: dict[str, Any],
+    offset: int,
+    limit: int,
+    status: str | None,
+    sort: str,
     outcome: Outcome | None = None,
 ) -> dict[str, Any]:
     episodes = summary.get("episodes", [])
@@ -77,8 +81,9 @@ def episodes_page(
         episodes = [e for e in episodes if _outcome(e) == outcome]
     key, _, order = sort.partition(":")
     if key in ("index", "steps", "status", "task"):
-        episodes = sorted(episodes, key=lambda e: (e.get(key) is None, e.get(key)),
-                          reverse=order == "desc")
+        episodes = sorted(
+            episodes, key=lambda e: (e.get(key) is None, e.get(key)), reverse=order == "desc"
+        )
     return {"total": len(episodes), "episodes": episodes[offset : offset + limit]}
 
 
@@ -142,13 +147,23 @@ def compare_runs(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
             continue
         per_task.setdefault(key[0], []).append((sa, sb))
         if sa != sb:
-            flips.append({"task": key[0], "episode_index": key[1], "a": sa, "b": sb,
-                          "a_index": left[key]["index"], "b_index": right[key]["index"]})
+            flips.append(
+                {
+                    "task": key[0],
+                    "episode_index": key[1],
+                    "a": sa,
+                    "b": sb,
+                    "a_index": left[key]["index"],
+                    "b_index": right[key]["index"],
+                }
+            )
             b_count += int(sa and not sb)
             c_count += int(sb and not sa)
     return {
-        "a": a.get("run_id"), "b": b.get("run_id"),
-        "paired": len(paired), "flips": flips,
+        "a": a.get("run_id"),
+        "b": b.get("run_id"),
+        "paired": len(paired),
+        "flips": flips,
         "mcnemar": {"a_only": b_count, "b_only": c_count, "p_value": mcnemar(b_count, c_count)},
         "per_task": {t: _task_delta(pairs) for t, pairs in sorted(per_task.items())},
         "config_differences": config_differences(a.get("config", {}), b.get("config", {})),
@@ -169,9 +184,16 @@ def _task_delta(pairs: list[tuple[bool, bool]]) -> dict[str, Any]:
     mean = sum(diffs) / n
     var = sum((d - mean) ** 2 for d in diffs) / (n - 1) if n > 1 else 0.0
     half = 1.96 * math.sqrt(var / n) if n > 1 else float("nan")
-    return {"n": n, "a": ka / n, "b": kb / n, "delta": mean,
-            "delta_lo": max(-1.0, mean - half), "delta_hi": min(1.0, mean + half),
-            "a_interval": wilson_interval(ka, n), "b_interval": wilson_interval(kb, n)}
+    return {
+        "n": n,
+        "a": ka / n,
+        "b": kb / n,
+        "delta": mean,
+        "delta_lo": max(-1.0, mean - half),
+        "delta_hi": min(1.0, mean + half),
+        "a_interval": wilson_interval(ka, n),
+        "b_interval": wilson_interval(kb, n),
+    }
 
 
 def config_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:

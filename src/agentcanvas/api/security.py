@@ -53,7 +53,10 @@ class GuardMiddleware:
         origin = conn.headers.get("origin")
         if origin and origin != "null":
             origin_host = (urlsplit(origin).hostname or "").lower()
-            if origin_host not in self.allowed_hosts and f"[{origin_host}]" not in self.allowed_hosts:
+            if (
+                origin_host not in self.allowed_hosts
+                and f"[{origin_host}]" not in self.allowed_hosts
+            ):
                 return f"Origin {origin!r} is not allowed"
         if self.token is not None and not self._token_ok(conn):
             return "missing or wrong token (Authorization: Bearer <token> or ?token=)"

@@ -63,7 +63,12 @@ async def run_foreground(
     try:
         await registry.ensure_nodesets_for_graph(graph, worker_count=config.worker_count)
         runner = BatchEvalRunner(
-            registry, graph, config, run_dir, run_id=run_id, broadcast=broadcast,
+            registry,
+            graph,
+            config,
+            run_dir,
+            run_id=run_id,
+            broadcast=broadcast,
             determinism=await collect_determinism(registry, graph),
         )
         summary = await runner.execute()
@@ -73,8 +78,14 @@ async def run_foreground(
             runner.run.status = "cancelled" if interrupted else "failed"
             runner.run.error = f"{type(exc).__name__}: {exc}"
         else:
-            failed = EvalRun(run_id=run_id, graph_name=graph.name, config=config,
-                             episodes_total=0, status="failed", error=f"{type(exc).__name__}: {exc}")
+            failed = EvalRun(
+                run_id=run_id,
+                graph_name=graph.name,
+                config=config,
+                episodes_total=0,
+                status="failed",
+                error=f"{type(exc).__name__}: {exc}",
+            )
             atomic_write_json(run_dir.summary_path, failed.model_dump(mode="json"))
         raise
     finally:
@@ -82,7 +93,9 @@ async def run_foreground(
     return ForegroundRun(run_id, run_dir, summary)
 
 
-async def collect_determinism(registry: WorkspaceComponentRegistry, graph: Graph) -> DeterminismInfo:
+async def collect_determinism(
+    registry: WorkspaceComponentRegistry, graph: Graph
+) -> DeterminismInfo:
     """Ask each shared server of the graph which batch mode it measured at start-up."""
     info = DeterminismInfo()
     for name in registry.servers.shared_in(graph):

@@ -260,7 +260,9 @@ class GraphExecutor:
         )
         started = time.perf_counter()
         try:
-            result = await self._handles[node.nodeset].call(node.node_name, node.config, inputs, ctx)
+            result = await self._handles[node.nodeset].call(
+                node.node_name, node.config, inputs, ctx
+            )
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a node's failure is data in the ledger, never an escape

@@ -32,7 +32,7 @@ def validate_graph(
         problems.append(
             "cycle without a next_iteration edge: "
             + " -> ".join(cycle)
-            + " (mark one edge of the cycle \"next_iteration\": true)"
+            + ' (mark one edge of the cycle "next_iteration": true)'
         )
     if check_config is not None:
         for node in graph.nodes:

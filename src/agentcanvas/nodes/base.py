@@ -174,9 +174,15 @@ class NodeSet:
             ) -> dict[str, Any]:
                 return fn([(inputs, ctx)], cfg, state)[0]
 
-            self.node(name, inputs=inputs, outputs=outputs, config=config,
-                      description=description or (inspect.getdoc(fn) or "").split("\n")[0],
-                      blocking=True, batched=True)(single)
+            self.node(
+                name,
+                inputs=inputs,
+                outputs=outputs,
+                config=config,
+                description=description or (inspect.getdoc(fn) or "").split("\n")[0],
+                blocking=True,
+                batched=True,
+            )(single)
             self._nodes[name].batch_fn = fn
             return fn
 

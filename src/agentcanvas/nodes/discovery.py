@@ -76,7 +76,8 @@ def import_nodeset(found: Found) -> NodeSet:
         raise NodeSetError(f"node set {found.name!r} at {found.path}: no NODESET = NodeSet(...)")
     if nodeset.name != found.name:
         raise NodeSetError(
-            f"node set folder {found.name!r} declares NodeSet name {nodeset.name!r}; they must match"
+            f"node set folder {found.name!r} declares NodeSet name {nodeset.name!r}; "
+            "they must match"
         )
     return nodeset
 

@@ -132,8 +132,9 @@ class WorkspaceComponentRegistry:
             broken = [n for n in graph.nodesets() if n in self.load_errors]
             if not broken:
                 raise
-            details = "\n".join(f"  - node set '{n}' failed to load: {self.load_errors[n]}"
-                                for n in broken)
+            details = "\n".join(
+                f"  - node set '{n}' failed to load: {self.load_errors[n]}" for n in broken
+            )
             raise GraphValidationError(f"{exc}\n{details}") from exc
 
     def _check_config(self, node: Node) -> None:
@@ -216,7 +217,9 @@ class WorkspaceComponentRegistry:
         """The handle of a (tagged) server, e.g. ``"env_minigrid#2"``."""
         record = self.servers.records.get(key)
         if record is None:
-            raise NodeSetError(f"no server {key!r} is running (running: {sorted(self.servers.records)})")
+            raise NodeSetError(
+                f"no server {key!r} is running (running: {sorted(self.servers.records)})"
+            )
         return record.handle
 
     async def restart_server(self, key: str) -> NodeSetHandle:

@@ -100,8 +100,13 @@ class JobScheduler:
         spec["run_id"] = run_id
         atomic_write_json(run_dir.spec_path, spec)
         atomic_write_json(run_dir.shared_urls_path, shared_urls)
-        summary = EvalRun(run_id=run_id, graph_name=config.graph_name, config=config,
-                          episodes_total=0, status="pending")
+        summary = EvalRun(
+            run_id=run_id,
+            graph_name=config.graph_name,
+            config=config,
+            episodes_total=0,
+            status="pending",
+        )
         atomic_write_json(run_dir.summary_path, summary.model_dump(mode="json"))
         self._enqueue(run_dir, spec)
         return run_id
@@ -110,8 +115,11 @@ class JobScheduler:
         config = EvalConfig.model_validate(spec["config"])
         scheduling = spec.get("scheduling", {})
         job = QueuedJob(
-            run_id=run_dir.root.name, run_dir=run_dir, graph_name=config.graph_name,
-            worker_count=config.worker_count, priority=int(scheduling.get("priority", 0)),
+            run_id=run_dir.root.name,
+            run_dir=run_dir,
+            graph_name=config.graph_name,
+            worker_count=config.worker_count,
+            priority=int(scheduling.get("priority", 0)),
             seq=float(scheduling.get("submitted_at", time.time())),
             marginal_vram_mb=float(scheduling.get("marginal_vram_mb", 0.0)),
             exclusive_gpu=bool(scheduling.get("exclusive_gpu", False)),
@@ -202,7 +210,9 @@ class JobScheduler:
         decision = decide(
             [self._demand(j) for j in self.queue],
             [self._load(r) for r in self.running.values()],
-            free, self.capacity_mb, self.hooks.canvas_locked(),
+            free,
+            self.capacity_mb,
+            self.hooks.canvas_locked(),
         )
         self.waiting_reasons = decision.waiting
         for run_id in decision.start:
@@ -220,8 +230,9 @@ class JobScheduler:
             elif resource == "vram":
                 estimates[resource] = job.marginal_vram_mb
             else:
-                estimates[resource] = (DEFAULT_RAM_MB_BASE
-                                       + DEFAULT_RAM_MB_PER_WORKER * job.worker_count)
+                estimates[resource] = (
+                    DEFAULT_RAM_MB_BASE + DEFAULT_RAM_MB_PER_WORKER * job.worker_count
+                )
         return JobDemand(job.run_id, job.priority, int(job.seq * 1e6), estimates, job.exclusive_gpu)
 
     def _load(self, running: RunningJob) -> RunningLoad:
@@ -230,13 +241,25 @@ class JobScheduler:
         return RunningLoad(job.run_id, running.estimates_mb, used, job.exclusive_gpu)
 
     def _spawn(self, job: QueuedJob, estimates: dict[str, float]) -> None:
-        argv = [sys.executable, "-m", "agentcanvas.eval_subprocess_main",
-                "--run-dir", str(job.run_dir.root), "--backend-url", self.backend_url]
+        argv = [
+            sys.executable,
+            "-m",
+            "agentcanvas.eval_subprocess_main",
+            "--run-dir",
+            str(job.run_dir.root),
+            "--backend-url",
+            self.backend_url,
+        ]
         env = _child_env(job.run_dir)
         try:
-            child = spawn(argv, env=env, cwd=self.cwd, new_session=True,
-                          stdout_path=job.run_dir.stdout_path,
-                          stderr_path=job.run_dir.stderr_path)
+            child = spawn(
+                argv,
+                env=env,
+                cwd=self.cwd,
+                new_session=True,
+                stdout_path=job.run_dir.stdout_path,
+                stderr_path=job.run_dir.stderr_path,
+            )
         except Exception as exc:
             _set_status(job.run_dir, "failed", error=f"could not spawn: {exc}")
             job.run_dir.touch_done()
@@ -274,14 +297,28 @@ class JobScheduler:
         return requeued
 
     def list_active(self) -> dict[str, list[dict[str, Any]]]:
-        queued = [{"run_id": j.run_id, "graph_name": j.graph_name, "priority": j.priority,
-                   "worker_count": j.worker_count,
-                   "waiting_reason": self.waiting_reasons.get(j.run_id, "")}
-                  for j in sorted(self.queue, key=lambda j: (-j.priority, j.seq))]
-        running = [{"run_id": r.job.run_id, "graph_name": r.job.graph_name, "pid": r.child.pid,
-                    "priority": r.job.priority, "worker_count": r.job.worker_count,
-                    "started_at": r.started_at, "estimates_mb": r.estimates_mb}
-                   for r in self.running.values()]
+        queued = [
+            {
+                "run_id": j.run_id,
+                "graph_name": j.graph_name,
+                "priority": j.priority,
+                "worker_count": j.worker_count,
+                "waiting_reason": self.waiting_reasons.get(j.run_id, ""),
+            }
+            for j in sorted(self.queue, key=lambda j: (-j.priority, j.seq))
+        ]
+        running = [
+            {
+                "run_id": r.job.run_id,
+                "graph_name": r.job.graph_name,
+                "pid": r.child.pid,
+                "priority": r.job.priority,
+                "worker_count": r.job.worker_count,
+                "started_at": r.started_at,
+                "estimates_mb": r.estimates_mb,
+            }
+            for r in self.running.values()
+        ]
         return {"queued": queued, "running": running}
 
     def shutdown(self) -> None:

@@ -56,85 +56,133 @@ class CompareConfig(_Cfg):
 
 
 ARITH: dict[str, Callable[[Any, Any], Any]] = {
-    "add": operator.add, "sub": operator.sub, "mul": operator.mul,
-    "div": operator.truediv, "min": min, "max": max,
+    "add": operator.add,
+    "sub": operator.sub,
+    "mul": operator.mul,
+    "div": operator.truediv,
+    "min": min,
+    "max": max,
 }
 COMPARE: dict[str, Callable[[Any, Any], Any]] = {
-    "lt": operator.lt, "le": operator.le, "eq": operator.eq,
-    "ne": operator.ne, "ge": operator.ge, "gt": operator.gt,
+    "lt": operator.lt,
+    "le": operator.le,
+    "eq": operator.eq,
+    "ne": operator.ne,
+    "ge": operator.ge,
+    "gt": operator.gt,
 }
 _float = PortSpec(name="out", type="float")
 
 
-@NODESET.node("graphIn", outputs=[
-    PortSpec(name="task", type="str"), PortSpec(name="episode_key", type="str"),
-    PortSpec(name="seed", type="int"), PortSpec(name="step", type="int")])
-def graph_in(inputs: dict[str, Any], config: dict[str, Any], state: CoreState,
-             ctx: CallContext) -> dict[str, Any]:
+@NODESET.node(
+    "graphIn",
+    outputs=[
+        PortSpec(name="task", type="str"),
+        PortSpec(name="episode_key", type="str"),
+        PortSpec(name="seed", type="int"),
+        PortSpec(name="step", type="int"),
+    ],
+)
+def graph_in(
+    inputs: dict[str, Any], config: dict[str, Any], state: CoreState, ctx: CallContext
+) -> dict[str, Any]:
     """Facts about the current episode and step."""
-    return {"task": ctx.task, "episode_key": ctx.episode_key, "seed": ctx.episode_seed,
-            "step": ctx.step}
+    return {
+        "task": ctx.task,
+        "episode_key": ctx.episode_key,
+        "seed": ctx.episode_seed,
+        "step": ctx.step,
+    }
 
 
 @NODESET.node("graphOut", dynamic_inputs=True)
-def graph_out(inputs: dict[str, Any], config: dict[str, Any], state: CoreState,
-              ctx: CallContext) -> dict[str, Any]:
+def graph_out(
+    inputs: dict[str, Any], config: dict[str, Any], state: CoreState, ctx: CallContext
+) -> dict[str, Any]:
     """A sink: its inputs after the last iteration become the episode's metrics."""
     return {}
 
 
 @NODESET.node("constant", outputs=[PortSpec(name="value")], config=ConstantConfig)
-def constant(inputs: dict[str, Any], config: dict[str, Any], state: CoreState,
-             ctx: CallContext) -> dict[str, Any]:
+def constant(
+    inputs: dict[str, Any], config: dict[str, Any], state: CoreState, ctx: CallContext
+) -> dict[str, Any]:
     """Emits config.value every iteration."""
     return {"value": config.get("value")}
 
 
-@NODESET.node("arith", inputs=[PortSpec(name="a", type="float"), PortSpec(name="b", type="float")],
-              outputs=[_float], config=ArithConfig)
-def arith(inputs: dict[str, Any], config: dict[str, Any], state: CoreState,
-          ctx: CallContext) -> dict[str, Any]:
+@NODESET.node(
+    "arith",
+    inputs=[PortSpec(name="a", type="float"), PortSpec(name="b", type="float")],
+    outputs=[_float],
+    config=ArithConfig,
+)
+def arith(
+    inputs: dict[str, Any], config: dict[str, Any], state: CoreState, ctx: CallContext
+) -> dict[str, Any]:
     """a (op) b for op in add, sub, mul, div, min, max."""
     return {"out": ARITH[ArithConfig.model_validate(config).op](inputs["a"], inputs["b"])}
 
 
-@NODESET.node("compare", inputs=[PortSpec(name="a"), PortSpec(name="b")],
-              outputs=[PortSpec(name="out", type="bool")], config=CompareConfig)
-def compare(inputs: dict[str, Any], config: dict[str, Any], state: CoreState,
-            ctx: CallContext) -> dict[str, Any]:
+@NODESET.node(
+    "compare",
+    inputs=[PortSpec(name="a"), PortSpec(name="b")],
+    outputs=[PortSpec(name="out", type="bool")],
+    config=CompareConfig,
+)
+def compare(
+    inputs: dict[str, Any], config: dict[str, Any], state: CoreState, ctx: CallContext
+) -> dict[str, Any]:
     """a (op) b for op in lt, le, eq, ne, ge, gt."""
     return {"out": bool(COMPARE[CompareConfig.model_validate(config).op](inputs["a"], inputs["b"]))}
 
 
-@NODESET.node("select", inputs=[PortSpec(name="cond", type="bool"), PortSpec(name="a"),
-                                PortSpec(name="b")], outputs=[PortSpec(name="out")])
-def select(inputs: dict[str, Any], config: dict[str, Any], state: CoreState,
-           ctx: CallContext) -> dict[str, Any]:
+@NODESET.node(
+    "select",
+    inputs=[PortSpec(name="cond", type="bool"), PortSpec(name="a"), PortSpec(name="b")],
+    outputs=[PortSpec(name="out")],
+)
+def select(
+    inputs: dict[str, Any], config: dict[str, Any], state: CoreState, ctx: CallContext
+) -> dict[str, Any]:
     """a when cond is truthy, else b."""
     return {"out": inputs["a"] if inputs["cond"] else inputs["b"]}
 
 
-@NODESET.node("counter", inputs=[PortSpec(name="increment", type="float", required=False)],
-              outputs=[PortSpec(name="count", type="float")])
-def counter(inputs: dict[str, Any], config: dict[str, Any], state: CoreState,
-            ctx: CallContext) -> dict[str, Any]:
+@NODESET.node(
+    "counter",
+    inputs=[PortSpec(name="increment", type="float", required=False)],
+    outputs=[PortSpec(name="count", type="float")],
+)
+def counter(
+    inputs: dict[str, Any], config: dict[str, Any], state: CoreState, ctx: CallContext
+) -> dict[str, Any]:
     """Running sum of increment (default 1) over this episode's iterations."""
     key = (ctx.episode_key, ctx.node_id)
     state.counters[key] = state.counters.get(key, 0.0) + float(inputs.get("increment", 1.0))
     return {"count": state.counters[key]}
 
 
-@NODESET.node("stopWhen", inputs=[PortSpec(name="cond", type="bool")],
-              outputs=[PortSpec(name="done", type="bool")], done_port="done")
-def stop_when(inputs: dict[str, Any], config: dict[str, Any], state: CoreState,
-              ctx: CallContext) -> dict[str, Any]:
+@NODESET.node(
+    "stopWhen",
+    inputs=[PortSpec(name="cond", type="bool")],
+    outputs=[PortSpec(name="done", type="bool")],
+    done_port="done",
+)
+def stop_when(
+    inputs: dict[str, Any], config: dict[str, Any], state: CoreState, ctx: CallContext
+) -> dict[str, Any]:
     """Ends the episode loop after this iteration when cond is truthy."""
     return {"done": bool(inputs["cond"])}
 
 
-@NODESET.node("recordFrame", inputs=[PortSpec(name="frame", type="array")],
-              outputs=[PortSpec(name="path", type="str")])
-def record_frame(inputs: dict[str, Any], config: dict[str, Any], state: CoreState,
-                 ctx: CallContext) -> dict[str, Any]:
+@NODESET.node(
+    "recordFrame",
+    inputs=[PortSpec(name="frame", type="array")],
+    outputs=[PortSpec(name="path", type="str")],
+)
+def record_frame(
+    inputs: dict[str, Any], config: dict[str, Any], state: CoreState, ctx: CallContext
+) -> dict[str, Any]:
     """Saves an RGB frame as assets/step{step:04d}_{node}.png of this episode."""
     return {"path": save_frame(inputs["frame"], ctx)}

@@ -70,8 +70,9 @@ class GymPanel(Panel):
 
     spec = PanelSpec(
         fields=[
-            FieldSpec(name="dataset", kind="choice", default="classic_control",
-                      choices=sorted(TASKS)),
+            FieldSpec(
+                name="dataset", kind="choice", default="classic_control", choices=sorted(TASKS)
+            ),
             FieldSpec(name="split", kind="choice", default="discrete", depends_on="dataset"),
             FieldSpec(name="task_id", kind="choice", default="CartPole-v1", depends_on="split"),
             FieldSpec(name="episode_index", kind="int", default=0),

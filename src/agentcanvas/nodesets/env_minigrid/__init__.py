@@ -124,14 +124,23 @@ class MiniGridPanel(Panel):
         fields=[
             FieldSpec(name="dataset", kind="choice", default="babyai", choices=sorted(LEVELS)),
             FieldSpec(name="split", kind="choice", default="GoTo", depends_on="dataset"),
-            FieldSpec(name="task_id", kind="choice", default="BabyAI-GoToObj-v0",
-                      depends_on="split"),
+            FieldSpec(
+                name="task_id", kind="choice", default="BabyAI-GoToObj-v0", depends_on="split"
+            ),
             FieldSpec(name="episode_index", kind="int", default=0),
             FieldSpec(name="seed", kind="int", default=0, description="Level seed."),
-            FieldSpec(name="step_latency_ms", kind="float", default=0.0,
-                      description="Simulated renderer latency added to every step."),
-            FieldSpec(name="render", kind="bool", default=False,
-                      description="Return an RGB frame from every step."),
+            FieldSpec(
+                name="step_latency_ms",
+                kind="float",
+                default=0.0,
+                description="Simulated renderer latency added to every step.",
+            ),
+            FieldSpec(
+                name="render",
+                kind="bool",
+                default=False,
+                description="Return an RGB frame from every step.",
+            ),
         ],
         actions=["play"],
     )

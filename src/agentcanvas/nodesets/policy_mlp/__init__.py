@@ -58,5 +58,7 @@ def act(items: list[BatchItem], config: dict[str, Any], state: PolicyState) -> l
     obs = np.stack([np.asarray(inputs["obs"], dtype=np.float32) for inputs, _ in items])
     seeds = [(ctx.episode_seed, ctx.step) for _, ctx in items]
     logits = state.policy.logits(obs, state.mode)
-    actions = state.policy.act(obs, mode, seeds if mode == "sample" else None, batch_mode=state.mode)
+    actions = state.policy.act(
+        obs, mode, seeds if mode == "sample" else None, batch_mode=state.mode
+    )
     return [{"action": int(actions[i]), "logits": logits[i]} for i in range(len(items))]

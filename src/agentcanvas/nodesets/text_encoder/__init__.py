@@ -20,8 +20,14 @@ from agentcanvas.nodes.manifest import PortSpec
 
 MAX_SEQ_LEN = 32  # BabyAI missions and object names are far shorter
 PROBE_TEXTS = [
-    "go to the red ball", "blue key", "go to a purple box", "grey ball", "a", "go to the yellow key",
-    "open the door on your left and pick up the green box behind it", "red ball",
+    "go to the red ball",
+    "blue key",
+    "go to a purple box",
+    "grey ball",
+    "a",
+    "go to the yellow key",
+    "open the door on your left and pick up the green box behind it",
+    "red ball",
 ]
 
 
@@ -62,7 +68,9 @@ NODESET = NodeSet(
     inputs=[PortSpec(name="text", type="str")],
     outputs=[PortSpec(name="embedding", type="array", description="float32[384], unit length")],
 )
-def embed(items: list[BatchItem], config: dict[str, Any], state: EncoderState) -> list[dict[str, Any]]:
+def embed(
+    items: list[BatchItem], config: dict[str, Any], state: EncoderState
+) -> list[dict[str, Any]]:
     """Embed one text per request."""
     vectors = state.encoder.encode([str(inputs["text"]) for inputs, _ in items], state.mode)
     return [{"embedding": vectors[i]} for i in range(len(items))]
@@ -73,7 +81,9 @@ def embed(items: list[BatchItem], config: dict[str, Any], state: EncoderState) -
     inputs=[PortSpec(name="mission", type="str"), PortSpec(name="objects", type="list")],
     outputs=[PortSpec(name="target", type="dict"), PortSpec(name="score", type="float")],
 )
-def ground(items: list[BatchItem], config: dict[str, Any], state: EncoderState) -> list[dict[str, Any]]:
+def ground(
+    items: list[BatchItem], config: dict[str, Any], state: EncoderState
+) -> list[dict[str, Any]]:
     """The object whose description embeds closest to the mission."""
     todo = [i for i, (_, ctx) in enumerate(items) if ctx.episode_key not in state.grounded]
     texts: list[str] = []
