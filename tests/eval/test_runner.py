@@ -83,7 +83,8 @@ TENV = textwrap.dedent(
 
 
     @NODESET.node("step", inputs=[PortSpec(name="action", required=False)],
-                  outputs=[PortSpec(name="done", type="bool"), PortSpec(name="metrics", type="dict"),
+                  outputs=[PortSpec(name="done", type="bool"),
+                           PortSpec(name="metrics", type="dict"),
                            PortSpec(name="frame", type="array")],
                   done_port="done", blocking=True)
     def step(inputs, config, state, ctx):

@@ -76,7 +76,8 @@ TENV = textwrap.dedent(
 
 
     @NODESET.node("step", inputs=[PortSpec(name="action", required=False)],
-                  outputs=[PortSpec(name="done", type="bool"), PortSpec(name="metrics", type="dict")],
+                  outputs=[PortSpec(name="done", type="bool"),
+                           PortSpec(name="metrics", type="dict")],
                   done_port="done", blocking=True)
     def step(inputs, config, state, ctx):
         if inputs.get("action") is not None and state.steps < state.length:
@@ -183,7 +184,9 @@ async def wait_for_firings(path: Path, n_records: int) -> None:
 def assert_recovered(summary: EvalRun, baseline: EvalRun, chunk: range) -> EpisodeResult:
     """The run completed, one episode of worker 0's chunk ran twice, results are unchanged."""
     assert summary.status == "completed"
-    assert summary.status_counts == {"completed": N_EPISODES}
+    failed = [(e.index, e.status, e.attempts, e.error, e.node_errors)
+              for e in summary.episodes if e.status != "completed"]
+    assert summary.status_counts == {"completed": N_EPISODES}, failed
     retried = [e for e in summary.episodes if e.attempts != 1]
     assert len(retried) == 1, [(e.index, e.attempts) for e in summary.episodes]
     (hit,) = retried

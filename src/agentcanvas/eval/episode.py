@@ -10,6 +10,7 @@ EpisodeResult with what was harvested so far. Only a cancellation from outside t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -207,7 +208,5 @@ async def _evict(graph: Graph, wiring: EpisodeWiring, key: str) -> None:
         handle = wiring.env_panel_overrides.get(nodeset) or wiring.resolver.handle_for(
             nodeset, wiring.server_url_overrides.get(nodeset)
         )
-        try:
+        with contextlib.suppress(Exception):  # a dead server has nothing left to evict
             await asyncio.shield(handle.evict(key))
-        except Exception:
-            pass

@@ -112,13 +112,13 @@ class BatchEvalRunner:
         env_ns = self.graph.env.nodeset if self.graph.env else None
         replicated = self.registry.servers.replicated_in(self.graph)
         chunks = partition_contiguous(todo, self.config.worker_count)
-        async with EnvWorkerPool(self.registry, self.config.worker_count, env_ns, replicated) as pool:
-            async with asyncio.TaskGroup() as group:
-                for worker_id, chunk in enumerate(chunks):
-                    queue: asyncio.Queue[int] = asyncio.Queue()
-                    for index in chunk:
-                        queue.put_nowait(index)
-                    group.create_task(self._worker(pool, worker_id, queue))
+        pool = EnvWorkerPool(self.registry, self.config.worker_count, env_ns, replicated)
+        async with pool, asyncio.TaskGroup() as group:
+            for worker_id, chunk in enumerate(chunks):
+                queue: asyncio.Queue[int] = asyncio.Queue()
+                for index in chunk:
+                    queue.put_nowait(index)
+                group.create_task(self._worker(pool, worker_id, queue))
         if self.cancel_event.is_set():
             self.run.status = "aborted" if self.aborted else "cancelled"
         else:
@@ -161,9 +161,12 @@ class BatchEvalRunner:
                 result.status, result.error = "cancelled", "cancelled with the run"
             if self.cancel_event.is_set() or result.status not in RETRYABLE:
                 return result
-            if pool.servers_alive(handle) or attempt >= self.config.max_attempts:
+            if attempt >= self.config.max_attempts:
                 return result
-            await pool.restart(handle)
+            dead = await pool.dead_servers(handle)
+            if not dead:
+                return result  # the episode failed on its own: no retry
+            await pool.restart(handle, dead)
             attempt += 1
 
     async def _attempt(

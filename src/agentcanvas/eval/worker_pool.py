@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from agentcanvas.errors import StateError
+from agentcanvas.errors import ServerError, StateError
 from agentcanvas.nodes.base import NodeSetHandle
 from agentcanvas.nodes.registry import WorkspaceComponentRegistry
 from agentcanvas.server.servers import server_key
@@ -94,11 +94,34 @@ class EnvWorkerPool:
     def servers_alive(self, handle: WorkerHandle) -> bool:
         return all(self._registry.server_alive(key) for key in handle.server_keys())
 
-    async def restart(self, handle: WorkerHandle) -> None:
-        """Restart this slot's servers (after one died) and re-wire its overrides."""
+    async def dead_servers(self, handle: WorkerHandle) -> list[str]:
+        """This slot's servers that have exited or no longer answer ``/health``.
+
+        A SIGKILLed server resets its connections a moment before its exit can be seen, so
+        an exit check alone, made right after the error, can miss the death behind it.
+        """
+        dead = []
         for key in handle.server_keys():
-            if not self._registry.server_alive(key):
-                await self._registry.restart_server(key)
+            if not self._registry.server_alive(key) or not await self._answers(key):
+                dead.append(key)
+        return dead
+
+    async def _answers(self, key: str) -> bool:
+        record = self._registry.servers.records.get(key)
+        if record is None:
+            return False
+        try:
+            await record.handle.health()
+        except ServerError:
+            return False
+        return True
+
+    async def restart(self, handle: WorkerHandle, keys: Sequence[str] | None = None) -> None:
+        """Restart this slot's dead servers (``keys``; default: those that exited), re-wire."""
+        if keys is None:
+            keys = [k for k in handle.server_keys() if not self._registry.server_alive(k)]
+        for key in keys:
+            await self._registry.restart_server(key)
         handle.env_panel_overrides.clear()
         handle.server_url_overrides.clear()
         self._wire(handle)
