@@ -9,7 +9,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from agentcanvas.errors import AgentCanvasError, UserInputError
 from agentcanvas.eval.episode import EpisodeOptions, EpisodeSpec, EpisodeWiring, run_episode
@@ -164,8 +164,15 @@ def cmd_play(args: argparse.Namespace) -> int:
     return 0 if result.status == "completed" else 3
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors exit 1 with a message, like every other bad input."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UserInputError(f"{self.prog}: {message} (see --help)")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="agentcanvas", description=__doc__)
+    parser = _Parser(prog="agentcanvas", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("nodesets", help="list discovered node sets and node types")
     p.add_argument("--json", action="store_true")
@@ -206,8 +213,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``agentcanvas`` console script."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     _load_extensions()
-    args = _parser().parse_args(argv)
     try:
+        args = _parser().parse_args(argv)
         return _COMMANDS[args.command](args)
     except UserInputError as exc:
         print(f"error: {exc}", file=sys.stderr)

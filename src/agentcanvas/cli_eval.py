@@ -144,6 +144,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
         counts = [int(w) for w in args.workers.split(",")]
     except ValueError as exc:
         raise ConfigError(f"--workers: expected e.g. 1,2,4, got {args.workers!r}") from exc
+    if len(counts) < 2 or any(not 1 <= w <= 64 for w in counts):
+        raise ConfigError(f"--workers: give two or more counts from 1 to 64, got {args.workers!r}")
     runs = [_run(args, w, f"w={w}") for w in counts]
     base = runs[0].summary
     failed = False

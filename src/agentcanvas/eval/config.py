@@ -70,8 +70,11 @@ class EpisodeResult(BaseModel):
     duration_s: float = 0.0
 
     def identity(self) -> dict[str, Any]:
-        """The fields that must be bit-identical across worker counts."""
-        return self.model_dump(exclude={"duration_s"})
+        """The fields that must be bit-identical across worker counts.
+
+        Wall time and supervision retries (``attempts``) are how a run went, not what it scored.
+        """
+        return self.model_dump(exclude={"duration_s", "attempts"})
 
 
 class DeterminismInfo(BaseModel):

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from agentcanvas.errors import ServerDiedError
+from agentcanvas.errors import ConfigError, ServerDiedError
 from agentcanvas.eval import metrics
 from agentcanvas.eval.config import DeterminismInfo, EpisodeResult, EvalConfig, EvalRun
 from agentcanvas.eval.episode import (
@@ -84,6 +84,7 @@ class BatchEvalRunner:
         self.config = config
         self.run_dir = run_dir
         self.broadcast = broadcast or (lambda event: None)
+        _require_replicated_env(registry, self.graph)
         self.specs = plan_episodes(config, self.graph, run_id)
         self.results: dict[int, EpisodeResult] = {r.index: r for r in previous}
         self.results_lock = asyncio.Lock()
@@ -231,6 +232,18 @@ class BatchEvalRunner:
 
     def save(self) -> None:
         atomic_write_json(self.run_dir.summary_path, self.run.model_dump(mode="json"))
+
+
+def _require_replicated_env(registry: WorkspaceComponentRegistry, graph: Graph) -> None:
+    """Each worker needs its own simulator: a graph's env node set must be replicated."""
+    if graph.env is None:
+        return
+    parallelism = registry.manifest(graph.env.nodeset).parallelism
+    if parallelism != "replicated":
+        raise ConfigError(
+            f"env.nodeset: '{graph.env.nodeset}' is {parallelism}; batch eval needs the "
+            "environment node set to be replicated (one simulator per worker)"
+        )
 
 
 async def _set_attached(handles: list[Any], client: str, attach: bool) -> None:
