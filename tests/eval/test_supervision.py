@@ -153,9 +153,9 @@ async def baseline(
 
 
 def outcome(ep: EpisodeResult) -> dict[str, Any]:
-    """identity() without ``attempts``: what the episode produced, not how often it ran."""
+    """What the episode produced, not how often it ran (identity() leaves out ``attempts``)."""
     record = ep.identity()
-    record.pop("attempts")
+    assert "attempts" not in record
     return record
 
 
