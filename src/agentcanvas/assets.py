@@ -9,6 +9,7 @@ import numpy as np
 from PIL import Image
 
 from agentcanvas.nodes.base import CallContext
+from agentcanvas.paths import check_name, safe_child
 
 
 def save_frame(frame: Any, ctx: CallContext) -> str:
@@ -22,6 +23,7 @@ def save_frame(frame: Any, ctx: CallContext) -> str:
         )
     folder = Path(ctx.asset_dir)
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"step{ctx.step:04d}_{ctx.node_id}.png"
+    name = check_name("asset", f"step{ctx.step:04d}_{ctx.node_id}.png", field="node_id")
+    path = safe_child(folder, "asset", name, field="node_id")
     Image.fromarray(array).save(path)
     return path.name

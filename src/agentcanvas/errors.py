@@ -12,7 +12,8 @@
     │   └── ConfigError           an eval config or spec field is invalid
     ├── NodeSetError              a node set failed to load or to start
     ├── ServerError               a node-set server is unreachable, hung or died
-    │   └── ServerDiedError       the server process is gone (supervision restarts it)
+    │   ├── ServerDiedError       the server process is gone (supervision restarts it)
+    │   └── ServerTimeoutError    a call got no answer within its deadline (wall clock)
     ├── WireError                 a payload could not be encoded/decoded
     ├── StateError                a lifecycle transition was asked in the wrong state
     └── RunError                  a run could not be set up or persisted
@@ -66,6 +67,10 @@ class ServerError(AgentCanvasError):
 
 class ServerDiedError(ServerError):
     """A node-set server process is gone."""
+
+
+class ServerTimeoutError(ServerError):
+    """A node-set server did not answer a call within its deadline."""
 
 
 class WireError(AgentCanvasError):

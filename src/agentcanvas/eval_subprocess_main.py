@@ -76,7 +76,7 @@ async def run(run_dir: RunDir) -> str:
         )
         summary = await runner.execute()
         return summary.status
-    except Exception as exc:
+    except BaseException as exc:  # also CancelledError/SystemExit: never end as "running"
         _write_failure(run_dir, runner, config, exc)
         raise
     finally:
@@ -91,8 +91,10 @@ def _overlay(spec: dict[str, Any]) -> Path | None:
 def _write_failure(
     run_dir: RunDir, runner: BatchEvalRunner | None, config: EvalConfig, exc: BaseException
 ) -> None:
+    interrupted = isinstance(exc, asyncio.CancelledError | KeyboardInterrupt)
     if runner is not None:
-        runner.run.status, runner.run.error = "failed", f"{type(exc).__name__}: {exc}"
+        runner.run.status = "cancelled" if interrupted else "failed"
+        runner.run.error = f"{type(exc).__name__}: {exc}"
         return
     failed = EvalRun(
         run_id=run_dir.root.name,

@@ -68,8 +68,13 @@ class ProcessServices:
         text = json.dumps(event, default=str)
         for socket in list(self.ws_connections):
             queue = getattr(socket, "outbox", None)
-            if queue is not None:
+            if queue is None:
+                continue
+            try:
                 queue.put_nowait(text)
+            except asyncio.QueueFull:  # a stalled client is dropped, never the scheduler
+                self.ws_connections.discard(socket)
+                log.warning("dropped a WebSocket client that stopped reading")
 
     def relay_progress(self, run_id: str, summary: dict[str, Any]) -> None:
         """Subprocess-path progress (summary.json) pushed to WebSocket clients."""

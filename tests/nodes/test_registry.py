@@ -133,8 +133,10 @@ async def test_the_doc_example_panel_cascade(workspace: Path) -> None:
     assert values["task_id"] == "line-21"  # reset to the first allowed value
     with pytest.raises(UserInputError, match="'task_id'"):
         await env.panel_change("task_id", "line-5")
-    with pytest.raises(UserInputError, match="no action 'reset'"):
-        await env.panel_action("reset")
+    with pytest.raises(UserInputError, match="no action 'rewind'"):
+        await env.panel_action("rewind")
+    defaults = await env.panel_action("reset")  # every panel can return to its defaults
+    assert defaults["track"] != "hard" and defaults["task_id"] != "line-21"
 
 
 def test_the_doc_example_evicts_keyed_state(workspace: Path) -> None:

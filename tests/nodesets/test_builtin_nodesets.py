@@ -256,7 +256,7 @@ def test_builtin_manifests(registry: WorkspaceComponentRegistry) -> None:
                      "env_gym": "replicated"}
     for env in ("env_minigrid", "env_gym"):
         manifest = registry.manifest(env)
-        assert manifest.panel is not None and manifest.panel.actions == ["play"]
+        assert manifest.panel is not None and manifest.panel.actions == ["play", "reset"]
         assert {"dataset", "split", "task_id", "episode_index", "seed"} <= {
             f.name for f in manifest.panel.fields}
         step = manifest.node_type("step")

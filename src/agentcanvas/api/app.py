@@ -24,6 +24,8 @@ from agentcanvas.errors import (
     UnknownNodeSetError,
     UserInputError,
 )
+from agentcanvas.eval.store import atomic_write_json, read_json
+from agentcanvas.graph.model import parse_graph
 from agentcanvas.nodes.registry import WorkspaceComponentRegistry
 from agentcanvas.paths import runs_dir
 from agentcanvas.scheduler.calibration import CalibrationStore
@@ -37,6 +39,7 @@ from .security import GuardMiddleware
 
 log = logging.getLogger(__name__)
 TICK_S = 1.0
+INPROCESS_STOP_S = 10.0
 WEB_DIR = Path(__file__).parent / "web"
 
 
@@ -54,6 +57,20 @@ def build_services(workspace: Path, backend_url: str, token: str | None) -> Proc
         on_progress=svc.relay_progress,
     )
     return svc
+
+
+async def _rebind_shared(svc: ProcessServices) -> None:
+    """Re-queued runs borrowed the previous backend's shared servers: start ours, re-point."""
+    for job in svc.scheduler.queue:
+        spec = read_json(job.run_dir.spec_path)
+        try:
+            graph = parse_graph(spec["graph"], source=f"run {job.run_id} spec.json")
+            urls = await svc.registry.ensure_shared_nodesets_for_graph(graph)
+        except AgentCanvasError as exc:
+            log.error("run %s: cannot start its shared node sets: %s", job.run_id, exc)
+            continue
+        atomic_write_json(job.run_dir.shared_urls_path, urls)
+        job.shared_nodesets = sorted(urls)
 
 
 def _release(svc: ProcessServices, names: list[str]) -> None:
@@ -97,6 +114,7 @@ def create_app(
         requeued = svc.scheduler.recover()
         if requeued:
             log.info("re-queued %d run(s) after restart: %s", len(requeued), requeued)
+            await _rebind_shared(svc)
         ticker = asyncio.ensure_future(_tick_loop(svc))
         try:
             yield
@@ -104,8 +122,11 @@ def create_app(
             ticker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await ticker
-            for task in list(svc.inprocess.values()):
+            inprocess = list(svc.inprocess.values())
+            for task in inprocess:
                 task.cancel()
+            if inprocess:  # let their finally blocks write summaries and stop their servers
+                await asyncio.wait(inprocess, timeout=INPROCESS_STOP_S)
             svc.scheduler.shutdown()
             await svc.registry.shutdown_all()
 

@@ -51,16 +51,24 @@ class GuardMiddleware:
         if host not in self.allowed_hosts:
             return f"Host {host!r} is not allowed (DNS rebinding guard)"
         origin = conn.headers.get("origin")
-        if origin and origin != "null":
-            origin_host = (urlsplit(origin).hostname or "").lower()
-            if (
-                origin_host not in self.allowed_hosts
-                and f"[{origin_host}]" not in self.allowed_hosts
-            ):
-                return f"Origin {origin!r} is not allowed"
+        if origin is not None and not self._own_origin(origin, conn.headers.get("host", "")):
+            return f"Origin {origin!r} is not allowed (only this backend's own page)"
         if self.token is not None and not self._token_ok(conn):
             return "missing or wrong token (Authorization: Bearer <token> or ?token=)"
         return None
+
+    def _own_origin(self, origin: str, host_header: str) -> bool:
+        """One of our names on the port this request came to ("null" is never ours)."""
+        parts = urlsplit(origin)
+        name = (parts.hostname or "").lower()
+        if name not in self.allowed_hosts and f"[{name}]" not in self.allowed_hosts:
+            return False
+        try:
+            origin_port = parts.port or (443 if parts.scheme == "https" else 80)
+        except ValueError:
+            return False
+        _, _, host_port = host_header.rpartition(":")
+        return host_port.isdigit() and int(host_port) == origin_port
 
     def _token_ok(self, conn: HTTPConnection) -> bool:
         assert self.token is not None

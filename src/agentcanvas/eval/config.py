@@ -46,6 +46,8 @@ class EvalConfig(BaseModel):
     def _tasks_non_empty(cls, value: list[str] | None) -> list[str] | None:
         if value is not None and (not value or any(not t.strip() for t in value)):
             raise ValueError("tasks must be a non-empty list of non-empty task ids")
+        if value is not None and len(set(value)) != len(value):
+            raise ValueError("tasks must not repeat a task id (episodes are keyed by task)")
         return value
 
 

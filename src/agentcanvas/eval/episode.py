@@ -82,6 +82,7 @@ async def set_episode(
     """Push the cascade fields, task, index and seed to the panel, ``play``, then ``on_load``."""
     fields = dict(graph.env.fields) if graph.env else {}
     fields.pop("task_id", None)
+    await env.panel_action("reset")  # start from the defaults, not from the last episode
     for name, value in fields.items():
         await env.panel_change(name, value)
     await env.panel_change("task_id", spec.task)
@@ -185,7 +186,11 @@ def _fill(
     assert outcome is not None
     result.steps, result.metrics = outcome.steps, outcome.metrics
     result.node_errors = dict(outcome.node_errors)
-    if outcome.node_errors:
+    if outcome.timed_out:
+        result.status = "timeout"
+        nodes = ", ".join(outcome.timed_out)
+        result.error = f"a node-set call hit its wall-clock deadline: {nodes}"
+    elif outcome.node_errors:
         result.status = "error"
         result.error = "node errors in: " + ", ".join(sorted(outcome.node_errors))
     elif not outcome.metrics:

@@ -8,6 +8,7 @@ rewritten atomically then — the live progress channel.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -29,6 +30,9 @@ from agentcanvas.graph.model import Graph
 from agentcanvas.nodes.registry import WorkspaceComponentRegistry
 
 Broadcast = Callable[[dict[str, Any]], None]
+AGGREGATE_INTERVAL_S = 1.0  # large runs: intervals refreshed at most this often
+FULL_REFRESH_MAX_EPISODES = 500  # up to here every boundary recomputes every aggregate
+log = logging.getLogger(__name__)
 RETRYABLE = ("error", "exception", "timeout")
 
 
@@ -90,8 +94,11 @@ class BatchEvalRunner:
         self.results_lock = asyncio.Lock()
         self.cancel_event = asyncio.Event()
         self.aborted = False
+        self._last_full_refresh = 0.0
         self.run = EvalRun(
-            run_id=run_id, graph_name=graph.name, config=config,
+            run_id=run_id,
+            graph_name=graph.name,
+            config=config,
             episodes_total=len(self.specs),
             determinism=determinism or DeterminismInfo(),
         )
@@ -127,8 +134,14 @@ class BatchEvalRunner:
         self.run.timings["finished_at"] = time.time()
         self._refresh()
         self.save()
-        self.broadcast({"type": "eval_complete", "source": "eval", "run_id": self.run.run_id,
-                        "status": self.run.status})
+        self.broadcast(
+            {
+                "type": "eval_complete",
+                "source": "eval",
+                "run_id": self.run.run_id,
+                "status": self.run.status,
+            }
+        )
         return self.run
 
     async def _worker(self, pool: EnvWorkerPool, worker_id: int, queue: asyncio.Queue[int]) -> None:
@@ -141,6 +154,8 @@ class BatchEvalRunner:
                     spec = self.specs[queue.get_nowait()]
                     result = await self._run_one_episode(pool, handle, spec, client)
                     await self._record(result)
+                    if result.status == "timeout" and not self.cancel_event.is_set():
+                        await self._replace_servers(pool, handle)
             finally:
                 await asyncio.shield(_set_attached(shared, client, attach=False))
 
@@ -154,8 +169,12 @@ class BatchEvalRunner:
                 result = await self._attempt(handle, spec, client)
             except ServerDiedError as exc:  # died while the episode was set on its panel
                 result = EpisodeResult(
-                    index=spec.index, task=spec.task, episode_index=spec.episode_index,
-                    seed=spec.seed, status="exception", error=f"{type(exc).__name__}: {exc}",
+                    index=spec.index,
+                    task=spec.task,
+                    episode_index=spec.episode_index,
+                    seed=spec.seed,
+                    status="exception",
+                    error=f"{type(exc).__name__}: {exc}",
                 )
             result.attempts = attempt
             if self.cancel_event.is_set() and result.status in RETRYABLE:
@@ -164,10 +183,14 @@ class BatchEvalRunner:
                 return result
             if attempt >= self.config.max_attempts:
                 return result
-            dead = await pool.dead_servers(handle)
-            if not dead:
-                return result  # the episode failed on its own: no retry
-            await pool.restart(handle, dead)
+            try:
+                dead = await pool.dead_servers(handle)
+                if not dead:
+                    return result  # the episode failed on its own: no retry
+                await pool.restart(handle, dead)
+            except Exception as exc:  # the run goes on; this episode keeps its failure
+                result.error = f"{result.error}; server restart failed: {exc}"
+                return result
             attempt += 1
 
     async def _attempt(
@@ -175,12 +198,19 @@ class BatchEvalRunner:
     ) -> EpisodeResult:
         episode_dir = self.run_dir.create_episode(spec.index)  # its episode.json goes here
         if self.cancel_event.is_set():
-            return EpisodeResult(index=spec.index, task=spec.task, episode_index=spec.episode_index,
-                                 seed=spec.seed, status="cancelled", error="cancelled with the run")
+            return EpisodeResult(
+                index=spec.index,
+                task=spec.task,
+                episode_index=spec.episode_index,
+                seed=spec.seed,
+                status="cancelled",
+                error="cancelled with the run",
+            )
         log_path = self.run_dir.episode_log_path(spec.index)
         log_path.unlink(missing_ok=True)  # a retry or a resume starts the log afresh
         wiring = EpisodeWiring(
-            resolver=self.registry, env=handle.env,
+            resolver=self.registry,
+            env=handle.env,
             env_panel_overrides=handle.env_panel_overrides,
             server_url_overrides=handle.server_url_overrides,
             principles=ExecutionPrinciples(suppress_nav_events=True),
@@ -192,37 +222,78 @@ class BatchEvalRunner:
             render=self.config.save_frames,
             log=_EpisodeLog(log_path) if self.config.record_log else None,
             asset_dir=str(self.run_dir.episode_assets_dir(spec.index))
-            if self.config.save_frames else "",
+            if self.config.save_frames
+            else "",
             cancel=self.cancel_event,
         )
         assert episode_dir.exists()
         return await run_episode(self.graph, spec, wiring, options)
 
+    async def _replace_servers(self, pool: EnvWorkerPool, handle: WorkerHandle) -> None:
+        """After a timeout a call may still run inside the worker's simulator; it must never
+        touch the next episode, so the worker gets fresh servers."""
+        try:
+            await pool.restart(handle, handle.server_keys())
+        except Exception:  # later episodes on this slot record their own failures
+            log.exception("could not replace the servers of worker %d", handle.worker_id)
+
     async def _record(self, result: EpisodeResult) -> None:
         async with self.results_lock:
             self.results[result.index] = result
-            atomic_write_json(
-                self.run_dir.episode_json_path(result.index),
-                {**result.model_dump(mode="json"), "run_id": self.run.run_id,
-                 "graph_name": self.graph.name},
+            now = time.monotonic()
+            full = (
+                len(self.results) <= FULL_REFRESH_MAX_EPISODES
+                or now - self._last_full_refresh >= AGGREGATE_INTERVAL_S
+                or len(self.results) == len(self.specs)
             )
-            self._refresh()
-            self.save()
-        self.broadcast({"type": "eval_episode_done", "source": "eval", "run_id": self.run.run_id,
-                        "episode": result.model_dump(mode="json")})
-        self.broadcast({"type": "eval_progress", "source": "eval", "run_id": self.run.run_id,
-                        "episodes_done": self.run.episodes_done,
-                        "episodes_total": self.run.episodes_total,
-                        "success_rate": _mean(self.run, "success")})
+            # File writes and aggregates run in a thread: in-flight episodes keep running.
+            await asyncio.to_thread(self._persist, result, full)
+        self.broadcast(
+            {
+                "type": "eval_episode_done",
+                "source": "eval",
+                "run_id": self.run.run_id,
+                "episode": result.model_dump(mode="json"),
+            }
+        )
+        self.broadcast(
+            {
+                "type": "eval_progress",
+                "source": "eval",
+                "run_id": self.run.run_id,
+                "episodes_done": self.run.episodes_done,
+                "episodes_total": self.run.episodes_total,
+                "success_rate": _mean(self.run, "success"),
+            }
+        )
 
-    def _refresh(self) -> None:
-        """Recompute every aggregate from the results sorted by index."""
+    def _persist(self, result: EpisodeResult, full: bool) -> None:
+        atomic_write_json(
+            self.run_dir.episode_json_path(result.index),
+            {
+                **result.model_dump(mode="json"),
+                "run_id": self.run.run_id,
+                "graph_name": self.graph.name,
+            },
+        )
+        self._refresh(full)
+        self.save()
+
+    def _refresh(self, full: bool = True) -> None:
+        """Recompute from the results sorted by index.
+
+        Counts and per-episode records are always current; the bootstrap/Wilson aggregates
+        are recomputed when ``full``: at every boundary up to FULL_REFRESH_MAX_EPISODES
+        results, then at most once per AGGREGATE_INTERVAL_S, and always at the end.
+        """
         ordered = [self.results[i] for i in sorted(self.results)]
         self.run.episodes = ordered
         self.run.episodes_done = len(ordered)
-        self.run.aggregate_metrics = metrics.aggregate_metrics(ordered)
-        self.run.aggregate_by_task = metrics.aggregate_by_task(ordered)
         self.run.status_counts = metrics.status_counts(ordered)
+        if full:
+            self.run.aggregate_metrics = metrics.aggregate_metrics(ordered)
+            self.run.aggregate_by_task = metrics.aggregate_by_task(ordered)
+            self._last_full_refresh = time.monotonic()
         timeouts = [r.index for r in ordered if r.status == "timeout"]
         reasons = [r for r in self.run.determinism.reasons if not r.startswith("wall-clock")]
         if timeouts:

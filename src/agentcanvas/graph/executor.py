@@ -18,7 +18,7 @@ from typing import Any, Literal, Protocol
 import numpy as np
 
 from agentcanvas.assets import save_frame
-from agentcanvas.errors import ConfigError
+from agentcanvas.errors import ConfigError, ServerTimeoutError
 from agentcanvas.graph.model import DEFAULT_STEP_BUDGET, GRAPH_SCOPE_ID, Graph, Node
 from agentcanvas.graph.ready import ReadySet, same_iteration_deps
 from agentcanvas.graph.summarize import summarize
@@ -72,6 +72,7 @@ class ExecutionResult:
     node_errors: dict[str, str]
     metrics: dict[str, Any]
     outputs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    timed_out: list[str] = field(default_factory=list)
 
 
 class GraphExecutor:
@@ -106,6 +107,7 @@ class GraphExecutor:
         self.steps = 0
         self.done_signalled = False
         self.node_errors: dict[str, str] = {}
+        self.timed_out: list[str] = []
         self.last_inputs: dict[str, dict[str, Any]] = {}
         self.last_outputs: dict[str, dict[str, Any]] = {}
 
@@ -155,6 +157,7 @@ class GraphExecutor:
             done_signalled=self.done_signalled,
             node_errors=dict(self.node_errors),
             metrics=self.harvest_metrics(),
+            timed_out=list(self.timed_out),
             outputs={k: dict(v) for k, v in self.last_outputs.items()},
         )
 
@@ -238,9 +241,8 @@ class GraphExecutor:
             for node_id in batch:
                 inputs = self._inputs_for(node_id, outputs, carry)
                 missing = self._missing_required(node_id, inputs)
-                if self.node_errors or missing:
-                    reason = "stopped after a node error" if self.node_errors else "missing input"
-                    self._record(step, node_id, "skipped", 0.0, inputs, {}, f"{reason} {missing}")
+                if missing:  # after a node error the iteration still finishes (deterministic)
+                    self._record(step, node_id, "skipped", 0.0, inputs, {}, f"missing input {missing}")
                     outputs[node_id] = {}
                     ready.finish(node_id)
                     continue
@@ -265,6 +267,9 @@ class GraphExecutor:
             )
         except asyncio.CancelledError:
             raise
+        except ServerTimeoutError as exc:  # wall clock decided: the episode is a timeout
+            self.timed_out.append(node.id)
+            result = {"error": f"{type(exc).__name__}: {exc}"}
         except Exception as exc:  # a node's failure is data in the ledger, never an escape
             result = {"error": f"{type(exc).__name__}: {exc}"}
         latency_ms = (time.perf_counter() - started) * 1000.0

@@ -92,6 +92,10 @@ class Panel:
                     self._reset_dependents(spec.name)
 
     def on_action(self, name: str) -> dict[str, Any]:
+        """``reset`` restores every field's default; subclasses add their own actions."""
+        if name == "reset":
+            self.values = {f.name: f.default for f in self.spec.fields}
+            return dict(self.values)
         raise UserInputError(f"panel has no action {name!r}")
 
     def on_load(self) -> LoadInfo:

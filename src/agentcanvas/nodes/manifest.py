@@ -76,7 +76,7 @@ class PanelSpec(_Frozen):
     """An environment's panel: fields (with cascades) and actions such as ``play``."""
 
     fields: list[FieldSpec] = Field(default_factory=list)
-    actions: list[str] = Field(default_factory=lambda: ["play"])
+    actions: list[str] = Field(default_factory=lambda: ["play", "reset"])
 
     def field(self, name: str) -> FieldSpec | None:
         return next((f for f in self.fields if f.name == name), None)

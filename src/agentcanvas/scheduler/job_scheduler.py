@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import signal
 import sys
 import time
@@ -33,6 +34,7 @@ from agentcanvas.server.procs import ChildProcess, spawn
 
 log = logging.getLogger(__name__)
 CANCEL_GRACE_S = 10.0
+SHUTDOWN_GRACE_S = 8.0
 DEFAULT_RAM_MB_BASE = 600.0  # an eval subprocess with no calibration yet
 DEFAULT_RAM_MB_PER_WORKER = 250.0  # one env server per worker
 
@@ -133,7 +135,8 @@ class JobScheduler:
         return RunDir(safe_child(self.runs_dir, "run_id", run_id, field="run_id"))
 
     def cancel(self, run_id: str) -> str:
-        """Queued: cancelled + _DONE at once. Running: SIGTERM to its group, KILL later."""
+        """Queued: cancelled + _DONE at once. Running: SIGTERM to the eval process (it cancels
+        and stops its own servers), SIGKILL to its whole group after a grace period."""
         for job in self.queue:
             if job.run_id == run_id:
                 self.queue.remove(job)
@@ -145,7 +148,7 @@ class JobScheduler:
         if running is None:
             raise StateError(f"run {run_id} is neither queued nor running")
         if running.kill_at is None:
-            running.child.send_signal(signal.SIGTERM)
+            _terminate_leader(running.child)
             running.kill_at = time.monotonic() + CANCEL_GRACE_S
         return "cancelling"
 
@@ -196,6 +199,9 @@ class JobScheduler:
             _set_status(run_dir, status)
             if status == "cancelled":
                 run_dir.touch_done()
+        elif status not in TERMINAL_RUN_STATUSES:  # _DONE without a final status
+            status = "failed"
+            _set_status(run_dir, status, error="the eval process ended without a final status")
         self._relay_progress(job, force=True)
         peaks = job.monitor.peaks_mb()
         if peaks and status == "completed":
@@ -328,7 +334,14 @@ class JobScheduler:
         unless a user did cancel it, that is overruled here: the run was interrupted.
         """
         for job in self.running.values():
-            job.child.close_sync(term_timeout_s=5.0)
+            _terminate_leader(job.child)  # first the eval process alone: it records cleanly
+        deadline = time.monotonic() + SHUTDOWN_GRACE_S
+        while time.monotonic() < deadline and any(
+            j.child.is_alive() for j in self.running.values()
+        ):
+            time.sleep(0.05)
+        for job in self.running.values():
+            job.child.close_sync(term_timeout_s=2.0)  # then its group: leftovers
             run_dir = job.job.run_dir
             if job.kill_at is not None:
                 if not run_dir.is_done():
@@ -338,6 +351,13 @@ class JobScheduler:
                 _set_status(run_dir, "aborted", error="the backend stopped while it ran")
                 run_dir.done_path.unlink(missing_ok=True)
         self.running.clear()
+
+
+def _terminate_leader(child: ChildProcess) -> None:
+    """SIGTERM to the eval process only (not its env servers, which it stops itself)."""
+    if child.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child.pid, signal.SIGTERM)
 
 
 def _child_env(run_dir: RunDir) -> dict[str, str]:

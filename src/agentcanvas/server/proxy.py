@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from agentcanvas.errors import ServerDiedError, ServerError, UserInputError
+from agentcanvas.errors import ServerDiedError, ServerError, ServerTimeoutError, UserInputError
 from agentcanvas.nodes.base import CallContext
 from agentcanvas.nodes.manifest import LoadInfo, NodeSetManifest
 from agentcanvas.server import wire
@@ -155,7 +155,9 @@ class _Client:
             async with asyncio.timeout(timeout_s):
                 return await self._exchange(self._head(method, path, body, content_type), body)
         except TimeoutError as exc:  # before OSError: TimeoutError is one
-            raise ServerError(f"{where} did not answer {path} within {timeout_s:g} s") from exc
+            raise ServerTimeoutError(
+                f"{where} did not answer {path} within {timeout_s:g} s"
+            ) from exc
         except (_ProtocolError, asyncio.LimitOverrunError) as exc:  # Overrun: a line > 64 KiB
             raise ServerError(f"{where} answered {path} with garbage: {exc!r}") from exc
         except (OSError, EOFError) as exc:

@@ -79,7 +79,7 @@ class GymPanel(Panel):
             FieldSpec(name="seed", kind="int", default=0),
             FieldSpec(name="step_latency_ms", kind="float", default=0.0),
         ],
-        actions=["play"],
+        actions=["play", "reset"],
     )
 
     def choices(self, name: str) -> list[Any] | None:

@@ -142,7 +142,7 @@ class MiniGridPanel(Panel):
                 description="Return an RGB frame from every step.",
             ),
         ],
-        actions=["play"],
+        actions=["play", "reset"],
     )
 
     def choices(self, name: str) -> list[Any] | None:

@@ -85,7 +85,9 @@ def ground(
     items: list[BatchItem], config: dict[str, Any], state: EncoderState
 ) -> list[dict[str, Any]]:
     """The object whose description embeds closest to the mission."""
-    todo = [i for i, (_, ctx) in enumerate(items) if ctx.episode_key not in state.grounded]
+    # A local snapshot: an /evict arriving meanwhile must not change this batch's answers.
+    found = {ctx.episode_key: state.grounded.get(ctx.episode_key) for _, ctx in items}
+    todo = [i for i, (_, ctx) in enumerate(items) if found[ctx.episode_key] is None]
     texts: list[str] = []
     for i in todo:
         inputs = items[i][0]
@@ -97,8 +99,10 @@ def ground(
         n = len(inputs["objects"])
         mission, objs = vectors[offset], vectors[offset + 1 : offset + 1 + n]
         offset += 1 + n
-        state.grounded[ctx.episode_key] = _best(inputs["objects"], mission, objs)
-    return [dict(state.grounded[ctx.episode_key]) for _, ctx in items]
+        found[ctx.episode_key] = state.grounded[ctx.episode_key] = _best(
+            inputs["objects"], mission, objs
+        )
+    return [dict(found[ctx.episode_key] or {}) for _, ctx in items]
 
 
 def _best(objects: list[dict[str, Any]], mission: np.ndarray, objs: np.ndarray) -> dict[str, Any]:
