@@ -242,7 +242,9 @@ class GraphExecutor:
                 inputs = self._inputs_for(node_id, outputs, carry)
                 missing = self._missing_required(node_id, inputs)
                 if missing:  # after a node error the iteration still finishes (deterministic)
-                    self._record(step, node_id, "skipped", 0.0, inputs, {}, f"missing input {missing}")
+                    self._record(
+                        step, node_id, "skipped", 0.0, inputs, {}, f"missing input {missing}"
+                    )
                     outputs[node_id] = {}
                     ready.finish(node_id)
                     continue
