@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentcanvas.errors import ServerDiedError
+from agentcanvas.errors import ServerDiedError, ServerTimeoutError
 from agentcanvas.eval.config import EpisodeResult, EpisodeStatus
 from agentcanvas.graph.executor import (
     EpisodeContext,
@@ -122,6 +122,9 @@ async def run_episode(
         _fill(result, status, outcome, runner, budget * options.per_step_timeout_s)
     except ServerDiedError:
         raise  # the worker restarts the server and retries the episode
+    except ServerTimeoutError as exc:  # a panel call hit its deadline: wall clock decided
+        result.status, result.error = "timeout", f"{type(exc).__name__}: {exc}"
+        _harvest_partial(result, runner)
     except Exception as exc:  # a failure of the episode is data on its record
         result.status, result.error = "exception", f"{type(exc).__name__}: {exc}"
         _harvest_partial(result, runner)
