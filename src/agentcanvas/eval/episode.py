@@ -79,19 +79,16 @@ def resolve_step_budget(override: int | None, env_budget: int | None, graph: Gra
 async def set_episode(
     env: NodeSetHandle, graph: Graph, spec: EpisodeSpec, render: bool
 ) -> LoadInfo:
-    """Push the cascade fields, task, index and seed to the panel, ``play``, then ``on_load``."""
-    fields = dict(graph.env.fields) if graph.env else {}
-    fields.pop("task_id", None)
-    await env.panel_action("reset")  # start from the defaults, not from the last episode
-    for name, value in fields.items():
-        await env.panel_change(name, value)
-    await env.panel_change("task_id", spec.task)
-    await env.panel_change("episode_index", spec.episode_index)
-    await env.panel_change("seed", spec.seed)
+    """Reset the panel to its defaults (no episode depends on the one before it on this
+    worker), push the cascade fields, task, index and seed, ``play``, then ``on_load`` — in
+    one round trip to the env's server."""
+    defaults = dict(graph.env.fields) if graph.env else {}
+    defaults.pop("task_id", None)
+    fields: list[tuple[str, Any]] = list(defaults.items())
+    fields += [("task_id", spec.task), ("episode_index", spec.episode_index), ("seed", spec.seed)]
     if render and env.manifest.panel and env.manifest.panel.field("render"):
-        await env.panel_change("render", True)
-    await env.panel_action("play")
-    return await env.panel_load()
+        fields.append(("render", True))
+    return await env.panel_episode(fields)
 
 
 async def run_episode(

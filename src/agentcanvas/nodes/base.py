@@ -238,6 +238,8 @@ class NodeSetHandle(Protocol):
 
     async def panel_load(self) -> LoadInfo: ...
 
+    async def panel_episode(self, fields: list[tuple[str, Any]]) -> LoadInfo: ...
+
     async def evict(self, episode_key: str) -> None: ...
 
     async def determinism(self) -> dict[str, str]: ...
@@ -300,6 +302,10 @@ class LocalNodeSet:
     async def panel_load(self) -> LoadInfo:
         return self._panel().on_load()
 
+    async def panel_episode(self, fields: list[tuple[str, Any]]) -> LoadInfo:
+        """``reset``, set ``fields`` in order, ``play``, ``on_load`` — one round trip."""
+        return await asyncio.to_thread(start_episode, self._panel(), fields)
+
     async def determinism(self) -> dict[str, str]:
         """Per-node determinism modes (e.g. ``{"embed": "padded"}``) of this instance."""
         hook = self.nodeset.determinism
@@ -313,6 +319,15 @@ class LocalNodeSet:
         closer = getattr(self.state, "close", None)
         if callable(closer):
             closer()
+
+
+def start_episode(panel: Panel, fields: list[tuple[str, Any]]) -> LoadInfo:
+    """Commit an episode on a panel: defaults, then ``fields`` in order, ``play``, load."""
+    panel.on_action("reset")
+    for name, value in fields:
+        panel.on_field_change(name, value)
+    panel.on_action("play")
+    return panel.on_load()
 
 
 def _as_result(result: Any, nodeset: str, node_name: str) -> dict[str, Any]:

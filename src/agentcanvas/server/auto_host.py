@@ -83,6 +83,14 @@ def create_app(instance: LocalNodeSet, tag: int | None) -> FastAPI:
         assert isinstance(body, dict)
         return _wire_response(await instance.panel_action(body["action"]))
 
+    @app.post("/panel/episode")
+    async def panel_episode(request: Request) -> Response:
+        body = wire.decode(await request.body())
+        assert isinstance(body, dict)
+        fields = [(str(name), value) for name, value in body["fields"]]
+        info = await instance.panel_episode(fields)
+        return _wire_response(info.model_dump(mode="json"))
+
     @app.get("/panel/load")
     async def panel_load() -> dict[str, Any]:
         return (await instance.panel_load()).model_dump(mode="json")

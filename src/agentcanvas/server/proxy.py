@@ -295,6 +295,11 @@ class RemoteNodeSet:
         values: dict[str, Any] = await self._post_wire("/panel/action", {"action": action})
         return values
 
+    async def panel_episode(self, fields: list[tuple[str, Any]]) -> LoadInfo:
+        """Reset, set fields, play and load in one request (see ``nodes.base.start_episode``)."""
+        info = await self._post_wire("/panel/episode", {"fields": [list(f) for f in fields]})
+        return LoadInfo.model_validate(info)
+
     async def panel_load(self) -> LoadInfo:
         return LoadInfo.model_validate(await self._get("/panel/load"))
 
