@@ -149,14 +149,20 @@ class BatchEvalRunner:
         shared = [self.registry.bound(n) for n in self.registry.servers.shared_in(self.graph)]
         async with pool.acquire_specific(worker_id) as handle:
             await _set_attached(shared, client, attach=True)
+            recording: asyncio.Future[None] | None = None  # owned here, awaited in turn
             try:
                 while not queue.empty():
                     spec = self.specs[queue.get_nowait()]
                     result = await self._run_one_episode(pool, handle, spec, client)
-                    await self._record(result)
+                    if recording is not None:
+                        await recording
+                    # Persisting this episode overlaps the simulation of the next one.
+                    recording = asyncio.ensure_future(self._record(result))
                     if result.status == "timeout" and not self.cancel_event.is_set():
                         await self._replace_servers(pool, handle)
             finally:
+                if recording is not None:
+                    await asyncio.shield(recording)
                 await asyncio.shield(_set_attached(shared, client, attach=False))
 
     async def _run_one_episode(
