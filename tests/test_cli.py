@@ -10,8 +10,6 @@ import json
 import math
 import os
 import re
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,12 +17,12 @@ from typing import Any
 import pytest
 
 from agentcanvas.graph.model import parse_graph
+from support.cli import run_cli
+from support.workspace import write_files
 
 REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "nodesets.md"
 DOC_FILE = re.compile(r"<!-- file: (?P<path>[^ ]+) -->\n```[a-z]*\n(?P<body>.*?)\n```", re.S)
-SCRIPT = Path(sys.executable).parent / "agentcanvas"
-COMMAND = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "agentcanvas.cli"]
 CLI_TIMEOUT_S = 120.0
 
 
@@ -67,18 +65,10 @@ def _doc_example_files() -> dict[str, str]:
     return {m["path"]: m["body"] + "\n" for m in DOC_FILE.finditer(DOC.read_text("utf-8"))}
 
 
-def _write(root: Path, files: dict[str, str]) -> Path:
-    for rel, text in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-    return root
-
-
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("cli") / "workspace"
-    return _write(root, {**_doc_example_files(), **BAD_FILES})
+    return write_files(root, {**_doc_example_files(), **BAD_FILES})
 
 
 @pytest.fixture(scope="module")
@@ -88,18 +78,14 @@ def overlay(tmp_path_factory: pytest.TempPathFactory) -> Path:
     data["env"] = {"nodeset": "line_world", "fields": {"track": "hard"}, "tasks": ["line-21"]}
     data["description"] = "overlay version"
     root = tmp_path_factory.mktemp("cli") / "overlay"
-    return _write(root, {"graphs/line_walk.json": json.dumps(data)})
+    return write_files(root, {"graphs/line_walk.json": json.dumps(data)})
 
 
 def agentcanvas(workspace: Path, *args: str, overlay: Path | None = None) -> Run:
     env = {k: v for k, v in os.environ.items() if k != "ACTIVE_WORKSPACE_DIR"}
-    env["AGENTCANVAS_HOME"] = str(workspace)
     if overlay is not None:
         env["ACTIVE_WORKSPACE_DIR"] = str(overlay)
-    proc = subprocess.run(
-        [*COMMAND, *args], cwd=workspace, env=env, capture_output=True, text=True,
-        timeout=CLI_TIMEOUT_S, check=False,
-    )
+    proc = run_cli(*args, workspace=workspace, timeout_s=CLI_TIMEOUT_S, env=env)
     for stream in (proc.stdout, proc.stderr):
         assert "Traceback" not in stream, stream
     return Run(proc.returncode, proc.stdout, proc.stderr)

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +11,7 @@ import pytest
 from agentcanvas.cli import main
 from agentcanvas.eval.seeding import episode_seed
 from agentcanvas.eval.store import read_json
+from support.cli import run_cli
 
 CLI_TIMEOUT_S = 120.0
 TASK = "BabyAI-GoToObj-v0"
@@ -20,15 +19,7 @@ TASK = "BabyAI-GoToObj-v0"
 
 def agentcanvas_cli(*args: str, workspace: Path) -> subprocess.CompletedProcess[str]:
     """Run the installed console script with ``workspace`` as AGENTCANVAS_HOME and cwd."""
-    script = Path(sys.executable).with_name("agentcanvas")
-    argv = [str(script)] if script.exists() else [
-        sys.executable, "-c", "import sys; from agentcanvas.cli import main; sys.exit(main())"
-    ]
-    env = {**os.environ, "AGENTCANVAS_HOME": str(workspace)}
-    return subprocess.run(
-        [*argv, *args], cwd=workspace, env=env, capture_output=True, text=True,
-        timeout=CLI_TIMEOUT_S, check=False,
-    )
+    return run_cli(*args, workspace=workspace, timeout_s=CLI_TIMEOUT_S)
 
 
 def test_eval_json_prints_only_the_final_summary_on_stdout(tmp_path: Path) -> None:

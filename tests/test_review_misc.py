@@ -26,6 +26,8 @@ from agentcanvas.graph.executor import GraphExecutor
 from agentcanvas.graph.model import parse_graph
 from agentcanvas.nodes.base import CallContext
 from agentcanvas.nodes.registry import WorkspaceComponentRegistry
+from support.registry import scanned
+from support.workspace import write_nodeset
 
 RUN_DEADLINE_S = 20.0  # a broken executor fails the test instead of hanging it
 
@@ -108,13 +110,8 @@ def test_save_frame_writes_a_checked_name_inside_the_asset_dir(tmp_path: Path) -
 # -- the iteration finishes after a node error -----------------------------------------------
 @pytest.fixture
 def registry(tmp_path: Path) -> WorkspaceComponentRegistry:
-    folder = tmp_path / "workspace" / "graph_nodes" / "branch"
-    folder.mkdir(parents=True)
-    (folder / "__init__.py").write_text(BRANCH, encoding="utf-8")
-    reg = WorkspaceComponentRegistry(workspace=tmp_path / "workspace")
-    reg.scan_all()
-    assert reg.load_errors == {}
-    return reg
+    write_nodeset(tmp_path / "workspace", "branch", BRANCH)
+    return scanned(tmp_path / "workspace")
 
 
 class ListLog:

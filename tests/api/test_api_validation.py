@@ -8,16 +8,12 @@ backend starts, with a secret next to it and symlinks that lead out of its asset
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
-import re
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,79 +21,17 @@ import psutil
 import pytest
 
 from agentcanvas.eval.config import EpisodeResult, EvalConfig, EvalRun
+from support.backend import Server, serve
+from support.cli import COMMAND
 
-SCRIPT = Path(sys.executable).parent / "agentcanvas"
-COMMAND = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "agentcanvas.cli"]
-START_DEADLINE_S = 60.0
-STOP_DEADLINE_S = 30.0
-ANNOUNCE = re.compile(r"agentcanvas backend on http://[^:]+:(\d+)")
 RUN_ID = "20260101_000000"
 SECRET = "TOP-SECRET-CONTENT"
 TOKEN = "s3cret-token"
 
 
-@dataclass
-class Server:
-    proc: subprocess.Popen[bytes]
-    port: int
-    log: Path
-
-    def request(self, method: str, path: str, body: bytes | None = None,
-                headers: dict[str, str] | None = None) -> tuple[int, Any]:
-        """Send ``path`` byte for byte; the answer's JSON (or text)."""
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
-        try:
-            conn.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
-            sent = {"Host": f"127.0.0.1:{self.port}", **(headers or {})}
-            if body is not None:
-                sent.setdefault("Content-Type", "application/json")
-                sent["Content-Length"] = str(len(body))
-            for name, value in sent.items():
-                conn.putheader(name, value)
-            conn.endheaders(body)
-            response = conn.getresponse()
-            text = response.read().decode(errors="replace")
-        finally:
-            conn.close()
-        try:
-            return response.status, json.loads(text)
-        except ValueError:
-            return response.status, text
-
-    def post_json(self, path: str, payload: Any) -> tuple[int, Any]:
-        return self.request("POST", path, json.dumps(payload).encode())
-
-
 def _serve(workspace: Path, *args: str) -> Iterator[Server]:
     log = workspace / f"serve-{time.time_ns()}.log"
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("AGENTCANVAS_EVAL_SUBPROCESS", "AGENTCANVAS_TOKEN")}
-    env.update(AGENTCANVAS_HOME=str(workspace), HF_HUB_OFFLINE="1")
-    with log.open("ab") as out:
-        proc = subprocess.Popen([*COMMAND, "serve", "--port", "0", *args], cwd=workspace,
-                                env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out)
-    try:
-        deadline = time.monotonic() + START_DEADLINE_S
-        while (found := ANNOUNCE.search(log.read_text())) is None:
-            assert proc.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, f"no announcement: {log.read_text()}"
-            time.sleep(0.05)
-        server = Server(proc, int(found.group(1)), log)
-        while True:
-            try:
-                server.request("GET", "/openapi.json")
-                break
-            except OSError:
-                assert time.monotonic() < deadline, f"backend does not answer: {log.read_text()}"
-                time.sleep(0.05)
-        yield server
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(STOP_DEADLINE_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(STOP_DEADLINE_S)
+    yield from serve(workspace, *args, log=log, ready_path="/openapi.json")
 
 
 def _write_finished_run(workspace: Path, outside: Path) -> None:

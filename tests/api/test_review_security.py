@@ -8,66 +8,18 @@ the field named, and nothing is queued.
 
 from __future__ import annotations
 
-import http.client
 import json
-import os
-import re
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-SCRIPT = Path(sys.executable).parent / "agentcanvas"
-COMMAND = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "agentcanvas.cli"]
-START_DEADLINE_S = 60.0
-STOP_DEADLINE_S = 30.0
-ANNOUNCE = re.compile(r"agentcanvas backend on http://[^:]+:(\d+)")
+from support.backend import Server, serve
+
 QUEUE = "/api/eval/v2/queue"
 START = "/api/eval/v2/start"
 ORACLE = {"graph_name": "babyai_oracle", "episode_count": 1}
-
-
-@dataclass
-class Server:
-    proc: subprocess.Popen[bytes]
-    port: int
-
-    def request(
-        self,
-        method: str,
-        path: str,
-        body: bytes | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> tuple[int, Any]:
-        """One request with exactly these headers (Host defaults to ours); status and JSON."""
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
-        try:
-            conn.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
-            sent = {"Host": f"127.0.0.1:{self.port}", **(headers or {})}
-            if body is not None:
-                sent["Content-Type"] = "application/json"
-                sent["Content-Length"] = str(len(body))
-            for name, value in sent.items():
-                conn.putheader(name, value)
-            conn.endheaders(body)
-            response = conn.getresponse()
-            text = response.read().decode(errors="replace")
-        finally:
-            conn.close()
-        try:
-            return response.status, json.loads(text)
-        except ValueError:
-            return response.status, text
-
-    def post_json(
-        self, path: str, payload: Any, headers: dict[str, str] | None = None
-    ) -> tuple[int, Any]:
-        return self.request("POST", path, json.dumps(payload).encode(), headers)
 
 
 @pytest.fixture(scope="module")
@@ -80,44 +32,7 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(workspace: Path) -> Iterator[Server]:
-    log = workspace.parent / "serve.log"
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("AGENTCANVAS_EVAL_SUBPROCESS", "AGENTCANVAS_TOKEN")
-    }
-    env.update(AGENTCANVAS_HOME=str(workspace), HF_HUB_OFFLINE="1")
-    with log.open("ab") as out:
-        proc = subprocess.Popen(
-            [*COMMAND, "serve", "--port", "0"],
-            cwd=workspace,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=out,
-        )
-    try:
-        deadline = time.monotonic() + START_DEADLINE_S
-        while (found := ANNOUNCE.search(log.read_text())) is None:
-            assert proc.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, f"no announcement: {log.read_text()}"
-            time.sleep(0.05)
-        server = Server(proc, int(found.group(1)))
-        while True:
-            try:
-                server.request("GET", QUEUE)
-                break
-            except OSError:
-                assert time.monotonic() < deadline, f"backend does not answer: {log.read_text()}"
-                time.sleep(0.05)
-        yield server
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(STOP_DEADLINE_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(STOP_DEADLINE_S)
+    yield from serve(workspace, log=workspace.parent / "serve.log", ready_path=QUEUE)
 
 
 def assert_refused(answer: tuple[int, Any], code: int, *words: str) -> None:

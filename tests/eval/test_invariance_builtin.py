@@ -7,9 +7,7 @@ with few, short episodes (the command starts its own servers for every worker co
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -19,6 +17,7 @@ import agentcanvas.graphs
 from agentcanvas.eval.config import EvalRun
 from agentcanvas.eval.store import read_json
 from agentcanvas.graph.model import load_graph_file
+from support.cli import run_cli
 
 BUILTIN_GRAPHS = sorted(Path(agentcanvas.graphs.__file__).parent.glob("*.json"))
 N_EPISODES = "2"  # per task
@@ -29,15 +28,7 @@ FAILED_STATUSES = {"error", "exception", "timeout", "cancelled"}
 
 def agentcanvas_cli(*args: str, workspace: Path) -> subprocess.CompletedProcess[str]:
     """Run the installed console script with ``workspace`` as AGENTCANVAS_HOME and cwd."""
-    script = Path(sys.executable).with_name("agentcanvas")
-    argv = [str(script)] if script.exists() else [
-        sys.executable, "-c", "import sys; from agentcanvas.cli import main; sys.exit(main())"
-    ]
-    env = {**os.environ, "AGENTCANVAS_HOME": str(workspace)}
-    return subprocess.run(
-        [*argv, *args], cwd=workspace, env=env, capture_output=True, text=True,
-        timeout=CLI_TIMEOUT_S, check=False,
-    )
+    return run_cli(*args, workspace=workspace, timeout_s=CLI_TIMEOUT_S)
 
 
 def run_summaries(workspace: Path) -> list[EvalRun]:

@@ -32,6 +32,8 @@ from agentcanvas.eval.store import RunDir
 from agentcanvas.graph.model import Graph, parse_graph
 from agentcanvas.nodes.registry import WorkspaceComponentRegistry
 from agentcanvas.server import proxy
+from support.registry import scanned, started_registry
+from support.workspace import home_workspace
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -146,12 +148,6 @@ RGLUE = textwrap.dedent(
 )
 
 
-def write_nodeset(workspace: Path, name: str, source: str) -> None:
-    folder = workspace / "graph_nodes" / name
-    folder.mkdir(parents=True)
-    (folder / "__init__.py").write_text(source, encoding="utf-8")
-
-
 def make_graph(name: str, tasks: tuple[str, ...]) -> Graph:
     nodes: list[dict[str, Any]] = [
         {"id": "env", "type": "renv.step"},
@@ -173,29 +169,15 @@ def episode_length(seed: int) -> int:
 
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    root = tmp_path_factory.mktemp("review_timeouts_ws")
-    write_nodeset(root, "renv", RENV)
-    write_nodeset(root, "rglue", RGLUE)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("AGENTCANVAS_HOME", str(root))  # the auto_host children find renv here
-        yield root
-
-
-def scanned(workspace: Path) -> WorkspaceComponentRegistry:
-    reg = WorkspaceComponentRegistry(workspace=workspace)
-    reg.scan_all()
-    assert not reg.load_errors, reg.load_errors
-    return reg
+    # AGENTCANVAS_HOME: the auto_host children find renv here
+    yield from home_workspace(tmp_path_factory, "review_timeouts_ws",
+                              {"renv": RENV, "rglue": RGLUE})
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def registry(workspace: Path) -> AsyncIterator[WorkspaceComponentRegistry]:
-    reg = scanned(workspace)
-    await reg.ensure_nodesets_for_graph(make_graph("warmup", ("ok",)), worker_count=1)
-    try:
+    async with started_registry(workspace, make_graph("warmup", ("ok",)), worker_count=1) as reg:
         yield reg
-    finally:
-        await reg.shutdown_all()
 
 
 async def run_eval(

@@ -28,6 +28,8 @@ from agentcanvas.eval.seeding import episode_seed
 from agentcanvas.eval.store import RunDir, append_jsonl, read_json, read_jsonl
 from agentcanvas.graph.model import Graph, parse_graph
 from agentcanvas.nodes.registry import WorkspaceComponentRegistry
+from support.registry import started_registry
+from support.workspace import home_workspace
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -124,27 +126,13 @@ def make_graph(name: str = "tgraph", label: str = "v1", latency_ms: float = 15.0
 
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    root = tmp_path_factory.mktemp("runner_ws")
-    folder = root / "graph_nodes" / "tenv"
-    folder.mkdir(parents=True)
-    (folder / "__init__.py").write_text(TENV, encoding="utf-8")
-    (root / "graphs").mkdir()
-    (root / "graphs" / "tgraph.json").write_text(make_graph().to_json(), encoding="utf-8")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("AGENTCANVAS_HOME", str(root))
-        yield root
+    yield from home_workspace(tmp_path_factory, "runner_ws", {"tenv": TENV}, [make_graph()])
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def registry(workspace: Path) -> AsyncIterator[WorkspaceComponentRegistry]:
-    reg = WorkspaceComponentRegistry(workspace=workspace)
-    reg.scan_all()
-    assert not reg.load_errors, reg.load_errors
-    await reg.ensure_nodesets_for_graph(reg.load_graph("tgraph"), worker_count=3)
-    try:
+    async with started_registry(workspace, "tgraph", worker_count=3) as reg:
         yield reg
-    finally:
-        await reg.shutdown_all()
 
 
 class Recorder:

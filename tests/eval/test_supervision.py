@@ -25,6 +25,9 @@ from agentcanvas.eval.runner import BatchEvalRunner
 from agentcanvas.eval.store import RunDir, read_jsonl
 from agentcanvas.graph.model import Graph, parse_graph
 from agentcanvas.nodes.registry import WorkspaceComponentRegistry
+from support.eval_runs import wait_for_firings
+from support.registry import started_registry
+from support.workspace import home_workspace
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -110,25 +113,13 @@ def make_graph(latency_ms: float) -> Graph:
 
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    root = tmp_path_factory.mktemp("supervision_ws")
-    folder = root / "graph_nodes" / "tenv"
-    folder.mkdir(parents=True)
-    (folder / "__init__.py").write_text(TENV, encoding="utf-8")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("AGENTCANVAS_HOME", str(root))
-        yield root
+    yield from home_workspace(tmp_path_factory, "supervision_ws", {"tenv": TENV})
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def registry(workspace: Path) -> AsyncIterator[WorkspaceComponentRegistry]:
-    reg = WorkspaceComponentRegistry(workspace=workspace)
-    reg.scan_all()
-    assert not reg.load_errors, reg.load_errors
-    await reg.ensure_nodesets_for_graph(make_graph(0.0), worker_count=N_WORKERS)
-    try:
+    async with started_registry(workspace, make_graph(0.0), worker_count=N_WORKERS) as reg:
         yield reg
-    finally:
-        await reg.shutdown_all()
 
 
 def new_runner(
@@ -173,14 +164,6 @@ async def wait_dead(registry: WorkspaceComponentRegistry, key: str) -> None:
         await asyncio.sleep(0.005)
 
 
-async def wait_for_firings(path: Path, n_records: int) -> None:
-    deadline = time.monotonic() + POLL_DEADLINE_S
-    while not (path.exists() and len(read_jsonl(path).records) >= n_records):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{path} never reached {n_records} firings")
-        await asyncio.sleep(0.002)
-
-
 def assert_recovered(summary: EvalRun, baseline: EvalRun, chunk: range) -> EpisodeResult:
     """The run completed, one episode of worker 0's chunk ran twice, results are unchanged."""
     assert summary.status == "completed"
@@ -207,7 +190,7 @@ async def test_server_killed_mid_episode_is_restarted_and_the_episode_retried(
     try:
         # Iteration 0 of episode 0 has fired (act, env, out); at least two more actions of
         # 30 ms each remain, so the kill lands inside the episode.
-        await wait_for_firings(runner.run_dir.episode_log_path(0), 3)
+        await wait_for_firings(runner.run_dir.episode_log_path(0), 3, POLL_DEADLINE_S, 0.002)
         os.kill(victim, signal.SIGKILL)
         summary = await execution
     finally:

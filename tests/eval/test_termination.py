@@ -25,6 +25,9 @@ from agentcanvas.eval.seeding import episode_seed
 from agentcanvas.eval.store import RunDir, read_json, read_jsonl
 from agentcanvas.graph.model import Graph, parse_graph
 from agentcanvas.nodes.registry import WorkspaceComponentRegistry
+from support.eval_runs import wait_for_firings
+from support.registry import started_registry
+from support.workspace import home_workspace
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -132,12 +135,6 @@ TGLUE = textwrap.dedent(
 )
 
 
-def write_nodeset(workspace: Path, name: str, source: str) -> None:
-    folder = workspace / "graph_nodes" / name
-    folder.mkdir(parents=True)
-    (folder / "__init__.py").write_text(source, encoding="utf-8")
-
-
 def make_graph(
     name: str,
     *,
@@ -169,24 +166,14 @@ def episode_length(seed: int) -> int:
 
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    root = tmp_path_factory.mktemp("termination_ws")
-    write_nodeset(root, "tenv", TENV)
-    write_nodeset(root, "tglue", TGLUE)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("AGENTCANVAS_HOME", str(root))  # the auto_host children find tenv here
-        yield root
+    # AGENTCANVAS_HOME: the auto_host children find tenv here
+    yield from home_workspace(tmp_path_factory, "termination_ws", {"tenv": TENV, "tglue": TGLUE})
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def registry(workspace: Path) -> AsyncIterator[WorkspaceComponentRegistry]:
-    reg = WorkspaceComponentRegistry(workspace=workspace)
-    reg.scan_all()
-    assert not reg.load_errors, reg.load_errors
-    await reg.ensure_nodesets_for_graph(make_graph("warmup"), worker_count=1)
-    try:
+    async with started_registry(workspace, make_graph("warmup"), worker_count=1) as reg:
         yield reg
-    finally:
-        await reg.shutdown_all()
 
 
 class Run:
@@ -324,15 +311,6 @@ async def test_no_graph_out_is_no_verdict(
     assert summary.aggregate_metrics == {}
 
 
-async def wait_for_firings(path: Path, n_records: int) -> None:
-    deadline = time.monotonic() + POLL_DEADLINE_S
-    while time.monotonic() < deadline:
-        if path.exists() and len(read_jsonl(path).records) >= n_records:
-            return
-        await asyncio.sleep(0.005)
-    raise AssertionError(f"{path} never reached {n_records} firings")
-
-
 async def test_cancel_mid_run_records_every_remaining_episode(
     registry: WorkspaceComponentRegistry, tmp_path: Path
 ) -> None:
@@ -341,7 +319,7 @@ async def test_cancel_mid_run_records_every_remaining_episode(
     execution = asyncio.ensure_future(run.execute())
     try:
         # Iteration 0 (env, policy, out) and the env of iteration 1: episode 1 is under way.
-        await wait_for_firings(run.run_dir.episode_log_path(1), 4)
+        await wait_for_firings(run.run_dir.episode_log_path(1), 4, POLL_DEADLINE_S, 0.005)
         run.runner.cancel()
         summary = await execution
     finally:

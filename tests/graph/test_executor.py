@@ -26,6 +26,8 @@ from agentcanvas.graph.model import DEFAULT_STEP_BUDGET, Graph, parse_graph
 from agentcanvas.nodes.base import CallContext, LocalNodeSet
 from agentcanvas.nodes.manifest import LoadInfo, NodeSetManifest
 from agentcanvas.nodes.registry import WorkspaceComponentRegistry
+from support.registry import scanned
+from support.workspace import write_nodeset
 
 RUN_DEADLINE_S = 20.0  # a broken executor fails the test instead of hanging it
 
@@ -166,12 +168,8 @@ class RoutedHandle:
 
 @pytest.fixture
 def registry(tmp_path: Path) -> WorkspaceComponentRegistry:
-    folder = tmp_path / "workspace" / "graph_nodes" / "probe"
-    folder.mkdir(parents=True)
-    (folder / "__init__.py").write_text(PROBE_NODESET, encoding="utf-8")
-    reg = WorkspaceComponentRegistry(workspace=tmp_path / "workspace")
-    reg.scan_all()
-    assert reg.load_errors == {}
+    write_nodeset(tmp_path / "workspace", "probe", PROBE_NODESET)
+    reg = scanned(tmp_path / "workspace")
     assert reg.origin("probe") == "workspace"
     return reg
 

@@ -8,23 +8,19 @@ ignores SIGTERM). A calibration recorded before the backend starts makes (babyai
 HUGE_WORKERS workers) need more RAM than any machine has: such a run waits for admission for
 as long as a test needs it to, with nothing faked.
 
-The helpers at the top are shared with ``test_backend_restart.py``.
+The workspace and the ``Backend`` helper live in ``support`` (shared with
+``test_backend_restart.py``).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import re
-import signal
-import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import psutil
@@ -32,252 +28,18 @@ import pytest
 
 from agentcanvas.eval.config import EpisodeResult
 from agentcanvas.scheduler.calibration import SAFETY_MARGIN, CalibrationStore
+from support.backend import RUN_DEADLINE_S, TERMINAL, Backend, alive, process_tree
+from support.backend_workspace import (
+    HUGE_RAM_MB,
+    HUGE_WORKERS,
+    PROCESS_GONE_DEADLINE_S,
+    RAM_REASON,
+    write_workspace,
+)
+from support.polling import poll_until
 
 if TYPE_CHECKING:
     from websockets.sync.client import ClientConnection
-
-T = TypeVar("T")
-
-SCRIPT = Path(sys.executable).parent / "agentcanvas"
-COMMAND = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "agentcanvas.cli"]
-START_DEADLINE_S = 60.0
-RUN_DEADLINE_S = 120.0
-STOP_DEADLINE_S = 30.0
-PROCESS_GONE_DEADLINE_S = 30.0
-POLL_S = 0.05
-TERMINAL = frozenset({"completed", "failed", "cancelled", "aborted"})
-ANNOUNCE = re.compile(r"agentcanvas backend on (http://\S+)")
-
-HUGE_WORKERS = 3
-HUGE_RAM_MB = 1e9  # recorded peak for (babyai_oracle, HUGE_WORKERS): never fits
-RAM_REASON = re.compile(r"^ram: needs (\d+) MB, (\d+) MB available$")
-SLOW_ORACLE_LATENCY_MS = 200
-SPIN_LATENCY_MS = 100
-
-# A local node set that starts a helper process ignoring SIGTERM, as a leaky simulator might:
-# it lives in the run's process group, and only a kill of that group ends it.
-STRAGGLER_NODESET = """
-import subprocess
-import sys
-
-from agentcanvas.nodes.base import NodeSet
-from agentcanvas.nodes.manifest import PortSpec
-
-IGNORE_TERM = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(300)"
-
-
-class State:
-    def __init__(self):
-        self.proc = None
-
-
-NODESET = NodeSet(name="straggler", version="0.1.0", parallelism="local",
-                  description="Starts a helper that ignores SIGTERM.", state_factory=State)
-
-
-@NODESET.node("spawn", outputs=[PortSpec(name="pid", type="int")])
-def spawn(inputs, config, state, ctx):
-    if state.proc is None:
-        state.proc = subprocess.Popen([sys.executable, "-c", IGNORE_TERM])
-    return {"pid": state.proc.pid}
-"""
-
-_ORACLE = json.loads(
-    (Path(__file__).resolve().parents[2] / "src/agentcanvas/graphs/babyai_oracle.json").read_text()
-)
-
-
-def poll_until(check: Callable[[], T | None], what: str, deadline_s: float = RUN_DEADLINE_S) -> T:
-    """Call ``check`` until it returns something other than None/False; fail at the deadline."""
-    deadline = time.monotonic() + deadline_s
-    while True:
-        value = check()
-        if value is not None and value is not False:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up after {deadline_s:g} s waiting for {what}")
-        time.sleep(POLL_S)
-
-
-def write_workspace(root: Path) -> Path:
-    """The module's workspace: the two graphs and the never-fitting calibration."""
-    graphs = root / "graphs"
-    graphs.mkdir(parents=True, exist_ok=True)
-    slow = {**_ORACLE, "name": "slow_oracle",
-            "env": {**_ORACLE["env"], "fields": {**_ORACLE["env"]["fields"],
-                                                 "step_latency_ms": SLOW_ORACLE_LATENCY_MS}}}
-    spin = {
-        "version": 1, "name": "spin", "description": "Turns on the spot until the budget ends.",
-        "env": {"nodeset": "env_minigrid", "tasks": ["BabyAI-GoToObj-v0", "BabyAI-GoToLocal-v0"],
-                "fields": {"dataset": "babyai", "split": "GoTo", "task_id": "BabyAI-GoToObj-v0",
-                           "step_latency_ms": SPIN_LATENCY_MS}},
-        "nodes": [{"id": "env", "type": "env_minigrid.step"},
-                  {"id": "turn", "type": "core.constant", "config": {"value": 0}},
-                  {"id": "out", "type": "core.graphOut"}],
-        "edges": [{"source": "turn.value", "target": "env.action", "next_iteration": True},
-                  {"source": "env.metrics", "target": "out.metrics"}],
-    }
-    leaky = {**spin, "name": "leaky",
-             "nodes": [*spin["nodes"], {"id": "helper", "type": "straggler.spawn"}],
-             "edges": [*spin["edges"], {"source": "helper.pid", "target": "out.helper_pid"}]}
-    for graph in (slow, spin, leaky):
-        (graphs / f"{graph['name']}.json").write_text(json.dumps(graph, indent=1))
-    nodeset = root / "graph_nodes" / "straggler"
-    nodeset.mkdir(parents=True, exist_ok=True)
-    (nodeset / "__init__.py").write_text(STRAGGLER_NODESET)
-    calibration = CalibrationStore(root / "outputs" / "calibration.json")
-    calibration.record("babyai_oracle", HUGE_WORKERS, {"ram": HUGE_RAM_MB})
-    return root
-
-
-def alive(procs: list[psutil.Process]) -> list[psutil.Process]:
-    """Those of ``procs`` still running (a zombie has exited; is_running guards pid reuse)."""
-    living = []
-    for proc in procs:
-        try:
-            if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
-                living.append(proc)
-        except psutil.NoSuchProcess:
-            continue
-    return living
-
-
-def process_tree(pid: int) -> list[psutil.Process]:
-    root = psutil.Process(pid)
-    return [root, *root.children(recursive=True)]
-
-
-class Backend:
-    """``agentcanvas serve --port 0`` in a workspace, as a child of the test process."""
-
-    def __init__(self, workspace: Path, *args: str) -> None:
-        self.workspace = workspace
-        logs = workspace / "serve-logs"
-        logs.mkdir(exist_ok=True)
-        self.log_path = logs / f"serve-{time.time_ns()}.log"
-        env = {k: v for k, v in os.environ.items()
-               if k not in ("AGENTCANVAS_EVAL_SUBPROCESS", "AGENTCANVAS_FAKE_VRAM_MB",
-                            "AGENTCANVAS_TOKEN", "ACTIVE_WORKSPACE_DIR")}
-        env.update(AGENTCANVAS_HOME=str(workspace), HF_HUB_OFFLINE="1")
-        with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen([*COMMAND, "serve", "--port", "0", *args], cwd=workspace,
-                                         env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
-        self._tree: list[psutil.Process] = []
-        try:
-            self.url = poll_until(self._announced_url, "the backend to announce its URL",
-                                  START_DEADLINE_S)
-            self.http = httpx.Client(base_url=self.url, timeout=30.0)
-            poll_until(self._answers, "/api/eval/v2/queue to answer", START_DEADLINE_S)
-        except BaseException:
-            self.close()
-            raise
-
-    def _announced_url(self) -> str | None:
-        if self.proc.poll() is not None:
-            raise AssertionError(f"backend exited with {self.proc.returncode}:\n{self.log()}")
-        found = ANNOUNCE.search(self.log())
-        return found.group(1) if found else None
-
-    def _answers(self) -> bool:
-        try:
-            return self.http.get("/api/eval/v2/queue").status_code == 200
-        except httpx.TransportError:
-            return False
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    # -- the API ---------------------------------------------------------------------------
-    def start_run(self, graph_name: str, episode_count: int, worker_count: int,
-                  **extra: Any) -> str:
-        body = {"graph_name": graph_name, "episode_count": episode_count,
-                "worker_count": worker_count, **extra}
-        response = self.http.post("/api/eval/v2/start", json=body)
-        assert response.status_code == 200, response.text
-        started = response.json()
-        assert started["status"] == "queued" and started["via_subprocess"] is True, started
-        return str(started["run_id"])
-
-    def status(self, run_id: str) -> dict[str, Any]:
-        response = self.http.get(f"/api/eval/v2/status/{run_id}")
-        assert response.status_code == 200, response.text
-        summary: dict[str, Any] = response.json()
-        return summary
-
-    def queue(self) -> dict[str, list[dict[str, Any]]]:
-        listing: dict[str, list[dict[str, Any]]] = self.http.get("/api/eval/v2/queue").json()
-        return listing
-
-    def cancel(self, run_id: str) -> dict[str, Any]:
-        response = self.http.post(f"/api/eval/v2/cancel/{run_id}")
-        assert response.status_code == 200, response.text
-        result: dict[str, Any] = response.json()
-        return result
-
-    def running_pid(self, run_id: str) -> int:
-        """The pid of the run's eval subprocess (waits for the spawn)."""
-
-        def pid() -> int | None:
-            entries = [r for r in self.queue()["running"] if r["run_id"] == run_id]
-            return int(entries[0]["pid"]) if entries else None
-
-        return poll_until(pid, f"{run_id} to be spawned")
-
-    def is_active(self, run_id: str) -> bool:
-        listing = self.queue()
-        return any(j["run_id"] == run_id for j in [*listing["queued"], *listing["running"]])
-
-    def wait_status(self, run_id: str, wanted: str, deadline_s: float = RUN_DEADLINE_S
-                    ) -> dict[str, Any]:
-        """Poll until the run's status is ``wanted`` and its process is reaped; fail at once
-        on another final status."""
-
-        def check() -> dict[str, Any] | None:
-            summary = self.status(run_id)
-            if summary["status"] == wanted:
-                return None if self.is_active(run_id) else self.status(run_id)
-            if summary["status"] in TERMINAL:
-                stderr = (self.run_dir(run_id) / "stderr.log")
-                tail = stderr.read_text()[-3000:] if stderr.exists() else ""
-                raise AssertionError(f"{run_id} ended {summary['status']}, not {wanted}: "
-                                     f"{summary.get('error')}\n{tail}")
-            return None
-
-        return poll_until(check, f"run {run_id} to become {wanted}", deadline_s)
-
-    def run_dir(self, run_id: str) -> Path:
-        return self.workspace / "outputs" / "eval_runs" / run_id
-
-    # -- stopping --------------------------------------------------------------------------
-    def snapshot_tree(self) -> list[psutil.Process]:
-        """Remember every descendant now, so that close() can clean up what survives it."""
-        try:
-            self._tree = process_tree(self.proc.pid)
-        except psutil.NoSuchProcess:
-            self._tree = []
-        return list(self._tree)
-
-    def stop(self, sig: signal.Signals = signal.SIGTERM) -> int:
-        """Signal the backend and reap it (SIGKILL if it outlives the deadline)."""
-        if self.proc.poll() is None:
-            self.snapshot_tree()
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(STOP_DEADLINE_S)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(STOP_DEADLINE_S)
-        return self.proc.returncode
-
-    def close(self) -> None:
-        """Finaliser: stop the backend and kill whatever of its tree survived it."""
-        try:
-            self.stop()
-        finally:
-            if hasattr(self, "http"):
-                self.http.close()
-            for proc in alive(self._tree):
-                proc.kill()
 
 
 @pytest.fixture(scope="module")

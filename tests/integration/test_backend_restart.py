@@ -1,6 +1,6 @@
 """The backend stopped and started again, and killed: queue on disk, no orphan processes.
 
-Each test owns its backend(s) and workspace (see ``test_backend.py`` for the helpers).
+Each test owns its backend(s) and workspace (the helpers are in ``support.backend``).
 """
 
 from __future__ import annotations
@@ -12,15 +12,15 @@ from pathlib import Path
 
 import psutil
 import pytest
-from test_backend import (
+
+from support.backend import Backend, alive
+from support.backend_workspace import (
     HUGE_WORKERS,
     PROCESS_GONE_DEADLINE_S,
     RAM_REASON,
-    Backend,
-    alive,
-    poll_until,
     write_workspace,
 )
+from support.polling import poll_until
 
 
 @pytest.fixture

@@ -27,6 +27,7 @@ from agentcanvas.eval.seeding import episode_seed
 from agentcanvas.graph.model import Graph, parse_graph
 from agentcanvas.nodes.base import CallContext, LocalNodeSet
 from agentcanvas.nodes.registry import ACTIVE_WORKSPACE_ENV, WorkspaceComponentRegistry
+from support.workspace import write_files
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "nodesets.md"
 DOC_FILE = re.compile(r"<!-- file: (?P<path>[^ ]+) -->\n```[a-z]*\n(?P<body>.*?)\n```", re.S)
@@ -38,14 +39,6 @@ def doc_example_files() -> dict[str, str]:
     files = {m["path"]: m["body"] + "\n" for m in DOC_FILE.finditer(DOC.read_text("utf-8"))}
     assert set(files) == {"graph_nodes/line_world/__init__.py", "graphs/line_walk.json"}
     return files
-
-
-def write_files(root: Path, files: dict[str, str]) -> Path:
-    for rel, text in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-    return root
 
 
 def _registry(workspace: Path, active: Path | None = None) -> WorkspaceComponentRegistry:

@@ -8,11 +8,10 @@ freed when that process dies, as on a device.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
@@ -30,21 +29,9 @@ from agentcanvas.scheduler.resources import (
     ResourceSampler,
     default_samplers,
 )
+from support.polling import poll_until
 
-T = TypeVar("T")
 DEADLINE_S = 60.0
-POLL_S = 0.05
-
-
-def poll_until(check: Callable[[], T | None], what: str, deadline_s: float = DEADLINE_S) -> T:
-    deadline = time.monotonic() + deadline_s
-    while True:
-        value = check()
-        if value is not None and value is not False:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up after {deadline_s:g} s waiting for {what}")
-        time.sleep(POLL_S)
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +108,7 @@ def cancel_and_reap(scheduler: JobScheduler, run_id: str) -> None:
         scheduler.tick()
         return run_id not in scheduler.running
 
-    poll_until(reaped, f"{run_id} to be reaped")
+    poll_until(reaped, f"{run_id} to be reaped", DEADLINE_S)
     assert status_of(scheduler, run_id) == "cancelled"
     assert scheduler.run_dir(run_id).is_done()
 

@@ -1,0 +1,1 @@
+"""Helpers shared by test modules (on sys.path via ``pythonpath = ["tests"]`` in pyproject)."""
