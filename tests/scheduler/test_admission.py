@@ -196,3 +196,23 @@ def test_exclusive_job_queued_behind_others_is_admitted_only_after_them() -> Non
 
     assert decision.start == ["normal"]
     assert "exclusive" in decision.waiting["excl"]
+
+
+def test_a_starving_job_holds_its_reservation_against_later_jobs() -> None:
+    from agentcanvas.scheduler.admission import STARVATION_WAIT_S
+
+    big = JobDemand("big", 0, 1, {"ram": 900.0}, waited_s=STARVATION_WAIT_S + 1)
+    small = JobDemand("small", 0, 2, {"ram": 200.0})
+    running = [RunningLoad("r", {"ram": 300.0}, {"ram": 300.0})]
+    # 500 MB free: big (900) does not fit. Young, it is skipped and small starts ...
+    young = decide([JobDemand("big", 0, 1, {"ram": 900.0}), small], running,
+                   {"ram": 500.0}, {}, canvas_locked=False)
+    assert young.start == ["small"]
+    # ... starving, it keeps its claim: small may not take the memory big waits for.
+    old = decide([big, small], running, {"ram": 500.0}, {}, canvas_locked=False)
+    assert old.start == []
+    assert "holds its reservation" in old.waiting["big"]
+    assert "ram" in old.waiting["small"]
+    # Once enough is free, big starts first.
+    freed = decide([big, small], [], {"ram": 1000.0}, {}, canvas_locked=False)
+    assert freed.start == ["big"]

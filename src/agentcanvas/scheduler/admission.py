@@ -7,7 +7,9 @@ Rules (design note § 3, with priority honoured):
   (reservation = the part of a running job's estimate not yet visible in its measured use);
   where a resource cannot be measured, a static ledger against a declared capacity is used;
 - a job that does not fit is skipped, not blocking; order is priority (high first), then
-  FIFO within a priority.
+  FIFO within a priority;
+- but a job that has waited ``STARVATION_WAIT_S`` or longer holds its reservation while it
+  waits, so a stream of smaller jobs behind it cannot starve it forever.
 """
 
 from __future__ import annotations
@@ -25,6 +27,10 @@ class JobDemand:
     seq: int
     estimates_mb: Mapping[str, float]
     exclusive_gpu: bool = False
+    waited_s: float = 0.0
+
+
+STARVATION_WAIT_S = 300.0
 
 
 @dataclass(frozen=True)
@@ -70,6 +76,9 @@ def decide(
     for job in queue_order(queued):
         reason = _blocked(job, load, free_mb, capacity_mb)
         if reason:
+            if job.waited_s >= STARVATION_WAIT_S:  # later jobs may not take what it needs
+                load.append(RunningLoad(job.run_id, job.estimates_mb, {}, job.exclusive_gpu))
+                reason += f" (waiting {job.waited_s:.0f} s: holds its reservation)"
             decision.waiting[job.run_id] = reason
             continue
         decision.start.append(job.run_id)

@@ -239,7 +239,14 @@ class JobScheduler:
                 estimates[resource] = (
                     DEFAULT_RAM_MB_BASE + DEFAULT_RAM_MB_PER_WORKER * job.worker_count
                 )
-        return JobDemand(job.run_id, job.priority, int(job.seq * 1e6), estimates, job.exclusive_gpu)
+        return JobDemand(
+            job.run_id,
+            job.priority,
+            int(job.seq * 1e6),
+            estimates,
+            job.exclusive_gpu,
+            waited_s=max(0.0, time.time() - job.seq),
+        )
 
     def _load(self, running: RunningJob) -> RunningLoad:
         used = dict(running.monitor.poll())
