@@ -20,10 +20,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agentcanvas.eval.config import EpisodeResult, EvalConfig, EvalRun
-from agentcanvas.eval.foreground import collect_determinism
+from agentcanvas.eval.config import EpisodeResult, EvalConfig
+from agentcanvas.eval.foreground import collect_determinism, finalise_run, record_failure
 from agentcanvas.eval.runner import BatchEvalRunner
-from agentcanvas.eval.store import RunDir, atomic_write_json, read_json
+from agentcanvas.eval.store import RunDir, read_json
 from agentcanvas.graph.model import parse_graph
 from agentcanvas.nodes.registry import WorkspaceComponentRegistry
 from agentcanvas.server import procs
@@ -77,46 +77,15 @@ async def run(run_dir: RunDir) -> str:
         summary = await runner.execute()
         return summary.status
     except BaseException as exc:  # also CancelledError/SystemExit: never end as "running"
-        _write_failure(run_dir, runner, config, exc)
+        record_failure(run_dir, runner, config, exc)
         raise
     finally:
-        await asyncio.shield(_finalise(registry, runner, run_dir))
+        await asyncio.shield(finalise_run(registry, runner, run_dir))
 
 
 def _overlay(spec: dict[str, Any]) -> Path | None:
     value = spec.get("active_workspace_dir") or os.environ.get("ACTIVE_WORKSPACE_DIR")
     return Path(value) if value else None
-
-
-def _write_failure(
-    run_dir: RunDir, runner: BatchEvalRunner | None, config: EvalConfig, exc: BaseException
-) -> None:
-    interrupted = isinstance(exc, asyncio.CancelledError | KeyboardInterrupt)
-    if runner is not None:
-        runner.run.status = "cancelled" if interrupted else "failed"
-        runner.run.error = f"{type(exc).__name__}: {exc}"
-        return
-    failed = EvalRun(
-        run_id=run_dir.root.name,
-        graph_name=config.graph_name,
-        config=config,
-        episodes_total=0,
-        status="failed",
-        error=f"{type(exc).__name__}: {exc}",
-    )
-    atomic_write_json(run_dir.summary_path, failed.model_dump(mode="json"))
-
-
-async def _finalise(
-    registry: WorkspaceComponentRegistry, runner: BatchEvalRunner | None, run_dir: RunDir
-) -> None:
-    try:
-        await registry.shutdown_all()  # owned env servers only; borrowed ones are left alone
-    finally:
-        if runner is not None:
-            runner.save()
-        if runner is None or runner.run.status != "aborted":
-            run_dir.touch_done()  # an aborted run stays without _DONE: it can be resumed
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hmac
-from collections.abc import Awaitable, Callable
 from urllib.parse import urlsplit
 
 from starlette.requests import HTTPConnection
@@ -77,6 +76,3 @@ class GuardMiddleware:
         if auth.lower().startswith("bearer "):
             given = auth[7:]
         return hmac.compare_digest(given.encode(), self.token.encode())
-
-
-Handler = Callable[[HTTPConnection], Awaitable[Response]]

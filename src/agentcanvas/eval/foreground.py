@@ -73,23 +73,10 @@ async def run_foreground(
         )
         summary = await runner.execute()
     except BaseException as exc:
-        if runner is not None:
-            interrupted = isinstance(exc, asyncio.CancelledError | KeyboardInterrupt)
-            runner.run.status = "cancelled" if interrupted else "failed"
-            runner.run.error = f"{type(exc).__name__}: {exc}"
-        else:
-            failed = EvalRun(
-                run_id=run_id,
-                graph_name=graph.name,
-                config=config,
-                episodes_total=0,
-                status="failed",
-                error=f"{type(exc).__name__}: {exc}",
-            )
-            atomic_write_json(run_dir.summary_path, failed.model_dump(mode="json"))
+        record_failure(run_dir, runner, config, exc)
         raise
     finally:
-        await asyncio.shield(_finalise(registry, runner, run_dir))
+        await asyncio.shield(finalise_run(registry, runner, run_dir))
     return ForegroundRun(run_id, run_dir, summary)
 
 
@@ -109,12 +96,36 @@ async def collect_determinism(
     return info
 
 
-async def _finalise(
+def record_failure(
+    run_dir: RunDir, runner: BatchEvalRunner | None, config: EvalConfig, exc: BaseException
+) -> None:
+    """A run that raised: ``cancelled`` when interrupted, else ``failed`` — never ``running``."""
+    interrupted = isinstance(exc, asyncio.CancelledError | KeyboardInterrupt)
+    error = f"{type(exc).__name__}: {exc}"
+    if runner is not None:
+        runner.run.status = "cancelled" if interrupted else "failed"
+        runner.run.error = error
+        return
+    failed = EvalRun(
+        run_id=run_dir.root.name,
+        graph_name=config.graph_name,
+        config=config,
+        episodes_total=0,
+        status="failed",
+        error=error,
+    )
+    atomic_write_json(run_dir.summary_path, failed.model_dump(mode="json"))
+
+
+async def finalise_run(
     registry: WorkspaceComponentRegistry, runner: BatchEvalRunner | None, run_dir: RunDir
 ) -> None:
+    """Stop owned servers (borrowed ones are left alone), save, and touch ``_DONE`` — except
+    for an aborted run, which stays without ``_DONE`` so it can be resumed."""
     try:
         await registry.shutdown_all()
     finally:
         if runner is not None:
             runner.save()
-        run_dir.touch_done()
+        if runner is None or runner.run.status != "aborted":
+            run_dir.touch_done()

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentcanvas.errors import ConfigError, RunError, StateError
+from agentcanvas.errors import RunError, StateError
 from agentcanvas.eval.config import TERMINAL_RUN_STATUSES, EvalConfig, EvalRun
 from agentcanvas.eval.store import RunDir, atomic_write_json, new_run_id, read_json
 from agentcanvas.paths import safe_child
@@ -368,8 +368,6 @@ def _terminate_leader(child: ChildProcess) -> None:
 
 
 def _child_env(run_dir: RunDir) -> dict[str, str]:
-    import os
-
     env = dict(os.environ)
     spec = read_json(run_dir.spec_path)
     if spec.get("active_workspace_dir"):
@@ -394,8 +392,3 @@ def _set_status(run_dir: RunDir, status: str, error: str | None = None) -> None:
     if error is not None:
         summary["error"] = error
     atomic_write_json(run_dir.summary_path, summary)
-
-
-def validate_status(status: str) -> None:
-    if status not in (*TERMINAL_RUN_STATUSES, "pending", "queued", "running"):
-        raise ConfigError(f"unknown run status {status!r}")
