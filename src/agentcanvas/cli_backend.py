@@ -18,6 +18,7 @@ from agentcanvas.api.security import is_loopback
 from agentcanvas.cli import command
 from agentcanvas.errors import ConfigError, UserInputError
 from agentcanvas.paths import workspace_dir
+from agentcanvas.scheduler.settings import AdmissionSettings
 
 DEFAULT_URL = "http://127.0.0.1:8765"
 FOLLOW_POLL_S = 1.0
@@ -32,6 +33,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise ConfigError(
             f"--host {args.host}: binding off loopback needs --token (or AGENTCANVAS_TOKEN)"
         )
+    admission = AdmissionSettings.resolve(args.cpu_oversubscription, args.vram_capacity_mb)
     sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
@@ -44,7 +46,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     port = sock.getsockname()[1]
     url = f"http://{args.host}:{port}"
     hosts = allowed_hosts(args.host, args.allow_host or [])
-    app = create_app(workspace_dir(), url, token=token, allowed_hosts=hosts)
+    app = create_app(
+        workspace_dir(), url, token=token, allowed_hosts=hosts, admission=admission
+    )
     print(
         f"agentcanvas backend on {url} (workspace {workspace_dir()})", file=sys.stderr, flush=True
     )
@@ -176,6 +180,19 @@ def extend_parser(sub: Any) -> None:
         action="append",
         metavar="NAME",
         help="a host name clients use to reach the backend (repeatable)",
+    )
+    p.add_argument(
+        "--cpu-oversubscription",
+        metavar="X",
+        help="CPU slots per core for admitting runs; a run holds 1 + worker_count slots "
+        "(default 2.0, or AGENTCANVAS_CPU_OVERSUBSCRIPTION)",
+    )
+    p.add_argument(
+        "--vram-capacity-mb",
+        metavar="MB",
+        help="GPU memory all runs together may hold, against their declared/calibrated "
+        "figures; the only VRAM limit where VRAM cannot be measured "
+        "(or AGENTCANVAS_VRAM_CAPACITY_MB)",
     )
     url_help = f"backend URL (default {DEFAULT_URL})"
     p = sub.add_parser("submit", help="queue a run on the backend")

@@ -142,12 +142,73 @@ def test_unmeasurable_resource_without_declared_capacity_does_not_constrain() ->
     assert decision.start == ["a"]
 
 
-def test_a_measured_resource_ignores_the_static_ledger() -> None:
-    # With a reading, the declared capacity (a stale guess) is not consulted.
-    decision = decide([job("a", vram=5_000.0)], [], {"ram": 10_000.0, "vram": 6_000.0},
-                      {"vram": 1_000.0}, canvas_locked=False)
+def test_a_declared_capacity_caps_a_measured_resource() -> None:
+    # 6000 MB free on the device, but the operator declared 5000 MB for all runs together.
+    busy = running("busy", {"vram": 3_000.0}, {"vram": 3_000.0})
+
+    decision = decide([job("a", seq=1, vram=2_000.0), job("b", seq=2, vram=1.0)], [busy],
+                      {"ram": 10_000.0, "vram": 6_000.0}, {"vram": 5_000.0},
+                      canvas_locked=False)
 
     assert decision.start == ["a"]
+    assert decision.waiting["b"] == "vram: needs 1 MB, 0 MB available"
+
+
+# -- CPU -----------------------------------------------------------------------------------
+def cpu_job(run_id: str, slots: float, seq: int = 0) -> JobDemand:
+    return JobDemand(run_id, 0, seq, {"ram": 1.0, "cpu": slots})
+
+
+def test_thirty_runs_at_once_are_admitted_by_cpu_slots_not_all_at_once() -> None:
+    # 2 cores × 2.0 = 4 slots on an idle host; each run holds 2 (eval process + 1 server).
+    queued = [cpu_job(f"r{i:02d}", 2.0, seq=i) for i in range(30)]
+
+    decision = decide(queued, [], {**PLENTY, "cpu": 4.0}, {"cpu": 4.0}, canvas_locked=False)
+
+    assert decision.start == ["r00", "r01"]
+    assert len(decision.waiting) == 28
+    assert decision.waiting["r02"] == "cpu: needs 2 of 0 free slots"
+
+
+def test_a_running_job_holds_its_cpu_slots_whatever_it_uses_now() -> None:
+    # It holds 3 slots but keeps only 0.5 core busy: the host shows 4 − 0.5 free; the 2.5
+    # slots it may still take are not for others.
+    busy = running("busy", {"cpu": 3.0}, {"cpu": 0.5})
+
+    decision = decide([cpu_job("a", 2.0)], [busy], {**PLENTY, "cpu": 3.5}, {"cpu": 4.0},
+                      canvas_locked=False)
+
+    assert decision.waiting == {"a": "cpu: needs 2 of 1 free slots"}
+
+
+def test_outside_cpu_load_shrinks_the_budget() -> None:
+    # 1.5 cores are busy with processes that are not ours: 4 − 1.5 = 2.5 slots.
+    ours = running("ours", {"cpu": 1.0}, {"cpu": 1.0})
+
+    decision = decide([cpu_job("a", 1.5, seq=1), cpu_job("b", 0.5, seq=2)], [ours],
+                      {**PLENTY, "cpu": 4.0 - 2.5}, {"cpu": 4.0}, canvas_locked=False)
+
+    assert decision.start == ["a"]
+    assert decision.waiting["b"] == "cpu: needs 0.5 of 0 free slots"
+
+
+def test_with_none_of_ours_holding_cpu_the_next_job_runs_whatever_its_size() -> None:
+    # Bigger than the whole budget, on a host saturated by others: it runs, alone.
+    queued = [cpu_job("big", 9.0, seq=1), cpu_job("small", 1.0, seq=2)]
+
+    decision = decide(queued, [], {**PLENTY, "cpu": 0.0}, {"cpu": 4.0}, canvas_locked=False)
+
+    assert decision.start == ["big"]
+    assert decision.waiting["small"] == "cpu: needs 1 of 0 free slots"
+
+
+def test_memory_is_named_before_cpu_when_both_refuse() -> None:
+    held = running("held", {"ram": 1.0, "cpu": 4.0}, {"ram": 1.0})
+
+    decision = decide([JobDemand("a", 0, 0, {"ram": 5_000.0, "cpu": 2.0})], [held],
+                      {"ram": 1_000.0, "cpu": 4.0}, {"cpu": 4.0}, canvas_locked=False)
+
+    assert decision.waiting["a"] == "ram: needs 5000 MB, 1000 MB available"
 
 
 # -- canvas lock and exclusive GPU --------------------------------------------------------

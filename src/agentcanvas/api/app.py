@@ -31,6 +31,7 @@ from agentcanvas.paths import runs_dir
 from agentcanvas.scheduler.calibration import CalibrationStore
 from agentcanvas.scheduler.job_scheduler import JobScheduler, SchedulerHooks
 from agentcanvas.scheduler.resources import default_samplers
+from agentcanvas.scheduler.settings import AdmissionSettings
 from agentcanvas.state import ProcessServices
 
 from . import eval as eval_api
@@ -43,12 +44,23 @@ INPROCESS_STOP_S = 10.0
 WEB_DIR = Path(__file__).parent / "web"
 
 
-def build_services(workspace: Path, backend_url: str, token: str | None) -> ProcessServices:
+def build_services(
+    workspace: Path,
+    backend_url: str,
+    token: str | None,
+    admission: AdmissionSettings | None = None,
+) -> ProcessServices:
     registry = WorkspaceComponentRegistry(workspace=workspace)
     registry.scan_all()
     calibration = CalibrationStore(workspace / "outputs" / "calibration.json")
+    admission = admission or AdmissionSettings.resolve()
     scheduler = JobScheduler(
-        runs_dir(workspace), backend_url, default_samplers(), calibration, cwd=workspace
+        runs_dir(workspace),
+        backend_url,
+        default_samplers(admission.cpu_oversubscription),
+        calibration,
+        capacity_mb=admission.capacity_mb(),
+        cwd=workspace,
     )
     svc = ProcessServices(workspace=workspace, registry=registry, scheduler=scheduler, token=token)
     scheduler.hooks = SchedulerHooks(
@@ -104,12 +116,13 @@ def create_app(
     backend_url: str,
     token: str | None = None,
     allowed_hosts: set[str] | None = None,
+    admission: AdmissionSettings | None = None,
 ) -> FastAPI:
     """The backend's FastAPI app (API, WebSocket, web page)."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        svc = build_services(workspace, backend_url, token)
+        svc = build_services(workspace, backend_url, token, admission)
         app.state.services = svc
         requeued = svc.scheduler.recover()
         if requeued:

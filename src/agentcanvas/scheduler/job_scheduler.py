@@ -27,16 +27,16 @@ from agentcanvas.errors import RunError, StateError
 from agentcanvas.eval.config import TERMINAL_RUN_STATUSES, EvalConfig, EvalRun
 from agentcanvas.eval.store import RunDir, atomic_write_json, new_run_id, read_json
 from agentcanvas.paths import safe_child
-from agentcanvas.scheduler.admission import JobDemand, RunningLoad, decide
-from agentcanvas.scheduler.calibration import CalibrationStore
+from agentcanvas.scheduler.admission import HELD_RESOURCES, JobDemand, RunningLoad, decide
+from agentcanvas.scheduler.calibration import CalibrationStore, graph_fingerprint
+from agentcanvas.scheduler.estimates import Estimate, JobShape, estimate_job
 from agentcanvas.scheduler.resources import ProcessTreeMonitor, ResourceSampler
 from agentcanvas.server.procs import ChildProcess, spawn
 
 log = logging.getLogger(__name__)
 CANCEL_GRACE_S = 10.0
 SHUTDOWN_GRACE_S = 8.0
-DEFAULT_RAM_MB_BASE = 600.0  # an eval subprocess with no calibration yet
-DEFAULT_RAM_MB_PER_WORKER = 250.0  # one env server per worker
+CALIBRATED = ("ram", "vram")  # CPU is counted by processes, never calibrated
 
 
 @dataclass
@@ -46,6 +46,7 @@ class QueuedJob:
     run_id: str
     run_dir: RunDir
     graph_name: str
+    graph_key: str
     worker_count: int
     priority: int
     seq: float
@@ -59,7 +60,7 @@ class RunningJob:
     job: QueuedJob
     child: ChildProcess
     monitor: ProcessTreeMonitor
-    estimates_mb: dict[str, float]
+    estimates: dict[str, Estimate]
     started_at: float
     kill_at: float | None = None
     last_summary_mtime: float = 0.0
@@ -89,6 +90,7 @@ class JobScheduler:
     queue: list[QueuedJob] = field(default_factory=list)
     running: dict[str, RunningJob] = field(default_factory=dict)
     waiting_reasons: dict[str, str] = field(default_factory=dict)
+    queued_estimates: dict[str, dict[str, Estimate]] = field(default_factory=dict)
 
     # -- submit / cancel / resume ----------------------------------------------------------
     def submit(self, spec: dict[str, Any], shared_urls: dict[str, str]) -> str:
@@ -120,6 +122,7 @@ class JobScheduler:
             run_id=run_dir.root.name,
             run_dir=run_dir,
             graph_name=config.graph_name,
+            graph_key=_graph_key(spec, config.graph_name),
             worker_count=config.worker_count,
             priority=int(scheduling.get("priority", 0)),
             seq=float(scheduling.get("submitted_at", time.time())),
@@ -203,47 +206,48 @@ class JobScheduler:
             status = "failed"
             _set_status(run_dir, status, error="the eval process ended without a final status")
         self._relay_progress(job, force=True)
-        peaks = job.monitor.peaks_mb()
+        peaks = {k: v for k, v in job.monitor.peaks_mb().items() if k in CALIBRATED}
         if peaks and status == "completed":
-            self.calibration.record(job.job.graph_name, job.job.worker_count, peaks)
+            self.calibration.record(
+                job.job.graph_key, job.job.worker_count, peaks, graph_name=job.job.graph_name
+            )
         self.hooks.release_shared(job.job.shared_nodesets)
         log.info("run %s finished: %s (exit %s)", job.job.run_id, status, job.child.returncode)
 
     def _admit(self) -> None:
-        free: dict[str, float | None] = {
-            s.resource: (smp.free_mb if (smp := s.sample()) else None) for s in self.samplers
-        }
+        free: dict[str, float | None] = {}
+        capacity = dict(self.capacity_mb)
+        for sampler in self.samplers:
+            sample = sampler.sample()
+            free[sampler.resource] = sample.free_mb if sample else None
+            if sample and sampler.resource in HELD_RESOURCES:  # clamps noisy rate readings
+                capacity.setdefault(sampler.resource, sample.total_mb)
+        self.queued_estimates = {j.run_id: self._estimates(j) for j in self.queue}
         decision = decide(
             [self._demand(j) for j in self.queue],
             [self._load(r) for r in self.running.values()],
             free,
-            self.capacity_mb,
+            capacity,
             self.hooks.canvas_locked(),
         )
         self.waiting_reasons = decision.waiting
         for run_id in decision.start:
             job = next(j for j in self.queue if j.run_id == run_id)
             self.queue.remove(job)
-            self._spawn(job, dict(self._demand(job).estimates_mb))
+            self._spawn(job, self.queued_estimates.pop(run_id))
+
+    def _estimates(self, job: QueuedJob) -> dict[str, Estimate]:
+        resources = {s.resource for s in self.samplers} | set(self.capacity_mb)
+        shape = JobShape(job.graph_key, job.worker_count, job.marginal_vram_mb)
+        return estimate_job(shape, resources, self.calibration)
 
     def _demand(self, job: QueuedJob) -> JobDemand:
-        estimates: dict[str, float] = {}
-        for sampler in self.samplers:
-            resource = sampler.resource
-            calibrated = self.calibration.estimate_mb(job.graph_name, job.worker_count, resource)
-            if calibrated is not None:
-                estimates[resource] = calibrated
-            elif resource == "vram":
-                estimates[resource] = job.marginal_vram_mb
-            else:
-                estimates[resource] = (
-                    DEFAULT_RAM_MB_BASE + DEFAULT_RAM_MB_PER_WORKER * job.worker_count
-                )
+        estimates = self.queued_estimates.get(job.run_id) or self._estimates(job)
         return JobDemand(
             job.run_id,
             job.priority,
             int(job.seq * 1e6),
-            estimates,
+            {resource: e.value for resource, e in estimates.items()},
             job.exclusive_gpu,
             waited_s=max(0.0, time.time() - job.seq),
         )
@@ -251,9 +255,10 @@ class JobScheduler:
     def _load(self, running: RunningJob) -> RunningLoad:
         used = dict(running.monitor.poll())
         job = running.job
-        return RunningLoad(job.run_id, running.estimates_mb, used, job.exclusive_gpu)
+        estimates = {resource: e.value for resource, e in running.estimates.items()}
+        return RunningLoad(job.run_id, estimates, used, job.exclusive_gpu)
 
-    def _spawn(self, job: QueuedJob, estimates: dict[str, float]) -> None:
+    def _spawn(self, job: QueuedJob, estimates: dict[str, Estimate]) -> None:
         argv = [
             sys.executable,
             "-m",
@@ -317,6 +322,7 @@ class JobScheduler:
                 "priority": j.priority,
                 "worker_count": j.worker_count,
                 "waiting_reason": self.waiting_reasons.get(j.run_id, ""),
+                "estimates": _explained(self.queued_estimates.get(j.run_id, {})),
             }
             for j in sorted(self.queue, key=lambda j: (-j.priority, j.seq))
         ]
@@ -328,7 +334,8 @@ class JobScheduler:
                 "priority": r.job.priority,
                 "worker_count": r.job.worker_count,
                 "started_at": r.started_at,
-                "estimates_mb": r.estimates_mb,
+                "estimates_mb": {k: e.value for k, e in r.estimates.items() if e.unit == "MB"},
+                "estimates": _explained(r.estimates),
             }
             for r in self.running.values()
         ]
@@ -358,6 +365,16 @@ class JobScheduler:
                 _set_status(run_dir, "aborted", error="the backend stopped while it ran")
                 run_dir.done_path.unlink(missing_ok=True)
         self.running.clear()
+
+
+def _graph_key(spec: dict[str, Any], graph_name: str) -> str:
+    """The calibration key: the frozen graph's content (its name, for an old spec without)."""
+    graph = spec.get("graph")
+    return graph_fingerprint(graph) if isinstance(graph, dict) else f"name:{graph_name}"
+
+
+def _explained(estimates: dict[str, Estimate]) -> dict[str, dict[str, object]]:
+    return {resource: e.as_json() for resource, e in sorted(estimates.items())}
 
 
 def _terminate_leader(child: ChildProcess) -> None:

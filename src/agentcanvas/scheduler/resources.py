@@ -1,14 +1,16 @@
-"""Measure free RAM/VRAM and the memory a process tree uses.
+"""Measure free RAM/VRAM/CPU and what a process tree uses.
 
-The scheduler admits a run when its calibrated estimate fits what is free now
-(``ResourceSampler.sample``), and calibrates from the peak a finished run's process tree
-used (``ProcessTreeMonitor``). Each resource is behind one ``ResourceSampler`` Protocol:
+The scheduler admits a run when its estimate fits what is free now
+(``ResourceSampler.sample``), and calibrates memory from the peak a finished run's process
+tree used (``ProcessTreeMonitor``). Each resource is behind one ``ResourceSampler`` Protocol:
 
 - ``RamSampler``: host memory through psutil (always available).
+- ``CpuSampler``: CPU slots (cores × oversubscription) through psutil (always available).
 - ``NvmlVramSampler``: GPU memory through NVML; ``available()`` is False without a GPU.
 - ``FakeVramSampler``: an honest stand-in for a GPU on machines without one; memory is
   registered per pid and freed when that process dies, as a real device does.
 
+Memory is in MB; CPU in slots (one busy core is one slot), in the same fields.
 ``default_samplers()`` picks them. Setting ``AGENTCANVAS_FAKE_VRAM_MB=<total>`` replaces
 NVML with a ``FakeVramSampler`` of that total, for tests and demos without a GPU.
 """
@@ -40,7 +42,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-ResourceKind = Literal["ram", "vram"]
+ResourceKind = Literal["ram", "vram", "cpu"]
 
 FAKE_VRAM_ENV = "AGENTCANVAS_FAKE_VRAM_MB"
 """Environment knob: total MB of a ``FakeVramSampler`` used instead of NVML."""
@@ -50,7 +52,7 @@ _MB = 1024.0 * 1024.0
 
 @dataclass(frozen=True)
 class ResourceSample:
-    """One reading of a resource: its total and what is free now, in MB."""
+    """One reading of a resource: its total and what is free now (MB; slots for ``cpu``)."""
 
     resource: ResourceKind
     total_mb: float
@@ -274,9 +276,15 @@ class FakeVramSampler:
         return dict(self._usage_mb)
 
 
-def default_samplers() -> list[ResourceSampler]:
-    """RAM always; VRAM from ``AGENTCANVAS_FAKE_VRAM_MB`` if set, else NVML if a GPU exists."""
-    samplers: list[ResourceSampler] = [RamSampler()]
+def default_samplers(cpu_oversubscription: float | None = None) -> list[ResourceSampler]:
+    """RAM and CPU always; VRAM from ``AGENTCANVAS_FAKE_VRAM_MB`` if set, else NVML if a GPU
+    exists. ``cpu_oversubscription``: CPU slots per core (default
+    ``cpu.DEFAULT_CPU_OVERSUBSCRIPTION``)."""
+    from agentcanvas.scheduler.cpu import DEFAULT_CPU_OVERSUBSCRIPTION, CpuSampler
+
+    if cpu_oversubscription is None:
+        cpu_oversubscription = DEFAULT_CPU_OVERSUBSCRIPTION
+    samplers: list[ResourceSampler] = [RamSampler(), CpuSampler(cpu_oversubscription)]
     fake_total = os.environ.get(FAKE_VRAM_ENV)
     if fake_total is not None and fake_total.strip():
         samplers.append(FakeVramSampler(_parse_fake_total(fake_total)))
