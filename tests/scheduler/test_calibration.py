@@ -1,4 +1,5 @@
-"""CalibrationStore: estimates from recent peaks, persistence, recovery from a bad file."""
+"""CalibrationStore: estimates from recent peaks per graph content, persistence, recovery
+from a bad file. Keys are ``graph_fingerprint`` values; ``"nav"`` stands for one here."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from agentcanvas.scheduler.calibration import (
     CALIBRATION_FILE_VERSION,
     SAFETY_MARGIN,
     CalibrationStore,
+    graph_fingerprint,
 )
 
 
@@ -50,13 +52,14 @@ def test_only_recent_observations_count(path: Path) -> None:
 
 
 def test_persists_across_instances(path: Path) -> None:
-    CalibrationStore(path).record("nav", 3, {"ram": 700.0, "vram": 2_000.0})
+    CalibrationStore(path).record("nav", 3, {"ram": 700.0, "vram": 2_000.0}, graph_name="Nav")
 
     reopened = CalibrationStore(path)
     assert reopened.estimate_mb("nav", 3, "vram") == pytest.approx(2_000.0 * SAFETY_MARGIN)
     on_disk = json.loads(path.read_text())
     assert on_disk["version"] == CALIBRATION_FILE_VERSION
-    assert on_disk["entries"][0]["graph_name"] == "nav"
+    assert on_disk["entries"][0]["graph_key"] == "nav"
+    assert on_disk["entries"][0]["graph_name"] == "Nav"  # for people reading the file
     assert [p.name for p in path.parent.iterdir()] == ["calibration.json"]  # no temp left
 
 
@@ -75,7 +78,8 @@ def test_load_applies_max_observations(path: Path) -> None:
         b"{not json",
         b"\xff\xfe\x00garbage",
         b'{"version": 99, "entries": []}',
-        b'{"version": 1, "entries": [{"graph_name": "nav", "worker_count": 0}]}',
+        b'{"version": 2, "entries": [{"graph_key": "nav", "worker_count": 0}]}',
+        b'{"version": 2, "entries": [{"graph_name": "nav", "worker_count": 1}]}',
         b"[]",
     ],
 )
@@ -100,6 +104,8 @@ def test_record_validates_input(path: Path) -> None:
     store = CalibrationStore(path)
     with pytest.raises(ValueError):
         store.record("nav", 0, {"ram": 1.0})
+    with pytest.raises(ValueError):
+        store.record("", 1, {"ram": 1.0})
     store.record("nav", 1, {"ram": float("nan"), "vram": -1.0})  # nothing measurable
     assert store.observations("nav", 1) == []
     assert not path.exists()
@@ -119,3 +125,30 @@ def test_unwritable_location_keeps_estimates_in_memory(
 
     assert store.estimate_mb("nav", 1, "ram") == pytest.approx(60.0)
     assert "cannot save calibration" in caplog.text
+
+
+def test_fingerprint_is_the_graph_content_not_its_name_nor_key_order() -> None:
+    graph = {"name": "nav", "nodes": [{"id": "a", "type": "x.y"}], "edges": []}
+    reordered = {"edges": [], "nodes": [{"type": "x.y", "id": "a"}], "name": "nav"}
+    edited = {**graph, "nodes": [{"id": "a", "type": "x.z"}]}
+
+    assert graph_fingerprint(graph) == graph_fingerprint(reordered)
+    assert graph_fingerprint(graph) != graph_fingerprint(edited)  # same name, other content
+    assert len(graph_fingerprint(graph)) == 16
+
+
+def test_a_version_1_file_keyed_by_name_is_set_aside_not_trusted(
+    path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    old = {"version": 1, "entries": [
+        {"graph_name": "nav", "worker_count": 1, "observations": [{"vram": 5_000.0}]}]}
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(old))
+
+    with caplog.at_level(logging.WARNING, logger="agentcanvas.scheduler.calibration"):
+        store = CalibrationStore(path)
+
+    assert store.estimate_mb("nav", 1, "vram") is None
+    aside = [p for p in path.parent.iterdir() if p.name.startswith("calibration.json.v1-")]
+    assert len(aside) == 1 and json.loads(aside[0].read_text()) == old
+    assert "graph content" in caplog.text

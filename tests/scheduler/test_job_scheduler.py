@@ -8,6 +8,7 @@ freed when that process dies, as on a device.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -19,7 +20,8 @@ from agentcanvas.errors import StateError
 from agentcanvas.eval.config import EvalConfig
 from agentcanvas.eval.store import atomic_write_json, read_json
 from agentcanvas.nodes.registry import WorkspaceComponentRegistry
-from agentcanvas.scheduler.calibration import CalibrationStore
+from agentcanvas.scheduler.calibration import CalibrationStore, graph_fingerprint
+from agentcanvas.scheduler.cpu import CpuSampler, cpu_cores
 from agentcanvas.scheduler.job_scheduler import JobScheduler, SchedulerHooks
 from agentcanvas.scheduler.resources import (
     FAKE_VRAM_ENV,
@@ -32,6 +34,7 @@ from agentcanvas.scheduler.resources import (
 from support.polling import poll_until
 
 DEADLINE_S = 60.0
+CPU_REASON = re.compile(r"^cpu: needs 2 of [0-9.]+ free slots$")
 
 
 @pytest.fixture(scope="module")
@@ -291,12 +294,28 @@ def test_static_ledger_where_a_resource_cannot_be_measured(
     cancel_and_reap(scheduler, fits)
 
 
-def test_calibrated_estimate_replaces_the_declared_one(
+def test_static_ledger_on_a_host_without_any_vram_sampler(
+    new_scheduler: Callable[..., JobScheduler], make_spec: Callable[..., dict[str, Any]]
+) -> None:
+    # No GPU reading at all (as with serve --vram-capacity-mb on a host without NVML): the
+    # declared capacity alone decides, against the declared figures of what runs.
+    scheduler = new_scheduler(samplers=[RamSampler()], capacity_mb={"vram": 1_000.0})
+    too_big = scheduler.submit(make_spec(marginal_vram_mb=5_000.0), {})
+    fits = scheduler.submit(make_spec(marginal_vram_mb=600.0), {})
+
+    scheduler.tick()
+
+    assert list(scheduler.running) == [fits]
+    assert scheduler.waiting_reasons == {too_big: "vram: needs 5000 MB, 1000 MB available"}
+    cancel_and_reap(scheduler, fits)
+
+
+def test_calibration_above_the_declaration_replaces_it(
     new_scheduler: Callable[..., JobScheduler], make_spec: Callable[..., dict[str, Any]],
-    tmp_path: Path,
+    tmp_path: Path, graph_json: dict[str, Any],
 ) -> None:
     CalibrationStore(tmp_path / "outputs" / "calibration.json").record(
-        "babyai_oracle", 2, {"ram": 10.0, "vram": 5_000.0})
+        graph_fingerprint(graph_json), 2, {"ram": 10.0, "vram": 5_000.0})
     scheduler = new_scheduler(samplers=[RamSampler(), FakeVramSampler(4_000.0)])
     calibrated = scheduler.submit(make_spec(worker_count=2, marginal_vram_mb=1.0), {})
 
@@ -305,3 +324,74 @@ def test_calibrated_estimate_replaces_the_declared_one(
     assert scheduler.running == {}
     # 5000 MB × the safety margin, not the 1 MB the submitter declared.
     assert scheduler.waiting_reasons[calibrated] == "vram: needs 6000 MB, 4000 MB available"
+    vram = scheduler.list_active()["queued"][0]["estimates"]["vram"]
+    assert vram["source"] == "calibrated" and "above the 1 MB declared" in vram["why"]
+
+
+def test_calibration_below_the_declaration_never_undercuts_it(
+    new_scheduler: Callable[..., JobScheduler], make_spec: Callable[..., dict[str, Any]],
+    tmp_path: Path, graph_json: dict[str, Any],
+) -> None:
+    # An earlier run of this very graph peaked at 100 MB; the submitter declares 5000 MB.
+    CalibrationStore(tmp_path / "outputs" / "calibration.json").record(
+        graph_fingerprint(graph_json), 1, {"ram": 10.0, "vram": 100.0})
+    scheduler = new_scheduler(samplers=[RamSampler(), FakeVramSampler(1_000.0)])
+    declared = scheduler.submit(make_spec(marginal_vram_mb=5_000.0), {})
+
+    scheduler.tick()
+
+    assert scheduler.running == {}
+    assert scheduler.waiting_reasons[declared] == "vram: needs 5000 MB, 1000 MB available"
+    entry = scheduler.list_active()["queued"][0]
+    assert entry["estimates"]["vram"]["value"] == 5_000.0
+    assert entry["estimates"]["vram"]["source"] == "declared"
+    assert "calibrated 120 MB is lower" in entry["estimates"]["vram"]["why"]
+    assert entry["estimates"]["ram"]["source"] == "calibrated"
+
+
+def test_calibration_is_per_graph_content_not_per_name(
+    new_scheduler: Callable[..., JobScheduler], make_spec: Callable[..., dict[str, Any]],
+    tmp_path: Path, graph_json: dict[str, Any],
+) -> None:
+    # Peaks of another graph saved under the same name say nothing about this one.
+    other = {**graph_json, "description": "an edited babyai_oracle"}
+    CalibrationStore(tmp_path / "outputs" / "calibration.json").record(
+        graph_fingerprint(other), 1, {"ram": 1e9}, graph_name="babyai_oracle")
+    scheduler = new_scheduler(canvas_locked=lambda: True)
+    run_id = scheduler.submit(make_spec(), {})
+    edited_spec = {**make_spec(), "graph": other}
+    edited = scheduler.submit(edited_spec, {})
+
+    scheduler.tick()
+
+    estimates = {e["run_id"]: e["estimates"]["ram"] for e in scheduler.list_active()["queued"]}
+    assert estimates[run_id]["source"] == "default" and estimates[run_id]["value"] == 850.0
+    assert estimates[edited]["source"] == "calibrated"
+    assert estimates[edited]["value"] == pytest.approx(1.2e9)
+
+
+def test_cpu_slots_hold_back_runs_until_earlier_ones_finish(
+    new_scheduler: Callable[..., JobScheduler], make_spec: Callable[..., dict[str, Any]]
+) -> None:
+    # 3 slots on any host; each 1-worker run holds 2 (eval process + env server).
+    cpu = CpuSampler(oversubscription=3.0 / cpu_cores())
+    scheduler = new_scheduler(samplers=[RamSampler(), cpu])
+    first, second, third = (scheduler.submit(make_spec(), {}) for _ in range(3))
+
+    scheduler.tick()
+
+    assert list(scheduler.running) == [first]
+    assert set(scheduler.waiting_reasons) == {second, third}
+    for reason in scheduler.waiting_reasons.values():
+        assert CPU_REASON.match(reason), reason
+    queued = scheduler.list_active()["queued"]
+    assert queued[0]["estimates"]["cpu"] == {
+        "value": 2.0, "unit": "slots", "source": "processes",
+        "why": "its processes: the eval process and 1 env server(s)"}
+
+    cancel_and_reap(scheduler, first)
+    scheduler.tick()
+
+    assert list(scheduler.running) == [second]
+    assert set(scheduler.waiting_reasons) == {third}
+    cancel_and_reap(scheduler, second)

@@ -7,10 +7,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from agentcanvas.errors import RunError, UserInputError
+from agentcanvas.errors import UserInputError
 from agentcanvas.eval.metrics import mcnemar, wilson_interval
 from agentcanvas.eval.store import RunDir, read_json, read_jsonl
-from agentcanvas.paths import check_name, safe_child
+from agentcanvas.paths import safe_child
+
+from .run_index import RunIndex, compact_row
 
 LOG_TAIL_BYTES = 200_000
 Outcome = Literal["success", "failure", "error"]
@@ -22,6 +24,10 @@ class RunCache:
 
     runs_dir: Path
     _cache: dict[str, tuple[float, dict[str, Any]]] = field(default_factory=dict)
+    _index: RunIndex = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._index = RunIndex(self.runs_dir)
 
     def run_dir(self, run_id: str) -> RunDir:
         folder = safe_child(self.runs_dir, "run_id", run_id, field="run_id")
@@ -42,28 +48,12 @@ class RunCache:
         return cached[1]
 
     def list(self, offset: int, limit: int, status: str | None = None) -> dict[str, Any]:
-        """Newest first; compact rows (no per-episode records)."""
-        if not self.runs_dir.is_dir():
-            return {"total": 0, "runs": []}
-        ids = sorted((p.name for p in self.runs_dir.iterdir() if p.is_dir()), reverse=True)
-        rows = []
-        for run_id in ids:
-            try:
-                check_name("run_id", run_id)
-                summary = self.summary(run_id)
-            except (UserInputError, RunError):
-                continue
-            if status and summary.get("status") != status:
-                continue
-            rows.append(compact(summary))
-        return {"total": len(rows), "runs": rows[offset : offset + limit]}
+        """Newest first; compact rows (no per-episode records), from the run index."""
+        return self._index.page(offset, limit, status)
 
 
 def compact(summary: dict[str, Any]) -> dict[str, Any]:
-    row = {k: v for k, v in summary.items() if k != "episodes"}
-    success = summary.get("aggregate_metrics", {}).get("success")
-    row["success_rate"] = success.get("mean") if isinstance(success, dict) else None
-    return row
+    return compact_row(summary)
 
 
 def episodes_page(
