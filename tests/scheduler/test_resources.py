@@ -343,8 +343,9 @@ def test_nvml_sampler_unknown_usage_and_missing_device(monkeypatch: pytest.Monke
 
 def test_default_samplers_use_fake_vram_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(FAKE_VRAM_ENV, "24000")
-    ram, vram = default_samplers()
+    ram, cpu, vram = default_samplers()
     assert isinstance(ram, RamSampler)
+    assert cpu.resource == "cpu"
     assert isinstance(vram, FakeVramSampler)
     assert vram.sample().total_mb == 24_000.0
 
@@ -353,7 +354,7 @@ def test_default_samplers_without_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(FAKE_VRAM_ENV, raising=False)
     samplers = default_samplers()
     assert [s.resource for s in samplers] == (
-        ["ram", "vram"] if NvmlVramSampler.available() else ["ram"]
+        ["ram", "cpu", "vram"] if NvmlVramSampler.available() else ["ram", "cpu"]
     )
 
 
