@@ -32,6 +32,7 @@ from support.backend import RUN_DEADLINE_S, TERMINAL, Backend, alive, process_tr
 from support.backend_workspace import (
     HUGE_RAM_MB,
     HUGE_WORKERS,
+    ORACLE_KEY,
     PROCESS_GONE_DEADLINE_S,
     RAM_REASON,
     write_workspace,
@@ -114,9 +115,9 @@ def test_start_queues_then_runs_to_completion_with_a_complete_run_folder(backend
     listed = backend.http.get("/api/eval/v2/runs").json()["runs"]
     assert {"run_id": run_id, "status": "completed"}.items() <= next(
         r for r in listed if r["run_id"] == run_id).items()
-    # The finished run's peak memory is recorded for the next admission of this config.
+    # The finished run's peak memory is recorded for the next run of this graph content.
     store = CalibrationStore(backend.workspace / "outputs" / "calibration.json")
-    assert store.observations("babyai_oracle", 2)[-1]["ram"] > 0
+    assert store.observations(ORACLE_KEY, 2)[-1]["ram"] > 0
 
 
 # -- cancel ----------------------------------------------------------------------------------

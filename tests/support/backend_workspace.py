@@ -13,7 +13,8 @@ import json
 import re
 from pathlib import Path
 
-from agentcanvas.scheduler.calibration import CalibrationStore
+from agentcanvas.graph.model import load_graph_file
+from agentcanvas.scheduler.calibration import CalibrationStore, graph_fingerprint
 
 PROCESS_GONE_DEADLINE_S = 30.0
 HUGE_WORKERS = 3
@@ -50,9 +51,10 @@ def spawn(inputs, config, state, ctx):
     return {"pid": state.proc.pid}
 """
 
-_ORACLE = json.loads(
-    (Path(__file__).resolve().parents[2] / "src/agentcanvas/graphs/babyai_oracle.json").read_text()
-)
+_ORACLE_PATH = Path(__file__).resolve().parents[2] / "src/agentcanvas/graphs/babyai_oracle.json"
+_ORACLE = json.loads(_ORACLE_PATH.read_text())
+ORACLE_KEY = graph_fingerprint(load_graph_file(_ORACLE_PATH).model_dump(mode="json"))
+"""The calibration key of babyai_oracle: the content of the graph a run's spec freezes."""
 
 
 def write_workspace(root: Path) -> Path:
@@ -82,5 +84,5 @@ def write_workspace(root: Path) -> Path:
     nodeset.mkdir(parents=True, exist_ok=True)
     (nodeset / "__init__.py").write_text(STRAGGLER_NODESET)
     calibration = CalibrationStore(root / "outputs" / "calibration.json")
-    calibration.record("babyai_oracle", HUGE_WORKERS, {"ram": HUGE_RAM_MB})
+    calibration.record(ORACLE_KEY, HUGE_WORKERS, {"ram": HUGE_RAM_MB}, graph_name="babyai_oracle")
     return root
