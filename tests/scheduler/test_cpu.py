@@ -70,6 +70,19 @@ def test_a_spinning_process_is_seen_busy_and_an_idle_one_is_not(child: Start) ->
     )
 
 
+def test_readings_of_several_trees_do_not_reset_each_other(child: Start) -> None:
+    # The scheduler asks about each running job's tree in turn, from one sampler.
+    first, second = child(SPIN), child(SPIN)
+    sampler = CpuSampler(window_s=0.2)
+
+    def both_busy() -> bool:
+        return (
+            min(sampler.process_usage_mb([first.pid]), sampler.process_usage_mb([second.pid])) > 0.1
+        )
+
+    poll_until(both_busy, "both spinning children to show CPU use", 20.0)
+
+
 def test_a_vanished_process_counts_as_nothing(child: Start) -> None:
     gone = child(SPIN)
     sampler = CpuSampler(window_s=0.1)

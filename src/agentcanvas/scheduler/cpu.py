@@ -85,19 +85,19 @@ class CpuSampler:
 
     def sample(self) -> ResourceSample:
         """Total slots, and the slots left after the host's busy cores."""
+        self._forget_dead()
         busy = min(self._busy.update(_busy_cpu_s(), time.monotonic()), float(self.cores))
         return ResourceSample("cpu", self.slots, max(0.0, self.slots - busy), "host")
 
     def process_usage_mb(self, pids: Collection[int]) -> float:
         """Cores the given processes kept busy lately (0 for one seen for the first time)."""
-        wanted = set(pids)
-        for pid in [p for p in self._procs if p not in wanted]:
-            del self._procs[pid]
-        total = 0.0
         now = time.monotonic()
-        for pid in wanted:
-            total += self._process_rate(pid, now)
-        return total
+        return sum(self._process_rate(pid, now) for pid in set(pids))
+
+    def _forget_dead(self) -> None:
+        for pid, (proc, _) in list(self._procs.items()):
+            if not _running(proc):
+                del self._procs[pid]
 
     def _process_rate(self, pid: int, now: float) -> float:
         known = self._procs.get(pid)
@@ -111,6 +111,13 @@ class CpuSampler:
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             self._procs.pop(pid, None)
             return 0.0
+
+
+def _running(proc: psutil.Process) -> bool:
+    try:
+        return bool(proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE)
+    except psutil.Error:
+        return False
 
 
 def _cpu_s(proc: psutil.Process) -> float:

@@ -322,7 +322,7 @@ class JobScheduler:
                 "priority": j.priority,
                 "worker_count": j.worker_count,
                 "waiting_reason": self.waiting_reasons.get(j.run_id, ""),
-                "estimates": _explained(self.queued_estimates.get(j.run_id, {})),
+                "estimates": _explained(self.queued_estimates.get(j.run_id) or self._estimates(j)),
             }
             for j in sorted(self.queue, key=lambda j: (-j.priority, j.seq))
         ]
