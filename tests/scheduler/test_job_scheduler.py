@@ -8,12 +8,14 @@ freed when that process dies, as on a device.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from agentcanvas.errors import StateError
@@ -22,7 +24,7 @@ from agentcanvas.eval.store import atomic_write_json, read_json
 from agentcanvas.nodes.registry import WorkspaceComponentRegistry
 from agentcanvas.scheduler.calibration import CalibrationStore, graph_fingerprint
 from agentcanvas.scheduler.cpu import CpuSampler, cpu_cores
-from agentcanvas.scheduler.job_scheduler import JobScheduler, SchedulerHooks
+from agentcanvas.scheduler.job_scheduler import EVAL_NICENESS, JobScheduler, SchedulerHooks
 from agentcanvas.scheduler.resources import (
     FAKE_VRAM_ENV,
     FakeVramSampler,
@@ -382,6 +384,9 @@ def test_cpu_slots_hold_back_runs_until_earlier_ones_finish(
 
     assert list(scheduler.running) == [first]
     assert set(scheduler.waiting_reasons) == {second, third}
+    # Below the backend's priority, so that the API answers while runs keep the cores busy.
+    niceness = psutil.Process(scheduler.running[first].child.pid).nice()
+    assert niceness == min(19, os.nice(0) + EVAL_NICENESS)
     for reason in scheduler.waiting_reasons.values():
         assert CPU_REASON.match(reason), reason
     queued = scheduler.list_active()["queued"]

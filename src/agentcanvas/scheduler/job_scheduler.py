@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from agentcanvas.errors import RunError, StateError
 from agentcanvas.eval.config import TERMINAL_RUN_STATUSES, EvalConfig, EvalRun
 from agentcanvas.eval.store import RunDir, atomic_write_json, new_run_id, read_json
@@ -37,6 +39,9 @@ log = logging.getLogger(__name__)
 CANCEL_GRACE_S = 10.0
 SHUTDOWN_GRACE_S = 8.0
 CALIBRATED = ("ram", "vram")  # CPU is counted by processes, never calibrated
+EVAL_NICENESS = 5
+"""Eval subprocesses run this much below the backend's priority, so that the API stays responsive
+when runs keep every core busy (with a high ``--cpu-oversubscription``, or outside load)."""
 
 
 @dataclass
@@ -253,7 +258,8 @@ class JobScheduler:
         )
 
     def _load(self, running: RunningJob) -> RunningLoad:
-        used = dict(running.monitor.poll())
+        # _reap polled every running tree a moment ago in this tick: no second walk.
+        used = dict(running.monitor.last_readings or running.monitor.poll())
         job = running.job
         estimates = {resource: e.value for resource, e in running.estimates.items()}
         return RunningLoad(job.run_id, estimates, used, job.exclusive_gpu)
@@ -283,6 +289,8 @@ class JobScheduler:
             job.run_dir.touch_done()
             self.hooks.release_shared(job.shared_nodesets)
             return
+        with contextlib.suppress(psutil.Error):  # its env servers inherit it when they fork
+            psutil.Process(child.pid).nice(min(19, os.nice(0) + EVAL_NICENESS))
         _set_status(job.run_dir, "running")
         monitor = ProcessTreeMonitor(child.pid, self.samplers)
         self.running[job.run_id] = RunningJob(job, child, monitor, estimates, time.time())

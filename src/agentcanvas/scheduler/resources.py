@@ -315,6 +315,8 @@ class ProcessTreeMonitor:
         self._samplers = list(samplers)
         self._known: dict[int, psutil.Process] = {}
         self._peaks_mb: dict[str, float] = {}
+        self.last_readings: dict[str, float] = {}
+        """What the latest ``poll`` read (empty before the first)."""
         self.n_polls = 0
         try:
             self._root: psutil.Process | None = psutil.Process(root_pid)
@@ -337,6 +339,7 @@ class ProcessTreeMonitor:
         pids = self.tree_pids()
         self.n_polls += 1
         readings: dict[str, float] = {}
+        self.last_readings = readings
         if not pids:
             return readings
         for sampler in self._samplers:
