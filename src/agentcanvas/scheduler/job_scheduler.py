@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 CANCEL_GRACE_S = 10.0
 SHUTDOWN_GRACE_S = 8.0
 CALIBRATED = ("ram", "vram")  # CPU is counted by processes, never calibrated
-EVAL_NICENESS = 5
+EVAL_NICENESS = 10
 """Eval subprocesses run this much below the backend's priority, so that the API stays responsive
 when runs keep every core busy (with a high ``--cpu-oversubscription``, or outside load)."""
 
