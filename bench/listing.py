@@ -144,12 +144,21 @@ def percentile(samples: list[float], q: float) -> float:
     return statistics.quantiles(samples, n=100, method="inclusive")[q - 1]
 
 
-def report(idle: list[float], loaded: list[float], most_running: int, load1: float,
-           args: argparse.Namespace) -> None:
-    print(f"GET {LISTING}?limit=50, {args.runs} runs of {args.graph} ({args.episodes} episodes "
-          f"each) submitted at once; {os.cpu_count()} CPU(s); serve {' '.join(args.serve_arg)}")
-    print(f"loaded: {len(loaded)} requests, at most {most_running} runs running at once, "
-          f"load average {load1:.1f}; idle: {len(idle)} requests, nothing running")
+def report(
+    idle: list[float],
+    loaded: list[float],
+    most_running: int,
+    load1: float,
+    args: argparse.Namespace,
+) -> None:
+    print(
+        f"GET {LISTING}?limit=50, {args.runs} runs of {args.graph} ({args.episodes} episodes "
+        f"each) submitted at once; {os.cpu_count()} CPU(s); serve {' '.join(args.serve_arg)}"
+    )
+    print(
+        f"loaded: {len(loaded)} requests, at most {most_running} runs running at once, "
+        f"load average {load1:.1f}; idle: {len(idle)} requests, nothing running"
+    )
     print(f"{'':>6} | {'idle':>10} | {'loaded':>10} | {'loaded/idle':>11}")
     print("-" * 47)
     for name, q in (("p50", 50), ("p95", 95)):

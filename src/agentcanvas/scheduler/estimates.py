@@ -24,6 +24,7 @@ __all__ = [
     "Estimate",
     "JobShape",
     "estimate_job",
+    "explained",
 ]
 
 DEFAULT_RAM_MB_BASE = 600.0  # an eval subprocess with no calibration yet
@@ -70,6 +71,11 @@ def estimate_job(
         elif resource == "ram":
             estimates[resource] = _ram(shape, calibrated)
     return estimates
+
+
+def explained(estimates: dict[str, Estimate]) -> dict[str, dict[str, object]]:
+    """Estimates as JSON for ``/api/eval/v2/queue``: figure, unit, source and why."""
+    return {resource: e.as_json() for resource, e in sorted(estimates.items())}
 
 
 def _cpu(shape: JobShape) -> Estimate:

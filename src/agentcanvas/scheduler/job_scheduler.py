@@ -30,8 +30,8 @@ from agentcanvas.eval.config import TERMINAL_RUN_STATUSES, EvalConfig, EvalRun
 from agentcanvas.eval.store import RunDir, atomic_write_json, new_run_id, read_json
 from agentcanvas.paths import safe_child
 from agentcanvas.scheduler.admission import HELD_RESOURCES, JobDemand, RunningLoad, decide
-from agentcanvas.scheduler.calibration import CalibrationStore, graph_fingerprint
-from agentcanvas.scheduler.estimates import Estimate, JobShape, estimate_job
+from agentcanvas.scheduler.calibration import CalibrationStore, spec_graph_key
+from agentcanvas.scheduler.estimates import Estimate, JobShape, estimate_job, explained
 from agentcanvas.scheduler.resources import ProcessTreeMonitor, ResourceSampler
 from agentcanvas.server.procs import ChildProcess, spawn
 
@@ -127,7 +127,7 @@ class JobScheduler:
             run_id=run_dir.root.name,
             run_dir=run_dir,
             graph_name=config.graph_name,
-            graph_key=_graph_key(spec, config.graph_name),
+            graph_key=spec_graph_key(spec, config.graph_name),
             worker_count=config.worker_count,
             priority=int(scheduling.get("priority", 0)),
             seq=float(scheduling.get("submitted_at", time.time())),
@@ -330,7 +330,7 @@ class JobScheduler:
                 "priority": j.priority,
                 "worker_count": j.worker_count,
                 "waiting_reason": self.waiting_reasons.get(j.run_id, ""),
-                "estimates": _explained(self.queued_estimates.get(j.run_id) or self._estimates(j)),
+                "estimates": explained(self.queued_estimates.get(j.run_id) or self._estimates(j)),
             }
             for j in sorted(self.queue, key=lambda j: (-j.priority, j.seq))
         ]
@@ -343,7 +343,7 @@ class JobScheduler:
                 "worker_count": r.job.worker_count,
                 "started_at": r.started_at,
                 "estimates_mb": {k: e.value for k, e in r.estimates.items() if e.unit == "MB"},
-                "estimates": _explained(r.estimates),
+                "estimates": explained(r.estimates),
             }
             for r in self.running.values()
         ]
@@ -373,16 +373,6 @@ class JobScheduler:
                 _set_status(run_dir, "aborted", error="the backend stopped while it ran")
                 run_dir.done_path.unlink(missing_ok=True)
         self.running.clear()
-
-
-def _graph_key(spec: dict[str, Any], graph_name: str) -> str:
-    """The calibration key: the frozen graph's content (its name, for an old spec without)."""
-    graph = spec.get("graph")
-    return graph_fingerprint(graph) if isinstance(graph, dict) else f"name:{graph_name}"
-
-
-def _explained(estimates: dict[str, Estimate]) -> dict[str, dict[str, object]]:
-    return {resource: e.as_json() for resource, e in sorted(estimates.items())}
 
 
 def _terminate_leader(child: ChildProcess) -> None:

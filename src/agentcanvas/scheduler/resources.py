@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import time
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -28,6 +27,7 @@ from typing import Any, Literal, Protocol
 import psutil
 
 from agentcanvas.errors import ConfigError
+from agentcanvas.scheduler.process_table import PROCESS_TABLE
 
 __all__ = [
     "FAKE_VRAM_ENV",
@@ -359,47 +359,8 @@ class ProcessTreeMonitor:
         if self._root is None:
             return
         self._known.setdefault(self._root.pid, self._root)
-        for proc in _PROCESS_TABLE.descendants(self._root.pid):
+        for proc in PROCESS_TABLE.descendants(self._root.pid):
             self._known.setdefault(proc.pid, proc)
-
-
-class _ProcessTable:
-    """Parent → children links of the host's processes, from one scan shared for ``ttl_s``.
-
-    Finding a process's descendants means reading every process's parent (psutil's
-    ``children(recursive=True)`` scans the whole process table each call); a scheduler that
-    follows many runs' trees each tick shares one scan among them instead.
-    """
-
-    def __init__(self, ttl_s: float) -> None:
-        self._ttl_s = ttl_s
-        self._scanned_at = -math.inf
-        self._children: dict[int, list[psutil.Process]] = {}
-
-    def descendants(self, pid: int) -> list[psutil.Process]:
-        """Children, grandchildren, … of ``pid`` as of the latest scan."""
-        now = time.monotonic()
-        if now - self._scanned_at >= self._ttl_s:
-            self._scan()
-            self._scanned_at = now
-        found: list[psutil.Process] = []
-        stack = [pid]
-        while stack:
-            for child in self._children.get(stack.pop(), []):
-                found.append(child)
-                stack.append(child.pid)
-        return found
-
-    def _scan(self) -> None:
-        children: dict[int, list[psutil.Process]] = {}
-        for proc in psutil.process_iter(["ppid"]):
-            ppid = proc.info.get("ppid")
-            if ppid is not None and ppid != proc.pid:
-                children.setdefault(ppid, []).append(proc)
-        self._children = children
-
-
-_PROCESS_TABLE = _ProcessTable(ttl_s=0.25)
 
 
 def _still_running(proc: psutil.Process) -> bool:
