@@ -281,7 +281,7 @@ def default_samplers(cpu_oversubscription: float | None = None) -> list[Resource
     """RAM and CPU always; VRAM from ``AGENTCANVAS_FAKE_VRAM_MB`` if set, else NVML if a GPU
     exists. ``cpu_oversubscription``: CPU slots per core (default
     ``cpu.DEFAULT_CPU_OVERSUBSCRIPTION``)."""
-    from agentcanvas.scheduler.cpu import DEFAULT_CPU_OVERSUBSCRIPTION, CpuSampler
+    from agentcanvas.scheduler.cpu import DEFAULT_CPU_OVERSUBSCRIPTION, CpuSampler  # imports us
 
     if cpu_oversubscription is None:
         cpu_oversubscription = DEFAULT_CPU_OVERSUBSCRIPTION
