@@ -169,7 +169,7 @@ ORACLE = {"graph_name": "babyai_oracle"}
     ({**ORACLE, "seed": -5}, 422, ("seed",)),
     ({**ORACLE, "episode_count": "ten"}, 422, ("episode_count", "integer")),
     ({**ORACLE, "episode_count": 2.5}, 422, ("episode_count",)),
-    ({**ORACLE, "tasks": []}, 422, ("tasks", "non-empty list")),
+    ({**ORACLE, "tasks": []}, 422, ("tasks", "at least 1 item")),
     ({**ORACLE, "tasks": [" "]}, 422, ("tasks",)),
     ({**ORACLE, "priority": 1000}, 422, ("priority",)),
     ({"graph_name": 5}, 422, ("graph_name", "string")),

@@ -42,9 +42,15 @@ def _write_run(runs: Path, run_id: str, episodes: int) -> Path:
         (folder / "assets").mkdir(parents=True)
         (folder / "episode.json").write_text(record.model_dump_json())
         (folder / "log.jsonl").write_text('{"node": "env"}\n')
-    summary = EvalRun(run_id=run_id, status="completed", graph_name="babyai_oracle",
-                      config=config, episodes_total=episodes, episodes_done=episodes,
-                      episodes=records)
+    summary = EvalRun(
+        run_id=run_id,
+        status="completed",
+        graph_name="babyai_oracle",
+        config=config,
+        episodes_total=episodes,
+        episodes_done=episodes,
+        episodes=records,
+    )
     (run / "summary.json").write_text(summary.model_dump_json())
     (run / "_DONE").write_text("")
     return run
@@ -129,24 +135,29 @@ def test_the_request_models_refuse_non_finite_floats_in_the_schema(server: Serve
 
 
 # -- strict types, bounds, sizes -------------------------------------------------------------
-@pytest.mark.parametrize(("extra", "words"), [
-    ({"episode_count": "10"}, ("body.episode_count: Input should be a valid integer",)),
-    ({"episode_count": True}, ("body.episode_count: Input should be a valid integer",)),
-    ({"worker_count": 2.0}, ("body.worker_count",)),
-    ({"save_frames": "yes"}, ("body.save_frames: Input should be a valid boolean",)),
-    ({"via_subprocess": "no"}, ("body.via_subprocess: Input should be a valid boolean",)),
-    ({"exclusive_gpu": 1}, ("body.exclusive_gpu",)),
-    ({"per_step_timeout_s": "5"}, ("body.per_step_timeout_s",)),
-    ({"seed": 10**30}, ("body.seed: Input should be less than or equal to",)),
-    ({"start_index": 10**30}, ("body.start_index",)),
-    ({"step_budget": 10**30}, ("body.step_budget",)),
-    ({"episode_count": 10**30}, ("body.episode_count",)),
-    ({"tasks": ["BabyAI-GoToObj-v0", 5]}, ("body.tasks.1: Input should be a valid string",)),
-    ({"tasks": ["x" * 129]}, ("body.tasks.0",)),
-    ({"tasks": [f"t{i}" for i in range(1001)]}, ("body.tasks: List should have at most 1000",)),
-    ({"active_workspace_dir": "a" * 5000}, ("body.active_workspace_dir",)),
-    ({"graph_name": "../etc"}, ("body.graph_name: '../etc' does not match the pattern",)),
-])
+@pytest.mark.parametrize(
+    ("extra", "words"),
+    [
+        ({"episode_count": "10"}, ("body.episode_count: Input should be a valid integer",)),
+        ({"episode_count": True}, ("body.episode_count: Input should be a valid integer",)),
+        ({"worker_count": 2.5}, ("body.worker_count",)),
+        ({"worker_count": "2"}, ("body.worker_count",)),
+        ({"save_frames": "yes"}, ("body.save_frames: Input should be a valid boolean",)),
+        ({"via_subprocess": "no"}, ("body.via_subprocess: Input should be a valid boolean",)),
+        ({"exclusive_gpu": 1}, ("body.exclusive_gpu",)),
+        ({"per_step_timeout_s": "5"}, ("body.per_step_timeout_s",)),
+        ({"seed": 10**30}, ("body.seed: Input should be less than or equal to",)),
+        ({"start_index": 10**30}, ("body.start_index",)),
+        ({"step_budget": 10**30}, ("body.step_budget",)),
+        ({"episode_count": 10**30}, ("body.episode_count",)),
+        ({"tasks": ["BabyAI-GoToObj-v0", 5]}, ("body.tasks.1: Input should be a valid string",)),
+        ({"tasks": ["x" * 129]}, ("body.tasks.0",)),
+        ({"tasks": ["a b"]}, ("body.tasks.0: 'a b' does not match the pattern",)),
+        ({"tasks": [f"t{i}" for i in range(1001)]}, ("body.tasks: List should have at most 1000",)),
+        ({"active_workspace_dir": "a" * 5000}, ("body.active_workspace_dir",)),
+        ({"graph_name": "../etc"}, ("body.graph_name: '../etc' does not match the pattern",)),
+    ],
+)
 def test_coerced_and_out_of_range_values_are_refused(
     server: Server, workspace: Path, extra: dict[str, Any], words: tuple[str, ...]
 ) -> None:
@@ -154,12 +165,18 @@ def test_coerced_and_out_of_range_values_are_refused(
     assert_nothing_queued(server, workspace)
 
 
-@pytest.mark.parametrize(("body", "words"), [
-    ({"graph_name": "babyai_oracle", "episode": "1"}, ("body.episode: Input should be a valid",)),
-    ({"graph_name": "babyai_oracle", "seed": 10**30}, ("body.seed",)),
-    ({"graph_name": "babyai_oracle", "step_budget": True}, ("body.step_budget",)),
-    ({"graph_name": "babyai_oracle", "bogus": 1}, ("body.bogus: Extra inputs",)),
-])
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        (
+            {"graph_name": "babyai_oracle", "episode": "1"},
+            ("body.episode: Input should be a valid",),
+        ),
+        ({"graph_name": "babyai_oracle", "seed": 10**30}, ("body.seed",)),
+        ({"graph_name": "babyai_oracle", "step_budget": True}, ("body.step_budget",)),
+        ({"graph_name": "babyai_oracle", "bogus": 1}, ("body.bogus: Extra inputs",)),
+    ],
+)
 def test_canvas_play_bodies_are_strict_too(
     server: Server, body: dict[str, Any], words: tuple[str, ...]
 ) -> None:
@@ -168,8 +185,11 @@ def test_canvas_play_bodies_are_strict_too(
 
 def test_an_overlong_overlay_path_is_a_4xx(server: Server, workspace: Path) -> None:
     deep = "/".join(["a" * 250] * 4)  # within the field's limit; each part is a legal name
-    refused(server.post_json(START, {**ORACLE, "active_workspace_dir": deep}), 400,
-            "active_workspace_dir")
+    refused(
+        server.post_json(START, {**ORACLE, "active_workspace_dir": deep}),
+        400,
+        "active_workspace_dir",
+    )
     assert_nothing_queued(server, workspace)
 
 
@@ -177,8 +197,11 @@ def test_empty_and_malformed_bodies_name_the_body(server: Server, workspace: Pat
     refused(server.request("POST", START, b""), 422, "body: a JSON object is required")
     refused(server.request("POST", START), 422, "body: a JSON object is required")
     refused(raw_start(server, "[]"), 422, "body: a JSON object is required")
-    refused(raw_start(server, '{"graph_name": babyai_oracle}'), 422,
-            "body: invalid JSON at position 15: Expecting value")
+    refused(
+        raw_start(server, '{"graph_name": babyai_oracle}'),
+        422,
+        "body: invalid JSON at position 15: Expecting value",
+    )
     assert_nothing_queued(server, workspace)
 
 
@@ -219,16 +242,20 @@ def test_a_300_digit_episode_index_is_422(server: Server, suffix: str) -> None:
     assert body["problems"][0]["field"] == "index"
 
 
-@pytest.mark.parametrize(("method", "path"), [
-    ("GET", "/api/eval/v2/status/{long}"),
-    ("POST", "/api/eval/v2/cancel/{long}"),
-    ("GET", "/api/eval/v2/runs/{long}/episodes"),
-    ("GET", "/api/graphs/{long}"),
-    ("POST", "/api/nodesets/{long}/load"),
-    ("GET", f"/api/eval/v2/runs/{RUN_ID}/episodes/0/assets/{{long}}"),
-])
-def test_overlong_names_are_refused_by_their_pattern(server: Server, method: str,
-                                                     path: str) -> None:
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/api/eval/v2/status/{long}"),
+        ("POST", "/api/eval/v2/cancel/{long}"),
+        ("GET", "/api/eval/v2/runs/{long}/episodes"),
+        ("GET", "/api/graphs/{long}"),
+        ("POST", "/api/nodesets/{long}/load"),
+        ("GET", f"/api/eval/v2/runs/{RUN_ID}/episodes/0/assets/{{long}}"),
+    ],
+)
+def test_overlong_names_are_refused_by_their_pattern(
+    server: Server, method: str, path: str
+) -> None:
     refused(server.request(method, path.format(long="a" * 5000)), 422, "path.")
 
 

@@ -34,8 +34,7 @@ def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
         server.close()
 
 
-def _events_until_complete(ws: ClientConnection, run_id: str, seen: list[dict[str, Any]]
-                           ) -> None:
+def _events_until_complete(ws: ClientConnection, run_id: str, seen: list[dict[str, Any]]) -> None:
     """Append every eval event of any run to ``seen`` until ``run_id``'s eval_complete."""
     deadline = time.monotonic() + RUN_DEADLINE_S
     while True:
@@ -60,13 +59,14 @@ def test_each_episode_is_pushed_and_the_end_once(backend: Backend) -> None:
     done = [e for e in mine if e["type"] == "eval_episode_done"]
     assert sorted(e["episode"]["index"] for e in done) == list(range(total))
     assert all(e["episode"]["status"] == "completed" for e in done), done
-    counts = [e["episodes_done"] for e in mine if e["type"] == "eval_progress" and "summary" not in e]
+    per_episode = [e for e in mine if e["type"] == "eval_progress" and "summary" not in e]
+    counts = [e["episodes_done"] for e in per_episode]
     assert counts == list(range(1, total + 1)), counts
     completes = [e for e in mine if e["type"] == "eval_complete"]
-    assert completes == [{"type": "eval_complete", "source": "eval", "run_id": run_id,
-                          "status": "completed"}]
+    assert completes == [
+        {"type": "eval_complete", "source": "eval", "run_id": run_id, "status": "completed"}
+    ]
     assert mine[-1]["type"] == "eval_complete"  # after every episode event
     assert [e["type"] for e in seen if e["run_id"] == later].count("eval_complete") == 1
     assert backend.status(run_id)["episodes_done"] == total
     assert not (Path(backend.run_dir(run_id)) / "events.jsonl").exists()  # relayed, removed
-

@@ -21,7 +21,7 @@ from support.workspace import write_files
 ORACLE: dict[str, Any] = json.loads(
     (Path(__file__).resolve().parents[2] / "src/agentcanvas/graphs/babyai_oracle.json").read_text()
 )
-TAGGER = '''
+TAGGER = """
 from agentcanvas.nodes.base import NodeSet
 from agentcanvas.nodes.manifest import PortSpec
 
@@ -32,12 +32,11 @@ NODESET = NodeSet(name="tagger", version="0.1.0", parallelism="local",
 @NODESET.node("tag", outputs=[PortSpec(name="value", type="int")])
 def tag(inputs, config, state, ctx):
     return {"value": 7}
-'''
+"""
 
 
 def _graph(name: str, task: str, **extra: Any) -> str:
-    env = {**ORACLE["env"], "tasks": [task], "fields": {**ORACLE["env"]["fields"],
-                                                        "task_id": task}}
+    env = {**ORACLE["env"], "tasks": [task], "fields": {**ORACLE["env"]["fields"], "task_id": task}}
     return json.dumps({**ORACLE, "name": name, "env": env, **extra})
 
 
@@ -47,12 +46,15 @@ def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
     tagged = json.loads(_graph("tagged", "BabyAI-GoToObj-v0"))
     tagged["nodes"].append({"id": "tag", "type": "tagger.tag"})
     tagged["edges"].append({"source": "tag.value", "target": "out.tag"})
-    write_files(root, {
-        "graphs/mini.json": _graph("mini", "BabyAI-GoToObj-v0"),
-        "overlay/graphs/mini.json": _graph("mini", "BabyAI-GoToLocal-v0"),
-        "overlay/graphs/tagged.json": json.dumps(tagged),
-        "overlay/graph_nodes/tagger/__init__.py": TAGGER,
-    })
+    write_files(
+        root,
+        {
+            "graphs/mini.json": _graph("mini", "BabyAI-GoToObj-v0"),
+            "overlay/graphs/mini.json": _graph("mini", "BabyAI-GoToLocal-v0"),
+            "overlay/graphs/tagged.json": json.dumps(tagged),
+            "overlay/graph_nodes/tagger/__init__.py": TAGGER,
+        },
+    )
     server = Backend(root)
     try:
         yield server

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, PlainTextResponse
+from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse
 from pydantic import BaseModel, Field, ValidationError
 
 from agentcanvas.errors import StateError, UserInputError
@@ -24,34 +24,40 @@ from agentcanvas.state import ProcessServices
 from . import runs
 from .models import (
     MAX_EPISODE_INDEX,
+    MAX_SEED,
+    TASK_PATTERN,
     AssetName,
     EpisodeIndex,
+    JsonInt,
     RequestModel,
     RunId,
+    StepBudget,
     error_responses,
 )
 from .overlay import borrow_shared, check_overlay, overlay_registry
 
-router = APIRouter(prefix="/api/eval/v2", tags=["eval"], responses=error_responses(400, 403))
+router = APIRouter(prefix="/api/eval/v2", tags=["eval"], responses=error_responses(400, 403, 422))
 NOT_FOUND = error_responses(404)
 MAX_TASKS = 1000
-TaskId = Annotated[str, Field(max_length=128)]
+TaskId = Annotated[str, Field(pattern=TASK_PATTERN)]
 
 
 class StartRequest(RequestModel):
     """A run to queue. Only ``graph_name`` is required."""
 
     graph_name: str = Field(min_length=1, max_length=64, pattern=NAME_PATTERNS["graph"])
-    episode_count: int = Field(default=10, ge=1, le=1_000_000)
-    worker_count: int = Field(default=1, ge=1, le=64)
-    tasks: list[TaskId] | None = Field(default=None, max_length=MAX_TASKS)
-    start_index: int = Field(default=0, ge=0, le=MAX_EPISODE_INDEX)
-    step_budget: int | None = Field(default=None, ge=1, le=10_000_000)
-    seed: int = Field(default=0, ge=0, le=2**63 - 1)
+    episode_count: JsonInt = Field(default=10, ge=1, le=1_000_000)
+    worker_count: JsonInt = Field(default=1, ge=1, le=64)
+    tasks: list[TaskId] | None = Field(
+        default=None, min_length=1, max_length=MAX_TASKS, json_schema_extra={"uniqueItems": True}
+    )
+    start_index: JsonInt = Field(default=0, ge=0, le=MAX_EPISODE_INDEX)
+    step_budget: StepBudget | None = None
+    seed: JsonInt = Field(default=0, ge=0, le=MAX_SEED)
     per_step_timeout_s: float = Field(default=10.0, gt=0, le=86_400.0)
     save_frames: bool = False
     via_subprocess: bool = True
-    priority: int = Field(default=0, ge=-100, le=100)
+    priority: JsonInt = Field(default=0, ge=-100, le=100)
     marginal_vram_mb: float = Field(default=0.0, ge=0, le=1e9)
     exclusive_gpu: bool = False
     active_workspace_dir: str | None = Field(default=None, min_length=1, max_length=1024)
@@ -246,11 +252,19 @@ async def run_graph(run_id: RunId, request: Request) -> Any:
     return data.get("graph", data) if path == run_dir.spec_path else data
 
 
-@router.get("/runs/{run_id}/logs/{which}", response_class=PlainTextResponse, responses=NOT_FOUND)
-async def run_log(run_id: RunId, which: Literal["stdout", "stderr"], request: Request) -> str:
+TEXT: dict[int | str, dict[str, Any]] = {
+    200: {"content": {"text/plain": {"schema": {"type": "string"}}}, "description": "Text."}
+}
+
+
+@router.get("/runs/{run_id}/logs/{which}", response_class=JSONResponse,
+            responses={**NOT_FOUND, **TEXT})
+async def run_log(
+    run_id: RunId, which: Literal["stdout", "stderr"], request: Request
+) -> PlainTextResponse:
     run_dir = services(request).runs.run_dir(run_id)
     path = run_dir.stdout_path if which == "stdout" else run_dir.stderr_path
-    return runs.log_tail(runs.served(run_dir, path))
+    return PlainTextResponse(runs.log_tail(runs.served(run_dir, path)))
 
 
 RunIdQuery = Annotated[str, Query(pattern=NAME_PATTERNS["run_id"], max_length=64)]

@@ -19,9 +19,18 @@ from agentcanvas.nodes.registry import WorkspaceComponentRegistry
 from agentcanvas.paths import NAME_PATTERNS, check_name
 from agentcanvas.state import ProcessServices
 
-from .models import MAX_EPISODE_INDEX, GraphName, NodeSetName, RequestModel, error_responses
+from .models import (
+    MAX_EPISODE_INDEX,
+    MAX_SEED,
+    GraphName,
+    JsonInt,
+    NodeSetName,
+    RequestModel,
+    StepBudget,
+    error_responses,
+)
 
-router = APIRouter(tags=["workspace"], responses=error_responses(400, 403))
+router = APIRouter(tags=["workspace"], responses=error_responses(400, 403, 422))
 NOT_FOUND = error_responses(404)
 
 
@@ -89,10 +98,10 @@ class PlayRequest(RequestModel):
     """One episode of a graph on the canvas."""
 
     graph_name: str = Field(min_length=1, max_length=64, pattern=NAME_PATTERNS["graph"])
-    episode: int = Field(default=0, ge=0, le=MAX_EPISODE_INDEX)
+    episode: JsonInt = Field(default=0, ge=0, le=MAX_EPISODE_INDEX)
     task: str | None = Field(default=None, min_length=1, max_length=128)
-    seed: int = Field(default=0, ge=0, le=2**63 - 1)
-    step_budget: int | None = Field(default=None, ge=1, le=10_000_000)
+    seed: JsonInt = Field(default=0, ge=0, le=MAX_SEED)
+    step_budget: StepBudget | None = None
 
 
 @router.post("/api/canvas/play", responses=error_responses(404, 409, 413))

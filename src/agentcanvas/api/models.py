@@ -13,24 +13,43 @@ from __future__ import annotations
 from typing import Annotated, Any, Final
 
 from fastapi import Path
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from agentcanvas.paths import NAME_PATTERNS
 
 __all__ = [
     "MAX_EPISODE_INDEX",
+    "MAX_SEED",
+    "TASK_PATTERN",
     "AssetName",
     "EpisodeIndex",
     "ErrorBody",
     "GraphName",
+    "JsonInt",
     "NodeSetName",
     "Problem",
     "RequestModel",
     "RunId",
+    "StepBudget",
     "error_responses",
 ]
 
 MAX_EPISODE_INDEX: Final = 999_999_999  # nine digits, as NAME_PATTERNS["episode"]
+MAX_SEED: Final = 2**53 - 1  # exact in a JSON number read as a double (the web page, JS)
+
+
+TASK_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9_.:/+=-]{0,127}$"  # e.g. ALE/Pong-v5
+
+
+def _integral(value: Any) -> Any:
+    """JSON Schema counts 2.0 as an integer: take it as 2 (2.5, "2" and true stay refused)."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+JsonInt = Annotated[int, BeforeValidator(_integral)]
+"""An integer field of a request: strict, except that an integral JSON number is one."""
+# Bounds before the validator, or an optional field's schema loses them (pydantic 2.14).
+StepBudget = Annotated[int, Field(ge=1, le=10_000_000), BeforeValidator(_integral)]
 
 
 class RequestModel(BaseModel):
@@ -58,7 +77,8 @@ class ErrorBody(BaseModel):
 
 
 _WHAT: Final[dict[int, str]] = {
-    400: "Bad input: a name or value the backend refuses (the detail names the field).",
+    400: "A value the schema allows but the backend refuses (an overlay folder outside the "
+    "workspace, a graph that does not validate...); the detail names the field.",
     403: "Foreign Host or Origin, or a missing token.",
     404: "No such run, episode, asset, graph or node set.",
     409: "The request conflicts with the current state (e.g. a run already finished).",
