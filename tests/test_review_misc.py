@@ -78,7 +78,8 @@ def test_broadcast_drops_a_client_whose_outbox_is_full(tmp_path: Path) -> None:
     svc.ws_connections.update({stalled, reading})
 
     svc.broadcast({"type": "eval_progress", "run_id": "r1"})  # must not raise QueueFull
-    svc.relay_progress("r1", {"status": "completed"})  # nor a later broadcast
+    svc.relay_progress("r1", {"status": "running"})  # nor a later broadcast
+    svc.progress.finish("r1", "completed")
 
     assert svc.ws_connections == {reading}
     assert stalled.outbox.qsize() == 1  # nothing more was pushed into it

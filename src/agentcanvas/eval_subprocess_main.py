@@ -22,6 +22,7 @@ from typing import Any
 
 from agentcanvas.eval.config import EpisodeResult, EvalConfig
 from agentcanvas.eval.foreground import collect_determinism, finalise_run, record_failure
+from agentcanvas.eval.live_events import EventLog, events_path
 from agentcanvas.eval.runner import BatchEvalRunner
 from agentcanvas.eval.store import RunDir, read_json
 from agentcanvas.graph.model import parse_graph
@@ -68,6 +69,7 @@ async def run(run_dir: RunDir) -> str:
             run_id=run_dir.root.name,
             determinism=await collect_determinism(registry, graph),
             previous=previous_results(run_dir, spec),
+            broadcast=EventLog(events_path(run_dir.root)),
         )
         runner.run.timings.update(marks)  # the cold start, phase by phase (bench/scheduler.py)
         parent = os.getppid()

@@ -19,6 +19,7 @@ from agentcanvas.errors import UnsafeNameError
 __all__ = [
     "NAME_PATTERNS",
     "check_name",
+    "contained",
     "resolve_within",
     "runs_dir",
     "safe_child",
@@ -94,6 +95,25 @@ def resolve_within(base: Path, *parts: str) -> Path:
         raise UnsafeNameError(
             f"path {'/'.join(parts)!r} resolves to {str(target)!r}, "
             f"which is not inside {str(base_real)!r}"
+        )
+    return target
+
+
+def contained(base: Path, path: Path, *, field: str = "path") -> Path:
+    """``path`` (written under ``base``) resolved with realpath; refused unless inside base.
+
+    The check every served file goes through: a symlink anywhere on the way (an episode
+    folder, its assets folder, the file itself) that leads out of ``base`` is refused.
+    """
+    relative = path.relative_to(base)
+    try:
+        base_real = Path(os.path.realpath(base))
+        target = Path(os.path.realpath(base_real / relative))
+    except (OSError, ValueError) as exc:
+        raise UnsafeNameError(f"{field}: {str(relative)!r} cannot be resolved") from exc
+    if target == base_real or not target.is_relative_to(base_real):
+        raise UnsafeNameError(
+            f"{field}: {str(relative)!r} is a link to a path not inside {base.name!r}; refused"
         )
     return target
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from agentcanvas.api.progress import ProgressRelay
 from agentcanvas.api.runs import RunCache
 from agentcanvas.nodes.registry import WorkspaceComponentRegistry
 from agentcanvas.scheduler.job_scheduler import JobScheduler
@@ -56,10 +57,12 @@ class ProcessServices:
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     token: str | None = None
     runs: RunCache = field(init=False)
+    progress: ProgressRelay = field(init=False)
     inprocess: dict[str, asyncio.Future[None]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.runs = RunCache(self.scheduler.runs_dir)
+        self.progress = ProgressRelay(self.scheduler.runs_dir, self.broadcast)
 
     def broadcast(self, event: dict[str, Any]) -> None:
         """Queue ``event`` to every WebSocket client (never blocks the caller)."""
@@ -77,20 +80,9 @@ class ProcessServices:
                 log.warning("dropped a WebSocket client that stopped reading")
 
     def relay_progress(self, run_id: str, summary: dict[str, Any]) -> None:
-        """Subprocess-path progress (summary.json) pushed to WebSocket clients."""
-        compact = {k: v for k, v in summary.items() if k != "episodes"}
-        self.broadcast(
-            {"type": "eval_progress", "source": "eval", "run_id": run_id, "summary": compact}
-        )
-        if summary.get("status") in ("completed", "failed", "cancelled", "aborted"):
-            self.broadcast(
-                {
-                    "type": "eval_complete",
-                    "source": "eval",
-                    "run_id": run_id,
-                    "status": summary.get("status"),
-                }
-            )
+        """Subprocess-path status changes (summary.json) pushed to WebSocket clients; the
+        per-episode events come from :class:`~agentcanvas.api.progress.ProgressRelay`."""
+        self.progress.on_summary(run_id, summary)
 
     def request_tick(self) -> None:
         self.wake.set()

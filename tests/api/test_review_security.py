@@ -92,7 +92,7 @@ def test_a_repeated_task_id_is_refused(server: Server, workspace: Path) -> None:
     (problem,) = body["problems"]
     assert problem["field"] == "tasks"
     assert "must not repeat a task id" in problem["message"]
-    assert body["detail"].startswith("tasks: ")
+    assert body["detail"].startswith("body.tasks: ")
     assert_nothing_queued(server, workspace)
 
 

@@ -273,7 +273,7 @@ def test_websocket_pushes_subprocess_progress(backend: Backend) -> None:
         # Two 2.5 s episodes on one worker: the ~1 s relay sees the run between them.
         run_id = backend.start_run("spin", 1, 1, step_budget=25)
         deadline = time.monotonic() + WS_DEADLINE_S
-        progress: list[dict[str, Any]] = []
+        events: list[dict[str, Any]] = []
         while True:
             event = json.loads(ws.recv(timeout=max(0.0, deadline - time.monotonic())))
             if event.get("run_id") != run_id:
@@ -281,14 +281,18 @@ def test_websocket_pushes_subprocess_progress(backend: Backend) -> None:
             assert event["source"] == "eval", event
             if event["type"] == "eval_complete":
                 break
-            assert event["type"] == "eval_progress", event
-            progress.append(event["summary"])
+            assert event["type"] in ("eval_progress", "eval_episode_done"), event
+            events.append(event)
 
     assert event["status"] == "completed"
-    midway = [s for s in progress if s["status"] == "running" and 0 < s["episodes_done"] < 2]
-    assert midway, [(s["status"], s["episodes_done"]) for s in progress]
-    assert progress[-1]["status"] == "completed" and progress[-1]["episodes_done"] == 2
-    assert "episodes" not in progress[-1]  # compact: per-episode records stay on disk
+    # The status change is pushed with the compact summary (no per-episode records) ...
+    statuses = [e["summary"] for e in events if "summary" in e]
+    assert [s["status"] for s in statuses] == ["running"], statuses
+    assert "episodes" not in statuses[0]
+    # ... and every episode's end as it happens: the first before the second has ended.
+    kinds = [(e["type"], e.get("episodes_done")) for e in events if "summary" not in e]
+    assert kinds == [("eval_episode_done", None), ("eval_progress", 1),
+                     ("eval_episode_done", None), ("eval_progress", 2)], kinds
 
 
 def test_websocket_from_a_foreign_origin_is_refused(backend: Backend) -> None:

@@ -12,18 +12,9 @@ import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
-from fastapi.staticfiles import StaticFiles
+from fastapi import FastAPI
 
-from agentcanvas.errors import (
-    AgentCanvasError,
-    StateError,
-    UnknownGraphError,
-    UnknownNodeSetError,
-    UserInputError,
-)
+from agentcanvas.errors import AgentCanvasError
 from agentcanvas.eval.store import atomic_write_json, read_json
 from agentcanvas.graph.model import parse_graph
 from agentcanvas.nodes.registry import WorkspaceComponentRegistry
@@ -36,7 +27,11 @@ from agentcanvas.state import ProcessServices
 
 from . import eval as eval_api
 from . import misc
+from .error_handlers import install_error_handlers
+from .limits import BodyLimitMiddleware
+from .progress import POLL_S
 from .security import GuardMiddleware
+from .web_mount import web_mount
 
 log = logging.getLogger(__name__)
 TICK_S = 1.0
@@ -67,6 +62,7 @@ def build_services(
         canvas_locked=svc.guard.held,
         release_shared=lambda names: _release(svc, names),
         on_progress=svc.relay_progress,
+        on_finished=svc.progress.finish,
     )
     return svc
 
@@ -106,9 +102,24 @@ async def _tick_loop(svc: ProcessServices) -> None:
             await _drain_pending_unloads(svc)
         except Exception:  # the loop must outlive one bad tick
             log.exception("scheduler tick failed")
+        _relay(svc)  # right after a spawn, before the new process can write an event
         svc.wake.clear()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(svc.wake.wait(), timeout=TICK_S)
+
+
+def _relay(svc: ProcessServices) -> None:
+    try:
+        svc.progress.poll({k: j.job.run_dir.root for k, j in svc.scheduler.running.items()})
+    except Exception:  # the live view must not stop the scheduler
+        log.exception("progress relay failed")
+
+
+async def _relay_loop(svc: ProcessServices) -> None:
+    """Episode events of subprocess runs reach WebSocket clients within POLL_S or so."""
+    while True:
+        await asyncio.sleep(POLL_S)
+        _relay(svc)
 
 
 def create_app(
@@ -128,13 +139,15 @@ def create_app(
         if requeued:
             log.info("re-queued %d run(s) after restart: %s", len(requeued), requeued)
             await _rebind_shared(svc)
-        ticker = asyncio.ensure_future(_tick_loop(svc))
+        loops = [asyncio.ensure_future(_tick_loop(svc)), asyncio.ensure_future(_relay_loop(svc))]
         try:
             yield
         finally:
-            ticker.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await ticker
+            for loop in loops:
+                loop.cancel()
+            for loop in loops:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await loop
             inprocess = list(svc.inprocess.values())
             for task in inprocess:
                 task.cancel()
@@ -144,32 +157,11 @@ def create_app(
             await svc.registry.shutdown_all()
 
     app = FastAPI(title="AgentCanvas Batch Eval", version="0.1.0", lifespan=lifespan)
+    app.add_middleware(BodyLimitMiddleware)
     app.add_middleware(GuardMiddleware, allowed_hosts=allowed_hosts or set(), token=token)
     app.include_router(eval_api.router)
     app.include_router(misc.router)
-    _install_error_handlers(app)
+    install_error_handlers(app)
     if WEB_DIR.is_dir():
-        app.mount("/", StaticFiles(directory=WEB_DIR, html=True), name="web")
+        app.router.routes.append(web_mount(WEB_DIR))
     return app
-
-
-def _install_error_handlers(app: FastAPI) -> None:
-    @app.exception_handler(AgentCanvasError)
-    async def agentcanvas_error(request: Request, exc: AgentCanvasError) -> JSONResponse:
-        status = 500
-        if isinstance(exc, UnknownGraphError | UnknownNodeSetError):
-            status = 404
-        elif isinstance(exc, UserInputError):
-            status = 404 if "does not exist" in str(exc) or "no run" in str(exc) else 400
-        elif isinstance(exc, StateError):
-            status = 409
-        return JSONResponse({"detail": str(exc), "error": type(exc).__name__}, status_code=status)
-
-    @app.exception_handler(RequestValidationError)
-    async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
-        problems = [
-            {"field": ".".join(str(p) for p in item["loc"] if p != "body"), "message": item["msg"]}
-            for item in exc.errors()
-        ]
-        text = "; ".join(f"{p['field']}: {p['message']}" for p in problems)
-        return JSONResponse({"detail": text, "problems": problems}, status_code=422)

@@ -4,45 +4,63 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Any
+from pathlib import Path
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, PlainTextResponse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse
+from pydantic import BaseModel, Field, ValidationError
 
-from agentcanvas.errors import StateError, UnsafeNameError, UserInputError
+from agentcanvas.errors import StateError, UserInputError
 from agentcanvas.eval.config import EvalConfig
 from agentcanvas.eval.foreground import run_foreground
 from agentcanvas.eval.store import RunDir, new_run_id, read_json
+from agentcanvas.graph.model import Graph
 from agentcanvas.nodes.registry import WorkspaceComponentRegistry
-from agentcanvas.paths import resolve_within
+from agentcanvas.paths import NAME_PATTERNS
 from agentcanvas.state import ProcessServices
 
 from . import runs
+from .models import (
+    MAX_EPISODE_INDEX,
+    MAX_SEED,
+    TASK_PATTERN,
+    AssetName,
+    EpisodeIndex,
+    JsonInt,
+    RequestModel,
+    RunId,
+    StepBudget,
+    error_responses,
+)
+from .overlay import borrow_shared, check_overlay, overlay_registry
 
-router = APIRouter(prefix="/api/eval/v2", tags=["eval"])
+router = APIRouter(prefix="/api/eval/v2", tags=["eval"], responses=error_responses(400, 403, 422))
+NOT_FOUND = error_responses(404)
+MAX_TASKS = 1000
+TaskId = Annotated[str, Field(pattern=TASK_PATTERN)]
 
 
-class StartRequest(BaseModel):
+class StartRequest(RequestModel):
     """A run to queue. Only ``graph_name`` is required."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    graph_name: str = Field(min_length=1, max_length=64)
-    episode_count: int = Field(default=10, ge=1, le=1_000_000)
-    worker_count: int = Field(default=1, ge=1, le=64)
-    tasks: list[str] | None = None
-    start_index: int = Field(default=0, ge=0)
-    step_budget: int | None = Field(default=None, ge=1)
-    seed: int = Field(default=0, ge=0)
-    per_step_timeout_s: float = Field(default=10.0, gt=0)
+    graph_name: str = Field(min_length=1, max_length=64, pattern=NAME_PATTERNS["graph"])
+    episode_count: JsonInt = Field(default=10, ge=1, le=1_000_000)
+    worker_count: JsonInt = Field(default=1, ge=1, le=64)
+    tasks: list[TaskId] | None = Field(
+        default=None, min_length=1, max_length=MAX_TASKS, json_schema_extra={"uniqueItems": True}
+    )
+    start_index: JsonInt = Field(default=0, ge=0, le=MAX_EPISODE_INDEX)
+    step_budget: StepBudget | None = None
+    seed: JsonInt = Field(default=0, ge=0, le=MAX_SEED)
+    per_step_timeout_s: float = Field(default=10.0, gt=0, le=86_400.0)
     save_frames: bool = False
     via_subprocess: bool = True
-    priority: int = Field(default=0, ge=-100, le=100)
-    marginal_vram_mb: float = Field(default=0.0, ge=0)
+    priority: JsonInt = Field(default=0, ge=-100, le=100)
+    marginal_vram_mb: float = Field(default=0.0, ge=0, le=1e9)
     exclusive_gpu: bool = False
-    active_workspace_dir: str | None = None
+    active_workspace_dir: str | None = Field(default=None, min_length=1, max_length=1024)
 
 
 class StartResponse(BaseModel):
@@ -56,13 +74,18 @@ def services(request: Request) -> ProcessServices:
     return svc
 
 
-@router.post("/start", response_model=StartResponse)
+@router.post(
+    "/start", response_model=StartResponse, responses=error_responses(404, 409, 413)
+)
 async def start_eval_v2(body: StartRequest, request: Request) -> StartResponse:
     """Queue a run (default) or, with via_subprocess false, run it inside the backend."""
     svc = services(request)
+    overlay = None
+    resolver = svc.registry
     if body.active_workspace_dir is not None:
-        _check_overlay(svc, body.active_workspace_dir)
-    graph = svc.registry.load_graph(body.graph_name)
+        overlay = check_overlay(svc.workspace, body.active_workspace_dir)
+        resolver = overlay_registry(svc.workspace, overlay)
+    graph = resolver.load_graph(body.graph_name)
     try:
         config = EvalConfig(**body.model_dump(include=set(EvalConfig.model_fields) - {"version"}))
     except ValidationError as exc:  # a rule of EvalConfig that StartRequest does not repeat
@@ -72,9 +95,9 @@ async def start_eval_v2(body: StartRequest, request: Request) -> StartResponse:
         body.via_subprocess and os.environ.get("AGENTCANVAS_EVAL_SUBPROCESS", "1") != "0"
     )
     if not use_subprocess:
-        run_id = await _start_in_process(svc, graph, config)
+        run_id = await _start_in_process(svc, graph, config, overlay)
         return StartResponse(run_id=run_id, status="running", via_subprocess=False)
-    urls = await svc.registry.ensure_shared_nodesets_for_graph(graph)
+    urls = await borrow_shared(svc.registry, resolver, graph)
     spec = {
         "version": 1,
         "config": config.model_dump(mode="json"),
@@ -85,32 +108,21 @@ async def start_eval_v2(body: StartRequest, request: Request) -> StartResponse:
         },
         "graph": graph.model_dump(mode="json"),
         "shared_nodesets": sorted(urls),
-        "active_workspace_dir": body.active_workspace_dir,
+        "active_workspace_dir": None if overlay is None else str(overlay),
     }
     run_id = svc.scheduler.submit(spec, urls)
     svc.request_tick()
     return StartResponse(run_id=run_id, status="queued", via_subprocess=True)
 
 
-def _check_overlay(svc: ProcessServices, folder: str) -> None:
-    """An overlay imports node-set code: it must be a folder inside the workspace."""
-    try:
-        path = resolve_within(svc.workspace, folder)
-    except UnsafeNameError as exc:
-        raise UserInputError(
-            f"active_workspace_dir: {folder!r} must be a folder inside the workspace "
-            f"{svc.workspace}"
-        ) from exc
-    if not path.is_dir():
-        raise UserInputError(f"active_workspace_dir: {folder!r} is not a folder")
-
-
-async def _start_in_process(svc: ProcessServices, graph: Any, config: EvalConfig) -> str:
+async def _start_in_process(
+    svc: ProcessServices, graph: Graph, config: EvalConfig, overlay: Path | None
+) -> str:
     """The legacy in-process path: a fresh registry borrowing the backend's shared servers."""
     run_dir = RunDir(svc.scheduler.runs_dir / new_run_id(svc.scheduler.runs_dir))
-    urls = await svc.registry.ensure_shared_nodesets_for_graph(graph)
-    registry = WorkspaceComponentRegistry(workspace=svc.workspace)
+    registry = WorkspaceComponentRegistry(workspace=svc.workspace, active_workspace=overlay)
     registry.scan_all()
+    urls = await borrow_shared(svc.registry, registry, graph)
     for name, url in urls.items():
         await registry.register_remote_nodeset(name, url)
 
@@ -125,9 +137,9 @@ async def _start_in_process(svc: ProcessServices, graph: Any, config: EvalConfig
     return run_dir.root.name
 
 
-@router.get("/status/{run_id}")
+@router.get("/status/{run_id}", responses=NOT_FOUND)
 async def status(
-    run_id: str,
+    run_id: RunId,
     request: Request,
     compact: bool = Query(False, description="Leave out the per-episode records."),
 ) -> dict[str, Any]:
@@ -143,8 +155,8 @@ async def queue(request: Request) -> dict[str, Any]:
     return services(request).scheduler.list_active()
 
 
-@router.post("/cancel/{run_id}")
-async def cancel(run_id: str, request: Request) -> dict[str, str]:
+@router.post("/cancel/{run_id}", responses=error_responses(404, 409))
+async def cancel(run_id: RunId, request: Request) -> dict[str, str]:
     svc = services(request)
     svc.runs.run_dir(run_id)
     task = svc.inprocess.get(run_id)
@@ -160,8 +172,8 @@ async def cancel(run_id: str, request: Request) -> dict[str, str]:
     return {"run_id": run_id, "status": result}
 
 
-@router.post("/resume/{run_id}")
-async def resume(run_id: str, request: Request) -> dict[str, str]:
+@router.post("/resume/{run_id}", responses=error_responses(404, 409))
+async def resume(run_id: RunId, request: Request) -> dict[str, str]:
     """Re-queue a run to execute only its missing episodes into the same folder."""
     svc = services(request)
     run_dir = svc.runs.run_dir(run_id)
@@ -184,18 +196,18 @@ async def list_runs(
     request: Request,
     offset: int = Query(0, ge=0),
     limit: int = Query(50, ge=1, le=500),
-    status: str | None = None,
+    status: str | None = Query(None, max_length=32),
 ) -> dict[str, Any]:
     return services(request).runs.list(offset, limit, status)
 
 
-@router.get("/runs/{run_id}/episodes")
+@router.get("/runs/{run_id}/episodes", responses=NOT_FOUND)
 async def list_episodes(
-    run_id: str,
+    run_id: RunId,
     request: Request,
-    offset: int = Query(0, ge=0),
+    offset: int = Query(0, ge=0, le=MAX_EPISODE_INDEX),
     limit: int = Query(100, ge=1, le=1000),
-    status: str | None = None,
+    status: str | None = Query(None, max_length=32),
     sort: str = Query("index:asc", pattern=r"^(index|steps|status|task):(asc|desc)$"),
     outcome: runs.Outcome | None = None,
 ) -> dict[str, Any]:
@@ -204,44 +216,61 @@ async def list_episodes(
     return runs.episodes_page(summary, offset, limit, status, sort, outcome)
 
 
-@router.get("/runs/{run_id}/episodes/{index}")
-async def episode(run_id: str, index: int, request: Request) -> dict[str, Any]:
+@router.get("/runs/{run_id}/episodes/{index}", responses=NOT_FOUND)
+async def episode(run_id: RunId, index: EpisodeIndex, request: Request) -> dict[str, Any]:
     run_dir = services(request).runs.run_dir(run_id)
-    path = run_dir.episode_json_path(index)
+    runs.episode_folder(run_dir, index)
+    path = runs.served(run_dir, run_dir.episode_json_path(index))
     if not path.exists():
-        raise UserInputError(f"episode {index} of run {run_id} has no episode.json")
+        raise UserInputError(f"episode {index} of run {run_id}: episode.json does not exist")
     record: dict[str, Any] = read_json(path)
     record["assets"] = runs.episode_assets(run_dir, index)
     return record
 
 
-@router.get("/runs/{run_id}/episodes/{index}/log")
-async def episode_log(run_id: str, index: int, request: Request) -> dict[str, Any]:
+@router.get("/runs/{run_id}/episodes/{index}/log", responses=NOT_FOUND)
+async def episode_log(run_id: RunId, index: EpisodeIndex, request: Request) -> dict[str, Any]:
     return runs.episode_log(services(request).runs.run_dir(run_id), index)
 
 
-@router.get("/runs/{run_id}/episodes/{index}/assets/{name}")
-async def episode_asset(run_id: str, index: int, name: str, request: Request) -> FileResponse:
+@router.get(
+    "/runs/{run_id}/episodes/{index}/assets/{name}",
+    response_class=FileResponse,
+    responses={**NOT_FOUND, 200: {"content": {"*/*": {}}, "description": "The file."}},
+)
+async def episode_asset(
+    run_id: RunId, index: EpisodeIndex, name: AssetName, request: Request
+) -> FileResponse:
     return FileResponse(runs.asset_path(services(request).runs.run_dir(run_id), index, name))
 
 
-@router.get("/runs/{run_id}/graph")
-async def run_graph(run_id: str, request: Request) -> Any:
+@router.get("/runs/{run_id}/graph", responses=NOT_FOUND)
+async def run_graph(run_id: RunId, request: Request) -> Any:
     run_dir = services(request).runs.run_dir(run_id)
     path = run_dir.graph_path if run_dir.graph_path.exists() else run_dir.spec_path
-    data = read_json(path)
+    data = read_json(runs.served(run_dir, path))
     return data.get("graph", data) if path == run_dir.spec_path else data
 
 
-@router.get("/runs/{run_id}/logs/{which}", response_class=PlainTextResponse)
-async def run_log(run_id: str, which: str, request: Request) -> str:
-    if which not in ("stdout", "stderr"):
-        raise UserInputError("which: expected 'stdout' or 'stderr'")
+TEXT: dict[int | str, dict[str, Any]] = {
+    200: {"content": {"text/plain": {"schema": {"type": "string"}}}, "description": "Text."}
+}
+
+
+@router.get("/runs/{run_id}/logs/{which}", response_class=JSONResponse,
+            responses={**NOT_FOUND, **TEXT})
+async def run_log(
+    run_id: RunId, which: Literal["stdout", "stderr"], request: Request
+) -> PlainTextResponse:
     run_dir = services(request).runs.run_dir(run_id)
-    return runs.log_tail(run_dir.stdout_path if which == "stdout" else run_dir.stderr_path)
+    path = run_dir.stdout_path if which == "stdout" else run_dir.stderr_path
+    return PlainTextResponse(runs.log_tail(runs.served(run_dir, path)))
 
 
-@router.get("/compare")
-async def compare(a: str, b: str, request: Request) -> dict[str, Any]:
+RunIdQuery = Annotated[str, Query(pattern=NAME_PATTERNS["run_id"], max_length=64)]
+
+
+@router.get("/compare", responses=NOT_FOUND)
+async def compare(a: RunIdQuery, b: RunIdQuery, request: Request) -> dict[str, Any]:
     svc = services(request)
     return runs.compare_runs(svc.runs.summary(a), svc.runs.summary(b))

@@ -7,7 +7,7 @@ import contextlib
 from typing import Any
 
 from fastapi import APIRouter, Request, WebSocket, WebSocketDisconnect
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from agentcanvas.errors import StateError
 from agentcanvas.eval.config import EvalConfig
@@ -16,10 +16,22 @@ from agentcanvas.eval.runner import episode_tasks
 from agentcanvas.eval.seeding import episode_seed
 from agentcanvas.graph.executor import ExecutionPrinciples
 from agentcanvas.nodes.registry import WorkspaceComponentRegistry
-from agentcanvas.paths import check_name
+from agentcanvas.paths import NAME_PATTERNS, check_name
 from agentcanvas.state import ProcessServices
 
-router = APIRouter(tags=["workspace"])
+from .models import (
+    MAX_EPISODE_INDEX,
+    MAX_SEED,
+    GraphName,
+    JsonInt,
+    NodeSetName,
+    RequestModel,
+    StepBudget,
+    error_responses,
+)
+
+router = APIRouter(tags=["workspace"], responses=error_responses(400, 403, 422))
+NOT_FOUND = error_responses(404)
 
 
 def services(request: Request) -> ProcessServices:
@@ -33,8 +45,8 @@ async def graphs(request: Request) -> dict[str, Any]:
     return {"graphs": [{"name": g.name, "origin": g.origin} for g in svc.registry.graph_entries()]}
 
 
-@router.get("/api/graphs/{name}")
-async def graph(name: str, request: Request) -> dict[str, Any]:
+@router.get("/api/graphs/{name}", responses=NOT_FOUND)
+async def graph(name: GraphName, request: Request) -> dict[str, Any]:
     return services(request).registry.load_graph(name).model_dump(mode="json")
 
 
@@ -55,8 +67,8 @@ async def nodesets(request: Request) -> dict[str, Any]:
     }
 
 
-@router.post("/api/nodesets/{name}/load")
-async def load_nodeset(name: str, request: Request) -> dict[str, Any]:
+@router.post("/api/nodesets/{name}/load", responses=error_responses(404, 409))
+async def load_nodeset(name: NodeSetName, request: Request) -> dict[str, Any]:
     svc = services(request)
     check_name("nodeset", name, field="name")
     if svc.registry.manifest(name).parallelism != "shared":
@@ -67,8 +79,8 @@ async def load_nodeset(name: str, request: Request) -> dict[str, Any]:
     return {"name": name, "url": record.url}
 
 
-@router.post("/api/nodesets/{name}/unload")
-async def unload_nodeset(name: str, request: Request) -> dict[str, Any]:
+@router.post("/api/nodesets/{name}/unload", responses=error_responses(409))
+async def unload_nodeset(name: NodeSetName, request: Request) -> dict[str, Any]:
     """Unload now when no run holds it; otherwise deferred until its refcount is zero."""
     svc = services(request)
     check_name("nodeset", name, field="name")
@@ -82,16 +94,17 @@ async def unload_nodeset(name: str, request: Request) -> dict[str, Any]:
     return {"name": name, "status": "unloaded"}
 
 
-class PlayRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    graph_name: str = Field(min_length=1, max_length=64)
-    episode: int = Field(default=0, ge=0)
-    task: str | None = None
-    seed: int = Field(default=0, ge=0)
-    step_budget: int | None = Field(default=None, ge=1)
+class PlayRequest(RequestModel):
+    """One episode of a graph on the canvas."""
+
+    graph_name: str = Field(min_length=1, max_length=64, pattern=NAME_PATTERNS["graph"])
+    episode: JsonInt = Field(default=0, ge=0, le=MAX_EPISODE_INDEX)
+    task: str | None = Field(default=None, min_length=1, max_length=128)
+    seed: JsonInt = Field(default=0, ge=0, le=MAX_SEED)
+    step_budget: StepBudget | None = None
 
 
-@router.post("/api/canvas/play")
+@router.post("/api/canvas/play", responses=error_responses(404, 409, 413))
 async def canvas_play(body: PlayRequest, request: Request) -> dict[str, Any]:
     """One episode in the backend under the ExecutionGuard, with per-node events live."""
     svc = services(request)

@@ -10,7 +10,7 @@ from typing import Any, Literal
 from agentcanvas.errors import UserInputError
 from agentcanvas.eval.metrics import mcnemar, wilson_interval
 from agentcanvas.eval.store import RunDir, read_json, read_jsonl
-from agentcanvas.paths import safe_child
+from agentcanvas.paths import check_name, contained, safe_child
 
 from .run_index import RunIndex, compact_row
 
@@ -36,7 +36,8 @@ class RunCache:
         return RunDir(folder)
 
     def summary(self, run_id: str) -> dict[str, Any]:
-        path = self.run_dir(run_id).summary_path
+        run_dir = self.run_dir(run_id)
+        path = served(run_dir, run_dir.summary_path)
         try:
             mtime = path.stat().st_mtime
         except OSError as exc:
@@ -85,8 +86,14 @@ def _outcome(episode: dict[str, Any]) -> Outcome | None:
     return None if success is None else ("success" if success else "failure")
 
 
+def served(run_dir: RunDir, path: Path) -> Path:
+    """The real path of a file of the run folder about to be served; refused if a link
+    (anywhere on the way) leads out of the run folder."""
+    return contained(run_dir.root, path, field=f"run {run_dir.root.name}")
+
+
 def episode_folder(run_dir: RunDir, index: int) -> Path:
-    folder = run_dir.episode_dir(index)
+    folder = served(run_dir, run_dir.episode_dir(index))
     if not folder.is_dir():
         raise UserInputError(f"episode {index} of run {run_dir.root.name} does not exist")
     return folder
@@ -94,7 +101,7 @@ def episode_folder(run_dir: RunDir, index: int) -> Path:
 
 def episode_log(run_dir: RunDir, index: int) -> dict[str, Any]:
     episode_folder(run_dir, index)
-    path = run_dir.episode_log_path(index)
+    path = served(run_dir, run_dir.episode_log_path(index))
     if not path.exists():
         return {"records": [], "torn_lines": 0}
     read = read_jsonl(path)
@@ -103,16 +110,27 @@ def episode_log(run_dir: RunDir, index: int) -> dict[str, Any]:
 
 def episode_assets(run_dir: RunDir, index: int) -> list[str]:
     episode_folder(run_dir, index)
-    folder = run_dir.episode_assets_dir(index)
-    return sorted(p.name for p in folder.iterdir() if p.is_file()) if folder.is_dir() else []
+    folder = served(run_dir, run_dir.episode_assets_dir(index))
+    if not folder.is_dir():
+        return []
+    return sorted(p.name for p in folder.iterdir() if _servable(folder, p))
 
 
 def asset_path(run_dir: RunDir, index: int, name: str) -> Path:
     episode_folder(run_dir, index)
-    path = safe_child(run_dir.episode_assets_dir(index), "asset", name, field="asset")
+    check_name("asset", name, field="asset")
+    folder = served(run_dir, run_dir.episode_assets_dir(index))  # the real assets folder
+    path = contained(folder, folder / name, field="asset")
     if not path.is_file():
-        raise UserInputError(f"asset: no file {name!r} in episode {index}")
+        raise UserInputError(f"asset: {name!r} does not exist in episode {index}")
     return path
+
+
+def _servable(folder: Path, path: Path) -> bool:
+    try:
+        return contained(folder, path).is_file()
+    except UserInputError:
+        return False
 
 
 def log_tail(path: Path) -> str:

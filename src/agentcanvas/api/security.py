@@ -58,13 +58,13 @@ class GuardMiddleware:
 
     def _own_origin(self, origin: str, host_header: str) -> bool:
         """One of our names on the port this request came to ("null" is never ours)."""
-        parts = urlsplit(origin)
-        name = (parts.hostname or "").lower()
-        if name not in self.allowed_hosts and f"[{name}]" not in self.allowed_hosts:
-            return False
-        try:
+        try:  # urlsplit raises ValueError on a malformed origin ("http://[bad")
+            parts = urlsplit(origin)
+            name = (parts.hostname or "").lower()
             origin_port = parts.port or (443 if parts.scheme == "https" else 80)
         except ValueError:
+            return False
+        if name not in self.allowed_hosts and f"[{name}]" not in self.allowed_hosts:
             return False
         _, _, host_port = host_header.rpartition(":")
         return host_port.isdigit() and int(host_port) == origin_port

@@ -79,6 +79,7 @@ class SchedulerHooks:
     release_shared: Callable[[list[str]], None] = lambda names: None
     drain_unloads: Callable[[], None] = lambda: None
     on_progress: Callable[[str, dict[str, Any]], None] = lambda run_id, summary: None
+    on_finished: Callable[[str, str], None] = lambda run_id, status: None
 
 
 @dataclass
@@ -211,6 +212,7 @@ class JobScheduler:
             status = "failed"
             _set_status(run_dir, status, error="the eval process ended without a final status")
         self._relay_progress(job, force=True)
+        self.hooks.on_finished(job.job.run_id, status)
         peaks = {k: v for k, v in job.monitor.peaks_mb().items() if k in CALIBRATED}
         if peaks and status == "completed":
             self.calibration.record(

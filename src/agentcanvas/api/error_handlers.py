@@ -1,0 +1,75 @@
+"""How refusals are answered: one JSON shape (:class:`~.models.ErrorBody`) for every 4xx.
+
+Errors from agentcanvas's tree map by class (unknown graph → 404, bad input → 400, wrong
+state → 409); anything else is a real bug and stays a 500. Validation errors name the field
+with its location (``body.episode_count: Input should be a valid integer``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from agentcanvas.errors import (
+    AgentCanvasError,
+    StateError,
+    UnknownGraphError,
+    UnknownNodeSetError,
+    UserInputError,
+)
+
+__all__ = ["install_error_handlers", "problem_of", "status_of"]
+
+MAX_SHOWN_INPUT = 80
+_NOT_AN_OBJECT = frozenset({"missing", "model_attributes_type", "dict_type", "model_type"})
+
+
+def status_of(exc: AgentCanvasError) -> int:
+    """The HTTP status of an agentcanvas error."""
+    if isinstance(exc, UnknownGraphError | UnknownNodeSetError):
+        return 404
+    if isinstance(exc, UserInputError):
+        return 404 if "does not exist" in str(exc) or "no run" in str(exc) else 400
+    if isinstance(exc, StateError):
+        return 409
+    return 500
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= MAX_SHOWN_INPUT else f"{text[:MAX_SHOWN_INPUT]}... ({len(text)})"
+
+
+def problem_of(item: dict[str, Any]) -> dict[str, str]:
+    """One validation error as {field, location, message}, the message fit to be read."""
+    loc = [str(p) for p in item.get("loc", ())]
+    kind, ctx = item.get("type", ""), item.get("ctx") or {}
+    message = str(item.get("msg", ""))
+    if kind == "json_invalid":
+        position = loc[1] if len(loc) > 1 else "?"
+        message = f"invalid JSON at position {position}: {ctx.get('error', message)}"
+        loc = loc[:1]
+    elif loc == ["body"] and kind in _NOT_AN_OBJECT:
+        message = "a JSON object is required"
+    elif kind == "string_pattern_mismatch":
+        message = f"{_shown(item.get('input'))} does not match the pattern {ctx.get('pattern')}"
+    field = ".".join(loc[1:]) if loc[:1] in (["body"], ["path"], ["query"]) else ".".join(loc)
+    return {"field": field, "location": ".".join(loc), "message": message}
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Register the handlers of agentcanvas errors and of request validation."""
+
+    @app.exception_handler(AgentCanvasError)
+    async def agentcanvas_error(request: Request, exc: AgentCanvasError) -> JSONResponse:
+        body = {"detail": str(exc), "error": type(exc).__name__}
+        return JSONResponse(body, status_code=status_of(exc))
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = [problem_of(dict(item)) for item in exc.errors()]
+        text = "; ".join(f"{p['location']}: {p['message']}" for p in problems)
+        return JSONResponse({"detail": text, "problems": problems}, status_code=422)

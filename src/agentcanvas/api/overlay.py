@@ -1,0 +1,58 @@
+"""An active-workspace overlay on a REST start: the same resolution as on the CLI.
+
+A start request with ``active_workspace_dir`` resolves its graph, validates it and freezes it
+with a registry that sees the overlay (its graphs and node sets over the workspace's), and the
+run's subprocess gets the overlay too. The backend's shared servers run the workspace's code,
+so only shared node sets the overlay does not redeclare are borrowed from them; the run
+starts the overlay's own.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from agentcanvas.errors import UnsafeNameError, UserInputError
+from agentcanvas.graph.model import Graph
+from agentcanvas.nodes.registry import WorkspaceComponentRegistry
+from agentcanvas.paths import resolve_within
+
+__all__ = ["borrow_shared", "check_overlay", "overlay_registry"]
+
+
+def check_overlay(workspace: Path, folder: str) -> Path:
+    """The overlay's real path: it imports node-set code, so it must be inside the workspace."""
+    try:
+        path = resolve_within(workspace, folder)
+        is_dir = path.is_dir()
+    except (UnsafeNameError, OSError) as exc:
+        raise UserInputError(
+            f"active_workspace_dir: {folder[:200]!r} must be a folder inside the workspace "
+            f"{workspace}"
+        ) from exc
+    if not is_dir:
+        raise UserInputError(f"active_workspace_dir: {folder!r} is not a folder")
+    return path
+
+
+def overlay_registry(workspace: Path, overlay: Path) -> WorkspaceComponentRegistry:
+    """A registry of the workspace with ``overlay`` over it, scanned."""
+    registry = WorkspaceComponentRegistry(workspace=workspace, active_workspace=overlay)
+    registry.scan_all()
+    return registry
+
+
+async def borrow_shared(
+    backend: WorkspaceComponentRegistry, resolver: WorkspaceComponentRegistry, graph: Graph
+) -> dict[str, str]:
+    """Start (refcount +1) the backend's shared servers the graph uses; name → URL.
+
+    ``resolver`` is the registry the graph was resolved with (the backend's, or an overlay's):
+    node sets it takes from the overlay are not the backend's, and are left to the run.
+    """
+    urls: dict[str, str] = {}
+    for name in resolver.servers.shared_in(graph):
+        if resolver.origin(name) == "active":
+            continue
+        only = graph.model_copy(update={"nodes": [n for n in graph.nodes if n.nodeset == name]})
+        urls |= await backend.ensure_shared_nodesets_for_graph(only)
+    return urls
