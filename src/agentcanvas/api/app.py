@@ -36,6 +36,7 @@ from agentcanvas.state import ProcessServices
 from . import eval as eval_api
 from . import misc
 from .security import GuardMiddleware
+from .strict_json import StrictJSONResponse
 
 log = logging.getLogger(__name__)
 TICK_S = 1.0
@@ -130,7 +131,12 @@ def create_app(
             svc.scheduler.shutdown()
             await svc.registry.shutdown_all()
 
-    app = FastAPI(title="AgentCanvas Batch Eval", version="0.1.0", lifespan=lifespan)
+    app = FastAPI(
+        title="AgentCanvas Batch Eval",
+        version="0.1.0",
+        lifespan=lifespan,
+        default_response_class=StrictJSONResponse,
+    )
     app.add_middleware(GuardMiddleware, allowed_hosts=allowed_hosts or set(), token=token)
     app.include_router(eval_api.router)
     app.include_router(misc.router)

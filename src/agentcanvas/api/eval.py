@@ -11,10 +11,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agentcanvas.errors import StateError, UnsafeNameError, UserInputError
+from agentcanvas.errors import ConfigError, StateError, UnsafeNameError, UserInputError
 from agentcanvas.eval.config import EvalConfig
 from agentcanvas.eval.foreground import run_foreground
 from agentcanvas.eval.store import RunDir, new_run_id, read_json
+from agentcanvas.eval.tasks import check_tasks
 from agentcanvas.nodes.registry import WorkspaceComponentRegistry
 from agentcanvas.paths import resolve_within
 from agentcanvas.state import ProcessServices
@@ -37,6 +38,12 @@ class StartRequest(BaseModel):
     step_budget: int | None = Field(default=None, ge=1)
     seed: int = Field(default=0, ge=0)
     per_step_timeout_s: float = Field(default=10.0, gt=0)
+    episode_timeout_s: float | None = Field(default=None, gt=0)
+    max_errors: int | float | None = Field(
+        default=None,
+        description="Error budget: a count (>= 0) or a fraction (0 < f < 1) of the run's "
+        "episodes; past it the run stops with status failed. Default: never stop.",
+    )
     save_frames: bool = False
     via_subprocess: bool = True
     priority: int = Field(default=0, ge=-100, le=100)
@@ -63,6 +70,7 @@ async def start_eval_v2(body: StartRequest, request: Request) -> StartResponse:
     if body.active_workspace_dir is not None:
         _check_overlay(svc, body.active_workspace_dir)
     graph = svc.registry.load_graph(body.graph_name)
+    _check_tasks(svc, graph, body.tasks)
     try:
         config = EvalConfig(**body.model_dump(include=set(EvalConfig.model_fields) - {"version"}))
     except ValidationError as exc:  # a rule of EvalConfig that StartRequest does not repeat
@@ -90,6 +98,15 @@ async def start_eval_v2(body: StartRequest, request: Request) -> StartResponse:
     run_id = svc.scheduler.submit(spec, urls)
     svc.request_tick()
     return StartResponse(run_id=run_id, status="queued", via_subprocess=True)
+
+
+def _check_tasks(svc: ProcessServices, graph: Any, tasks: list[str] | None) -> None:
+    """Unknown tasks are a 422 naming the valid ones, before anything is queued."""
+    try:
+        check_tasks(svc.registry, graph, tasks)
+    except ConfigError as exc:
+        error = {"loc": ("body", "tasks"), "msg": str(exc), "type": "value_error", "input": tasks}
+        raise RequestValidationError([error]) from exc
 
 
 def _check_overlay(svc: ProcessServices, folder: str) -> None:
