@@ -12,7 +12,7 @@ from fastapi.responses import FileResponse, PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentcanvas.errors import ConfigError, StateError, UnsafeNameError, UserInputError
-from agentcanvas.eval.config import EvalConfig
+from agentcanvas.eval.config import EvalConfig, MaxErrors
 from agentcanvas.eval.foreground import run_foreground
 from agentcanvas.eval.store import RunDir, new_run_id, read_json
 from agentcanvas.eval.tasks import check_tasks
@@ -39,7 +39,7 @@ class StartRequest(BaseModel):
     seed: int = Field(default=0, ge=0)
     per_step_timeout_s: float = Field(default=10.0, gt=0)
     episode_timeout_s: float | None = Field(default=None, gt=0)
-    max_errors: int | float | None = Field(
+    max_errors: MaxErrors = Field(
         default=None,
         description="Error budget: a count (>= 0) or a fraction (0 < f < 1) of the run's "
         "episodes; past it the run stops with status failed. Default: never stop.",

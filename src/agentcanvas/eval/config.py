@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    computed_field,
+    field_validator,
+)
 
 from agentcanvas.eval.health import RunHealth, assess
 from agentcanvas.eval.metrics import MetricAggregate
@@ -14,6 +22,31 @@ EpisodeStatus = Literal["completed", "timeout", "exception", "error", "no_verdic
 RunStatus = Literal["pending", "queued", "running", "completed", "failed", "cancelled", "aborted"]
 TERMINAL_RUN_STATUSES = ("completed", "failed", "cancelled", "aborted")
 MetricValue = float | int | bool | str | None
+
+
+def _max_errors_not_bool(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise ValueError("max_errors must be a count (>= 0) or a fraction (0 < f < 1)")
+    return value
+
+
+def _max_errors_range(value: int | float | None) -> int | float | None:
+    if isinstance(value, float) and not 0.0 < value < 1.0:
+        raise ValueError(
+            f"max_errors {value!r}: a fraction must be between 0 and 1 (exclusive); "
+            "a count must be a whole number"
+        )
+    if isinstance(value, int) and value < 0:
+        raise ValueError(f"max_errors {value}: a count must be >= 0")
+    return value
+
+
+MaxErrors = Annotated[
+    int | float | None,
+    BeforeValidator(_max_errors_not_bool),
+    AfterValidator(_max_errors_range),
+]
+"""An error budget: a count of error episodes (>= 0) or a fraction of the run (0 < f < 1)."""
 
 
 class EvalConfig(BaseModel):
@@ -42,7 +75,7 @@ class EvalConfig(BaseModel):
         allow_inf_nan=False,
         description="Wall-clock safety net per episode; default: step budget × per_step_timeout_s.",
     )
-    max_errors: int | float | None = Field(
+    max_errors: MaxErrors = Field(
         default=None,
         description="Error budget: the run stops, status failed, once more episodes than this "
         "end in error, exception, timeout or no_verdict. A count (>= 0) or a fraction of the "
@@ -61,25 +94,6 @@ class EvalConfig(BaseModel):
             raise ValueError("tasks must be a non-empty list of non-empty task ids")
         if value is not None and len(set(value)) != len(value):
             raise ValueError("tasks must not repeat a task id (episodes are keyed by task)")
-        return value
-
-    @field_validator("max_errors", mode="before")
-    @classmethod
-    def _max_errors_not_bool(cls, value: Any) -> Any:
-        if isinstance(value, bool):
-            raise ValueError("max_errors must be a count (>= 0) or a fraction (0 < f < 1)")
-        return value
-
-    @field_validator("max_errors")
-    @classmethod
-    def _max_errors_range(cls, value: int | float | None) -> int | float | None:
-        if isinstance(value, float) and not 0.0 < value < 1.0:
-            raise ValueError(
-                f"max_errors {value!r}: a fraction must be between 0 and 1 (exclusive); "
-                "a count must be a whole number"
-            )
-        if isinstance(value, int) and value < 0:
-            raise ValueError(f"max_errors {value}: a count must be >= 0")
         return value
 
 
