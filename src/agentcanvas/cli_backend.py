@@ -145,10 +145,12 @@ def cmd_runs(args: argparse.Namespace) -> int:
         return 0
     for run in listing["runs"]:
         sr = run.get("success_rate")
+        health = run.get("health") or {}
         print(
             f"{run['run_id']}  {run['status']:<10} {run['graph_name']:<20} "
             f"{run.get('episodes_done', 0)}/{run.get('episodes_total', 0)}  "
-            f"SR {'-' if sr is None else f'{sr:.3f}'}"
+            f"SR {'-' if sr is None else f'{sr:.3f}'}  "
+            f"health {health.get('verdict', '-')} ({health.get('error_count', '-')} errors)"
         )
     return 0
 

@@ -7,9 +7,8 @@ import json
 import pytest
 
 from agentcanvas import exit_codes, jsontext
-from agentcanvas.errors import UserInputError
+from agentcanvas.errors import UserInputError, describe
 from agentcanvas.eval.config import EvalConfig, EvalRun
-from agentcanvas.eval.episode import describe_error
 from agentcanvas.eval.health import assess, error_budget_exceeded
 
 
@@ -86,5 +85,5 @@ def test_strict_json_text() -> None:
 
 def test_an_error_carries_its_type_once() -> None:
     relayed = UserInputError("UserInputError: panel field 'task_id': no")
-    assert describe_error(relayed) == "UserInputError: panel field 'task_id': no"
-    assert describe_error(RuntimeError("boom")) == "RuntimeError: boom"
+    assert describe(relayed) == "UserInputError: panel field 'task_id': no"
+    assert describe(RuntimeError("boom")) == "RuntimeError: boom"

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentcanvas.errors import ServerDiedError, ServerTimeoutError
+from agentcanvas.errors import ServerDiedError, ServerTimeoutError, describe
 from agentcanvas.eval.config import EpisodeResult, EpisodeStatus
 from agentcanvas.graph.executor import (
     EpisodeContext,
@@ -77,13 +77,6 @@ def episode_timeout_s(options: EpisodeOptions, budget: int) -> float:
     if options.episode_timeout_s is not None:
         return options.episode_timeout_s
     return budget * options.per_step_timeout_s
-
-
-def describe_error(exc: BaseException) -> str:
-    """``Type: message`` — once, also when the message already starts with the type (an
-    error relayed from a server carries its type in its text)."""
-    name, text = type(exc).__name__, str(exc)
-    return text if text.startswith(f"{name}: ") else f"{name}: {text}"
 
 
 def resolve_step_budget(override: int | None, env_budget: int | None, graph: Graph) -> int:
@@ -155,10 +148,10 @@ async def run_episode(
     except ServerDiedError:
         raise  # the worker restarts the server and retries the episode
     except ServerTimeoutError as exc:  # a panel call hit its deadline: wall clock decided
-        result.status, result.error = "timeout", describe_error(exc)
+        result.status, result.error = "timeout", describe(exc)
         _harvest_partial(result, runner)
     except Exception as exc:  # a failure of the episode is data on its record
-        result.status, result.error = "exception", describe_error(exc)
+        result.status, result.error = "exception", describe(exc)
         _harvest_partial(result, runner)
     finally:
         result.duration_s = round(time.perf_counter() - started, 6)

@@ -18,7 +18,7 @@ from typing import Any, Literal, Protocol
 import numpy as np
 
 from agentcanvas.assets import save_frame
-from agentcanvas.errors import ConfigError, ServerTimeoutError
+from agentcanvas.errors import ConfigError, ServerTimeoutError, describe
 from agentcanvas.graph.model import DEFAULT_STEP_BUDGET, GRAPH_SCOPE_ID, Graph, Node
 from agentcanvas.graph.ready import ReadySet, same_iteration_deps
 from agentcanvas.graph.summarize import summarize
@@ -276,9 +276,9 @@ class GraphExecutor:
             raise
         except ServerTimeoutError as exc:  # wall clock decided: the episode is a timeout
             self.timed_out.append(node.id)
-            result = {"error": f"{type(exc).__name__}: {exc}"}
+            result = {"error": describe(exc)}
         except Exception as exc:  # a node's failure is data in the ledger, never an escape
-            result = {"error": f"{type(exc).__name__}: {exc}"}
+            result = {"error": describe(exc)}
         latency_ms = (time.perf_counter() - started) * 1000.0
         if "error" in result and spec.output("error") is None:
             self.node_errors[node.id] = f"{node.type}: {result['error']}"
