@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 
 from agentcanvas import exit_codes
 from support.cli import COMMAND, run_cli
+from support.polling import poll_until
 from support.truth_workspace import write_truth_workspace
 
 CLI_TIMEOUT_S = 120.0
@@ -278,3 +280,33 @@ def test_play_into_a_closed_pipe_exits_quietly(workspace: Path) -> None:
     text = err.decode(errors="replace")
     assert "Traceback" not in text and "BrokenPipeError" not in text, text
     assert proc.returncode == exit_codes.BROKEN_PIPE
+
+
+def test_ctrl_c_on_a_hung_run_exits_130_with_the_run_cancelled(workspace: Path) -> None:
+    env = {**os.environ, "AGENTCANVAS_HOME": str(workspace)}
+    before = run_folders(workspace)
+    proc = subprocess.Popen(
+        [*COMMAND, "eval", "local_hang", "-n", "1", "--per-step-timeout", "600"],
+        cwd=workspace,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+
+        def running() -> Path | None:
+            for name in run_folders(workspace) - before:
+                path = workspace / "outputs" / "eval_runs" / name / "summary.json"
+                if path.exists() and strict_json(path.read_text())["status"] == "running":
+                    return path
+            assert proc.poll() is None, proc.communicate()
+            return None
+
+        summary_path = poll_until(running, "the run to start", CLI_TIMEOUT_S)
+        proc.send_signal(signal.SIGINT)  # the node hangs inside a call: Ctrl-C must still work
+        _, err = proc.communicate(timeout=HANG_EXIT_BOUND_S)
+    finally:
+        proc.kill()
+    assert proc.returncode == exit_codes.INTERRUPTED, err.decode(errors="replace")[-3000:]
+    summary = strict_json(summary_path.read_text())
+    assert summary["status"] == "cancelled" and summary["health"]["verdict"] == "cancelled"
