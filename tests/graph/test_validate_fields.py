@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from agentcanvas.errors import GraphValidationError
-from agentcanvas.graph.model import parse_graph
+from agentcanvas.errors import GraphFormatError, GraphValidationError
+from agentcanvas.graph.model import load_graph_file, parse_graph
 from agentcanvas.graph.validate import field_value_problem, validate_graph
 from agentcanvas.nodes.manifest import FieldSpec, NodeSetManifest, PanelSpec
 
@@ -88,3 +89,15 @@ def test_non_finite_floats_are_refused() -> None:
     assert field_value_problem(spec, float("nan")) is not None
     assert field_value_problem(spec, float("inf")) is not None
     assert field_value_problem(spec, 0.5) is None
+
+
+def test_a_graph_file_must_be_strict_json(tmp_path: Path) -> None:
+    path = tmp_path / "g.json"
+    path.write_text(
+        '{"version": 1, "name": "g", "nodes": [{"id": "c", "type": "core.constant",'
+        ' "config": {"value": NaN}}], "edges": []}',
+        encoding="utf-8",
+    )
+    with pytest.raises(GraphFormatError) as caught:
+        load_graph_file(path)
+    assert f"{path}: not valid JSON: NaN is not a JSON number" in str(caught.value)
