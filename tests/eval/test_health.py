@@ -9,7 +9,7 @@ import pytest
 from agentcanvas import exit_codes, jsontext
 from agentcanvas.errors import UserInputError, describe
 from agentcanvas.eval.config import EvalConfig, EvalRun
-from agentcanvas.eval.health import assess, error_budget_exceeded
+from agentcanvas.eval.health import assess, error_budget_exceeded, of_summary
 
 
 def test_a_completed_run_is_clean_only_when_every_episode_has_a_verdict() -> None:
@@ -87,3 +87,9 @@ def test_an_error_carries_its_type_once() -> None:
     relayed = UserInputError("UserInputError: panel field 'task_id': no")
     assert describe(relayed) == "UserInputError: panel field 'task_id': no"
     assert describe(RuntimeError("boom")) == "RuntimeError: boom"
+
+
+def test_a_summary_written_without_a_verdict_gets_one() -> None:
+    written_by_scheduler = {"status": "cancelled", "episodes_total": 0, "error": None}
+    assert of_summary(written_by_scheduler).verdict == "cancelled"
+    assert of_summary({"status": "queued"}).verdict == "in_progress"

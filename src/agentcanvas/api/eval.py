@@ -12,6 +12,7 @@ from fastapi.responses import FileResponse, PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentcanvas.errors import ConfigError, StateError, UnsafeNameError, UserInputError
+from agentcanvas.eval import health
 from agentcanvas.eval.config import EvalConfig, MaxErrors
 from agentcanvas.eval.foreground import run_foreground
 from agentcanvas.eval.store import RunDir, new_run_id, read_json
@@ -152,6 +153,8 @@ async def status(
     full = svc.runs.summary(run_id)
     summary = runs.compact(full) if compact else dict(full)
     summary["waiting_reason"] = svc.scheduler.waiting_reasons.get(run_id)
+    if "health" not in summary:  # written by the scheduler, before any runner existed
+        summary["health"] = health.of_summary(summary).model_dump(mode="json")
     return summary
 
 

@@ -9,7 +9,7 @@ errors; ``cancelled`` episodes are neither (they belong to a run that did not fi
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -20,6 +20,7 @@ __all__ = [
     "assess",
     "error_budget_exceeded",
     "error_count",
+    "of_summary",
 ]
 
 HealthVerdict = Literal["clean", "errors", "failed", "cancelled", "aborted", "in_progress"]
@@ -79,6 +80,17 @@ def assess(
         reason = f"{errors} of {episodes_total} episodes ended without a verdict ({breakdown})"
         return RunHealth(verdict="errors", error_count=errors, reason=reason)
     return RunHealth(verdict="clean", error_count=0)
+
+
+def of_summary(summary: Mapping[str, Any]) -> RunHealth:
+    """The verdict of a summary.json read as a dict (also one written without a verdict,
+    e.g. by the scheduler for a run that never started)."""
+    return assess(
+        str(summary.get("status", "pending")),
+        summary.get("status_counts") or {},
+        int(summary.get("episodes_total") or 0),
+        summary.get("error"),
+    )
 
 
 def error_budget_exceeded(
