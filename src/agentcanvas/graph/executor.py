@@ -23,7 +23,7 @@ from agentcanvas.graph.model import DEFAULT_STEP_BUDGET, GRAPH_SCOPE_ID, Graph, 
 from agentcanvas.graph.ready import ReadySet, same_iteration_deps
 from agentcanvas.graph.summarize import summarize
 from agentcanvas.nodes.base import CallContext, NodeSetHandle
-from agentcanvas.nodes.boundary import is_in_process, with_boundary
+from agentcanvas.nodes.boundary import needs_local_deadline, with_boundary
 from agentcanvas.nodes.manifest import NodeTypeSpec
 
 GRAPH_OUT_TYPE = "core.graphOut"
@@ -110,6 +110,9 @@ class GraphExecutor:
         self._deps = same_iteration_deps(graph)
         self._specs = {n.id: resolver.node_spec(n.type) for n in graph.nodes}
         self._handles = {ns: self._handle(ns) for ns in graph.nodesets()}
+        self._local_deadlines = {
+            n.id for n in graph.nodes if needs_local_deadline(self._handles[n.nodeset], n.node_name)
+        }
         self.status: ExecStatus = "running"
         self.steps = 0
         self.done_signalled = False
@@ -297,7 +300,9 @@ class GraphExecutor:
     async def _call(self, node: Node, inputs: dict[str, Any], ctx: CallContext) -> dict[str, Any]:
         """One node call; an in-process one under ``principles.local_call_timeout_s``."""
         handle = self._handles[node.nodeset]
-        timeout_s = self.principles.local_call_timeout_s if is_in_process(handle) else None
+        timeout_s = self.principles.local_call_timeout_s
+        if timeout_s is None or node.id not in self._local_deadlines:
+            return await handle.call(node.node_name, node.config, inputs, ctx)
         deadline = asyncio.timeout(timeout_s)
         try:
             async with deadline:

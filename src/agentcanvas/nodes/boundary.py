@@ -9,12 +9,13 @@ the record ``eval`` gives for the same episode.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from agentcanvas.nodes.base import CallContext, LocalNodeSet, NodeSetHandle
 from agentcanvas.server import wire
 
-__all__ = ["WireBoundary", "is_in_process", "with_boundary"]
+__all__ = ["WireBoundary", "is_in_process", "needs_local_deadline", "with_boundary"]
 
 
 class WireBoundary:
@@ -44,6 +45,17 @@ def _round_trip(key: str, value: dict[str, Any]) -> dict[str, Any]:
 def is_in_process(handle: NodeSetHandle) -> bool:
     """Whether calls to ``handle`` run in this process (no server deadline guards them)."""
     return isinstance(handle, LocalNodeSet | WireBoundary)
+
+
+def needs_local_deadline(handle: NodeSetHandle, node_name: str) -> bool:
+    """Whether an in-process call of ``node_name`` can be abandoned at a deadline: a blocking
+    node (on a thread) or an async one. A plain synchronous node runs on the event loop,
+    where no deadline can interrupt it, so none is set (it would only cost time)."""
+    inner = handle.inner if isinstance(handle, WireBoundary) else handle
+    if not isinstance(inner, LocalNodeSet):
+        return False
+    definition = inner.nodeset.definition(node_name)
+    return definition.spec.blocking or inspect.iscoroutinefunction(definition.fn)
 
 
 def with_boundary(handle: NodeSetHandle) -> NodeSetHandle:
