@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from agentcanvas import exit_codes, jsontext
 from agentcanvas.errors import AgentCanvasError, UserInputError
 from agentcanvas.eval.episode import EpisodeOptions, EpisodeSpec, EpisodeWiring, run_episode
 from agentcanvas.eval.seeding import episode_seed
+from agentcanvas.eval.tasks import check_tasks
 from agentcanvas.graph.model import Graph, graph_json_schema, load_graph_file
 from agentcanvas.nodes.registry import WorkspaceComponentRegistry
 
@@ -35,8 +36,9 @@ def _registry() -> WorkspaceComponentRegistry:
     return registry
 
 
-def _print_json(obj: Any) -> None:
-    sys.stdout.write(json.dumps(obj, indent=2, sort_keys=False) + "\n")
+def print_json(obj: Any, indent: int | None = 2) -> None:
+    """``obj`` on stdout as strict JSON (no NaN/Infinity: they print as null)."""
+    sys.stdout.write(jsontext.dumps(obj, indent=indent) + "\n")
 
 
 def resolve_graph(registry: WorkspaceComponentRegistry, name_or_path: str) -> Graph:
@@ -53,7 +55,7 @@ def cmd_nodesets(args: argparse.Namespace) -> int:
     registry = _registry()
     manifests = [registry.manifest(n).model_dump(mode="json") for n in registry.nodeset_names()]
     if args.json:
-        _print_json({"nodesets": manifests, "load_errors": registry.load_errors})
+        print_json({"nodesets": manifests, "load_errors": registry.load_errors})
         return 0
     for m in manifests:
         origin = registry.origin(m["name"])
@@ -101,7 +103,7 @@ def cmd_graphs(args: argparse.Namespace) -> int:
                 }
             )
     if args.json:
-        _print_json({"graphs": rows})
+        print_json({"graphs": rows})
     else:
         for row in rows:
             print(f"{row['name']} [{row['origin']}] - {row.get('description') or row.get('error')}")
@@ -110,7 +112,7 @@ def cmd_graphs(args: argparse.Namespace) -> int:
 
 @command("schema")
 def cmd_schema(args: argparse.Namespace) -> int:
-    _print_json(graph_json_schema())
+    print_json(graph_json_schema())
     return 0
 
 
@@ -132,16 +134,16 @@ def default_tasks(graph: Graph) -> list[str]:
 
 @command("play")
 def cmd_play(args: argparse.Namespace) -> int:
-    if args.step_budget is not None and args.step_budget < 1:
-        raise UserInputError(f"--step-budget must be >= 1 (got {args.step_budget})")
     registry = _registry()
     graph = resolve_graph(registry, args.graph)
+    if args.task:
+        check_tasks(registry, graph, [args.task], field="--task")
     task = args.task or default_tasks(graph)[0]
     seed = episode_seed(args.seed, task, args.episode)
     spec = EpisodeSpec(0, task, args.episode, seed, key=f"play:{task}:{args.episode}")
     env = registry.local_instance(graph.env.nodeset) if graph.env else None
     wiring = EpisodeWiring(resolver=registry, env=env)
-    options = EpisodeOptions(step_budget_override=args.step_budget)
+    options = _play_options(args)
 
     async def go() -> Any:
         try:
@@ -151,7 +153,7 @@ def cmd_play(args: argparse.Namespace) -> int:
 
     result = asyncio.run(go())
     if args.json:
-        _print_json(result.model_dump(mode="json"))
+        print_json(result.model_dump(mode="json"))
     else:
         print(
             f"{graph.name} task={task} episode={args.episode} seed={seed}: {result.status}, "
@@ -161,7 +163,24 @@ def cmd_play(args: argparse.Namespace) -> int:
             print(f"  {key} = {value}")
         if result.error:
             print(f"  error: {result.error}")
-    return 0 if result.status == "completed" else 3
+    return exit_codes.OK if result.status == "completed" else exit_codes.EPISODE_ERRORS
+
+
+def _play_options(args: argparse.Namespace) -> EpisodeOptions:
+    """The episode's budget and wall-clock limits, as a batch run would set them."""
+    if args.step_budget is not None and args.step_budget < 1:
+        raise UserInputError(f"--step-budget must be >= 1 (got {args.step_budget})")
+    for flag, value in (
+        ("--per-step-timeout", args.per_step_timeout),
+        ("--episode-timeout", args.episode_timeout),
+    ):
+        if value is not None and not 0 < value < float("inf"):
+            raise UserInputError(f"{flag} must be a number of seconds > 0 (got {value})")
+    return EpisodeOptions(
+        step_budget_override=args.step_budget,
+        per_step_timeout_s=args.per_step_timeout,
+        episode_timeout_s=args.episode_timeout,
+    )
 
 
 class _Parser(argparse.ArgumentParser):
@@ -172,7 +191,12 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="agentcanvas", description=__doc__)
+    parser = _Parser(
+        prog="agentcanvas",
+        description=__doc__,
+        epilog=exit_codes.EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("nodesets", help="list discovered node sets and node types")
     p.add_argument("--json", action="store_true")
@@ -183,12 +207,23 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("schema", help="print the graph format's JSON Schema")
     p = sub.add_parser("validate", help="schema + semantic checks of a graph (name or path)")
     p.add_argument("graph")
-    p = sub.add_parser("play", help="run one episode in-process, like canvas Play")
+    p = sub.add_parser(
+        "play",
+        help="run one episode in-process, like canvas Play",
+        epilog=exit_codes.EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("graph")
     p.add_argument("--episode", type=int, default=0, help="episode_index (default 0)")
     p.add_argument("--task", help="task id (default: the graph's first task)")
     p.add_argument("--seed", type=int, default=0, help="run seed (default 0)")
     p.add_argument("--step-budget", type=int, help="override the step budget (>= 1)")
+    p.add_argument(
+        "--per-step-timeout", type=float, default=10.0, help="deadline of each node call, s"
+    )
+    p.add_argument(
+        "--episode-timeout", type=float, help="episode limit, s (default: budget × per-step)"
+    )
     p.add_argument("--json", action="store_true", help="print the episode record as JSON")
     for extend in _EXTENSIONS:
         extend(sub)
@@ -215,16 +250,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     _load_extensions()
     try:
         args = _parser().parse_args(argv)
-        return _COMMANDS[args.command](args)
+        code = _COMMANDS[args.command](args)
+        sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
+        return code
     except UserInputError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return exit_codes.USAGE
     except AgentCanvasError as exc:
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 2
+        return exit_codes.RUN_FAILED
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        return 130
+        return exit_codes.INTERRUPTED
+    except BrokenPipeError:
+        # The reader went away (`| head`): stop quietly. Later writes, including the flush
+        # at exit, go to /dev/null instead of printing a traceback.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return exit_codes.BROKEN_PIPE
 
 
 if __name__ == "__main__":  # run as `python -m agentcanvas.cli`: use the imported module's

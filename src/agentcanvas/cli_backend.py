@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import socket
 import sys
@@ -14,8 +13,9 @@ import httpx
 import psutil
 import uvicorn
 
+from agentcanvas import exit_codes
 from agentcanvas.api.security import is_loopback
-from agentcanvas.cli import command
+from agentcanvas.cli import command, print_json
 from agentcanvas.errors import ConfigError, UserInputError
 from agentcanvas.paths import workspace_dir
 from agentcanvas.scheduler.settings import AdmissionSettings
@@ -110,8 +110,14 @@ def cmd_submit(args: argparse.Namespace) -> int:
         body["tasks"] = [t.strip() for t in args.tasks.split(",")]
     if args.step_budget is not None:
         body["step_budget"] = args.step_budget
+    if args.max_errors is not None:
+        from agentcanvas.cli_eval import parse_max_errors
+
+        body["max_errors"] = parse_max_errors(args.max_errors)
+    if args.episode_timeout is not None:
+        body["episode_timeout_s"] = args.episode_timeout
     started = _call(args, "POST", "/api/eval/v2/start", json=body)
-    print(json.dumps(started))
+    print_json(started, indent=None)
     if not args.follow:
         return 0
     return _follow(args, started["run_id"])
@@ -129,8 +135,9 @@ def _follow(args: argparse.Namespace, run_id: str) -> int:
             print(line, file=sys.stderr, flush=True)
             last = line
         if summary["status"] in ("completed", "failed", "cancelled", "aborted"):
-            print(json.dumps({k: v for k, v in summary.items() if k != "episodes"}, indent=1))
-            return 0 if summary["status"] == "completed" else 1
+            print_json({k: v for k, v in summary.items() if k != "episodes"}, indent=1)
+            verdict = (summary.get("health") or {}).get("verdict", "unknown")
+            return exit_codes.for_run(summary["status"], verdict)
         time.sleep(FOLLOW_POLL_S)
 
 
@@ -138,14 +145,16 @@ def _follow(args: argparse.Namespace, run_id: str) -> int:
 def cmd_runs(args: argparse.Namespace) -> int:
     listing = _call(args, "GET", "/api/eval/v2/runs", params={"limit": args.limit})
     if args.json:
-        print(json.dumps(listing, indent=1))
+        print_json(listing, indent=1)
         return 0
     for run in listing["runs"]:
         sr = run.get("success_rate")
+        health = run.get("health") or {}
         print(
             f"{run['run_id']}  {run['status']:<10} {run['graph_name']:<20} "
             f"{run.get('episodes_done', 0)}/{run.get('episodes_total', 0)}  "
-            f"SR {'-' if sr is None else f'{sr:.3f}'}"
+            f"SR {'-' if sr is None else f'{sr:.3f}'}  "
+            f"health {health.get('verdict', '-')} ({health.get('error_count', '-')} errors)"
         )
     return 0
 
@@ -154,19 +163,19 @@ def cmd_runs(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     summary = _call(args, "GET", f"/api/eval/v2/status/{args.run_id}")
     shown = summary if args.full else {k: v for k, v in summary.items() if k != "episodes"}
-    print(json.dumps(shown, indent=1))
+    print_json(shown, indent=1)
     return 0
 
 
 @command("cancel")
 def cmd_cancel(args: argparse.Namespace) -> int:
-    print(json.dumps(_call(args, "POST", f"/api/eval/v2/cancel/{args.run_id}")))
+    print_json(_call(args, "POST", f"/api/eval/v2/cancel/{args.run_id}"), indent=None)
     return 0
 
 
 @command("resume")
 def cmd_resume(args: argparse.Namespace) -> int:
-    print(json.dumps(_call(args, "POST", f"/api/eval/v2/resume/{args.run_id}")))
+    print_json(_call(args, "POST", f"/api/eval/v2/resume/{args.run_id}"), indent=None)
     return _follow(args, args.run_id) if args.follow else 0
 
 
@@ -195,7 +204,12 @@ def extend_parser(sub: Any) -> None:
         "(or AGENTCANVAS_VRAM_CAPACITY_MB)",
     )
     url_help = f"backend URL (default {DEFAULT_URL})"
-    p = sub.add_parser("submit", help="queue a run on the backend")
+    p = sub.add_parser(
+        "submit",
+        help="queue a run on the backend",
+        epilog=exit_codes.EPILOG + "\n  (without --follow: 0 once the run is queued)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("graph")
     p.add_argument("-n", "--episodes", type=int, default=10)
     p.add_argument("-w", "--workers", type=int, default=1)
@@ -204,6 +218,8 @@ def extend_parser(sub: Any) -> None:
     p.add_argument("--step-budget", type=int)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--priority", type=int, default=0)
+    p.add_argument("--max-errors", metavar="N|FRACTION", help="error budget (see eval --help)")
+    p.add_argument("--episode-timeout", type=float, help="wall-clock limit per episode, s")
     p.add_argument("--follow", action="store_true", help="follow progress until the run ends")
     p.add_argument("--url", default=DEFAULT_URL, help=url_help)
     p = sub.add_parser("runs", help="list runs on the backend")

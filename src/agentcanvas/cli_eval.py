@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import sys
 from typing import Any
 
 from pydantic import ValidationError
@@ -13,11 +11,13 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from agentcanvas.cli import _registry, command, resolve_graph
+from agentcanvas import exit_codes
+from agentcanvas.cli import _registry, command, print_json, resolve_graph
 from agentcanvas.errors import ConfigError
 from agentcanvas.eval.config import EvalConfig, EvalRun
 from agentcanvas.eval.foreground import ForegroundRun, run_foreground
 from agentcanvas.eval.invariance import diff_runs
+from agentcanvas.eval.tasks import check_tasks
 
 stderr = Console(stderr=True)
 
@@ -33,7 +33,19 @@ def add_eval_arguments(p: argparse.ArgumentParser) -> None:
         "--per-step-timeout",
         type=float,
         default=10.0,
-        help="wall-clock safety net per step, seconds",
+        help="deadline of each node call, seconds (a wall-clock safety net)",
+    )
+    p.add_argument(
+        "--episode-timeout",
+        type=float,
+        help="wall-clock limit per episode, seconds (default: step budget × per-step timeout)",
+    )
+    p.add_argument(
+        "--max-errors",
+        metavar="N|FRACTION",
+        help="stop the run (status failed, exit 2) once more than N episodes, or more than "
+        "this fraction (0 < f < 1) of the run's episodes, end in error, exception, timeout "
+        "or no_verdict (default: never stop; the health verdict reports them)",
     )
     p.add_argument("--save-frames", action="store_true", help="save frames as PNG assets")
 
@@ -50,11 +62,29 @@ def build_config(args: argparse.Namespace, graph_name: str, workers: int) -> Eva
             step_budget=args.step_budget,
             seed=args.seed,
             per_step_timeout_s=args.per_step_timeout,
+            episode_timeout_s=args.episode_timeout,
+            max_errors=parse_max_errors(args.max_errors),
             save_frames=args.save_frames,
         )
     except ValidationError as exc:
         item = exc.errors()[0]
         raise ConfigError(f"field '{'.'.join(map(str, item['loc']))}': {item['msg']}") from exc
+
+
+def parse_max_errors(text: str | None) -> int | float | None:
+    """``--max-errors``: a whole number is a count, a decimal a fraction."""
+    if text is None:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError as exc:
+        raise ConfigError(
+            f"--max-errors: expected a count (e.g. 3) or a fraction (e.g. 0.2), got {text!r}"
+        ) from exc
 
 
 class _ProgressView:
@@ -84,6 +114,7 @@ def _run(args: argparse.Namespace, workers: int, label: str) -> ForegroundRun:
     registry = _registry()
     graph = resolve_graph(registry, args.graph)
     config = build_config(args, graph.name, workers)
+    check_tasks(registry, graph, config.tasks, field="--tasks")
     n_tasks = (
         len(config.tasks) if config.tasks else max(1, len(graph.env.tasks) if graph.env else 1)
     )
@@ -95,7 +126,8 @@ def _run(args: argparse.Namespace, workers: int, label: str) -> ForegroundRun:
 def print_summary(run: EvalRun, where: str) -> None:
     table = Table(
         title=f"{run.graph_name} - {run.episodes_done}/{run.episodes_total} episodes, "
-        f"{run.config.worker_count} worker(s), status {run.status}"
+        f"{run.config.worker_count} worker(s), status {run.status}, "
+        f"health {run.health.verdict} ({run.health.error_count} errors)"
     )
     for col in ("metric", "mean", "95% interval", "n", "method"):
         table.add_column(col)
@@ -118,6 +150,12 @@ def print_summary(run: EvalRun, where: str) -> None:
         )
     stderr.print(by_task)
     stderr.print(f"status counts: {run.status_counts}")
+    health = run.health
+    style = "green" if health.verdict == "clean" else "bold red"
+    stderr.print(
+        f"[{style}]health: {health.verdict}, {health.error_count} error episode(s)"
+        + (f" - {health.reason}" if health.reason else "")
+    )
     errors = [e for e in run.episodes if e.status != "completed"]
     for ep in errors[:20]:
         stderr.print(
@@ -131,11 +169,12 @@ def print_summary(run: EvalRun, where: str) -> None:
 @command("eval")
 def cmd_eval(args: argparse.Namespace) -> int:
     result = _run(args, args.workers, f"eval w={args.workers}")
+    summary = result.summary
     if args.json:
-        sys.stdout.write(json.dumps(result.summary.model_dump(mode="json"), indent=1) + "\n")
+        print_json(summary.model_dump(mode="json"), indent=1)
     else:
-        print_summary(result.summary, str(result.run_dir.root))
-    return 0 if result.summary.status == "completed" else 1
+        print_summary(summary, str(result.run_dir.root))
+    return exit_codes.for_run(summary.status, summary.health.verdict)
 
 
 @command("verify-invariance")
@@ -160,8 +199,15 @@ def cmd_verify(args: argparse.Namespace) -> int:
         else:
             print(f"identical ({label}): {base.episodes_done} episodes, aggregates equal")
     for r in runs:
-        print(f"  run {r.run_id} (w={r.summary.config.worker_count}): {r.run_dir.root}")
-    return 1 if failed else 0
+        health = r.summary.health
+        print(
+            f"  run {r.run_id} (w={r.summary.config.worker_count}): {r.run_dir.root} "
+            f"[{r.summary.status}, health {health.verdict}, {health.error_count} errors]"
+        )
+    codes = [exit_codes.for_run(r.summary.status, r.summary.health.verdict) for r in runs]
+    if exit_codes.RUN_FAILED in codes:
+        return exit_codes.RUN_FAILED
+    return exit_codes.NOT_INVARIANT if failed else max(codes)
 
 
 @command("demo")
@@ -175,6 +221,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         step_budget=None,
         seed=0,
         per_step_timeout=10.0,
+        episode_timeout=None,
+        max_errors=None,
         save_frames=True,
         workers=2,
         json=False,
@@ -183,15 +231,18 @@ def cmd_demo(args: argparse.Namespace) -> int:
     result = _run(demo_args, 2, "demo")
     print_summary(result.summary, str(result.run_dir.root))
     print(f"run folder: {result.run_dir.root}")
-    return 0 if result.summary.status == "completed" else 1
+    return exit_codes.for_run(result.summary.status, result.summary.health.verdict)
 
 
 def extend_parser(sub: Any) -> None:
     sub.add_parser("demo", help="run the main job on built-in defaults")
-    p = sub.add_parser("eval", help="batch-evaluate a graph over many episodes")
+    codes = {"epilog": exit_codes.EPILOG, "formatter_class": argparse.RawDescriptionHelpFormatter}
+    p = sub.add_parser("eval", help="batch-evaluate a graph over many episodes", **codes)
     add_eval_arguments(p)
     p.add_argument("-w", "--workers", type=int, default=1, help="parallel workers (speed only)")
     p.add_argument("--json", action="store_true", help="print only the final summary JSON")
-    p = sub.add_parser("verify-invariance", help="run at several worker counts and diff results")
+    p = sub.add_parser(
+        "verify-invariance", help="run at several worker counts and diff results", **codes
+    )
     add_eval_arguments(p)
     p.add_argument("--workers", default="1,4", help="comma-separated worker counts (default 1,4)")

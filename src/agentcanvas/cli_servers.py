@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
-import sys
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
@@ -22,7 +20,7 @@ import httpx
 import psutil
 from pydantic import ValidationError
 
-from agentcanvas.cli import _registry, command
+from agentcanvas.cli import _registry, command, print_json
 from agentcanvas.errors import RunError, UserInputError
 from agentcanvas.eval.store import read_json
 from agentcanvas.paths import check_name, workspace_dir
@@ -128,7 +126,7 @@ def cmd_serve_nodeset(args: argparse.Namespace) -> int:
 def cmd_servers(args: argparse.Namespace) -> int:
     servers = recorded_servers(servers_dir())
     if args.json:
-        sys.stdout.write(json.dumps({"servers": [asdict(s) for s in servers]}, indent=2) + "\n")
+        print_json({"servers": [asdict(s) for s in servers]})
         return 0
     if not servers:
         print("no node-set servers recorded (start one with `agentcanvas serve-nodeset NAME`)")

@@ -83,3 +83,10 @@ class StateError(AgentCanvasError):
 
 class RunError(AgentCanvasError):
     """A run could not be set up, persisted or resumed."""
+
+
+def describe(exc: BaseException) -> str:
+    """``Type: message`` for an episode record — the type once, also when the message
+    already starts with it (an error relayed from a node-set server carries its type)."""
+    name, text = type(exc).__name__, str(exc)
+    return text if text.startswith(f"{name}: ") else f"{name}: {text}"

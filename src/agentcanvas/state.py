@@ -7,12 +7,12 @@ backend pushes subprocess progress to its WebSocket clients itself (JobScheduler
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from agentcanvas import jsontext
 from agentcanvas.api.progress import ProgressRelay
 from agentcanvas.api.runs import RunCache
 from agentcanvas.nodes.registry import WorkspaceComponentRegistry
@@ -68,7 +68,7 @@ class ProcessServices:
         """Queue ``event`` to every WebSocket client (never blocks the caller)."""
         if not self.ws_connections:
             return
-        text = json.dumps(event, default=str)
+        text = jsontext.dumps(event, default=str)
         for socket in list(self.ws_connections):
             queue = getattr(socket, "outbox", None)
             if queue is None:

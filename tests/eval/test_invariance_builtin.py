@@ -127,7 +127,7 @@ def test_a_worker_dependent_graph_fails_verify_invariance_with_a_diff(tmp_path: 
         "verify-invariance", "leaky_graph", "-n", "4", "--workers", "1,2", workspace=tmp_path
     )
 
-    assert proc.returncode == 1, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-4000:]}"
+    assert proc.returncode == 4, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-4000:]}"  # differ
     assert "Traceback" not in proc.stderr
     assert "DIFFER (workers 1 vs 2)" in proc.stdout
     # One worker served episodes 0-3 as its 1st-4th; with two, worker 1 starts again at 1.

@@ -229,17 +229,21 @@ async def test_timeout_keeps_partial_steps_and_withdraws_the_guarantee(
     registry: WorkspaceComponentRegistry, tmp_path: Path
 ) -> None:
     graph = make_graph("naps", act={"nap_at": 2, "nap_s": 60.0})
-    run = Run(registry, graph, tmp_path, episode_count=1, step_budget=4, per_step_timeout_s=0.25)
+    # The episode's limit (0.5 s) ends the nap before the call's own deadline (30 s) does.
+    run = Run(
+        registry, graph, tmp_path, episode_count=1, step_budget=4, per_step_timeout_s=30.0,
+        episode_timeout_s=0.5,
+    )
     started = time.perf_counter()
     summary = await run.execute()
     elapsed_s = time.perf_counter() - started
 
-    assert elapsed_s < 30.0, "the safety net (4 x 0.25 s) did not cut the 60 s nap short"
+    assert elapsed_s < 25.0, "the episode's safety net (0.5 s) did not cut the 60 s nap short"
     assert summary.status == "completed"
     assert_identity(summary, ["ok"], 1)
     (ep,) = summary.episodes
     assert ep.status == "timeout"
-    assert ep.error is not None and "timeout after 1 s" in ep.error
+    assert ep.error is not None and "timeout after 0.5 s" in ep.error
     assert ep.steps == 2  # iterations 0 and 1 finished before the policy fell asleep
     assert ep.metrics["steps"] == 2  # graphOut fired in iteration 2, before the nap ended it
     assert ep.metrics["score"] == (ep.seed % 1000) / 1000.0

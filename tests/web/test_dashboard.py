@@ -395,6 +395,7 @@ def test_finished_run_page(live_backend: Backend, finished_runs: dict[str, str],
     assert page.locator("svg.graph path.edge.next").count() == 1  # nav.action → env.action
     assert page.locator("#task-chart svg .whisker").count() == 2
     assert "guaranteed" in page.locator("#determinism").inner_text()
+    assert page.locator("#run-health").inner_text().startswith("health: clean")
     for which in ("stdout", "stderr"):
         href = page.get_attribute(f".run-header a:text('{which}.log')", "href")
         assert httpx.get(live_backend.url + href, timeout=10).status_code == 200

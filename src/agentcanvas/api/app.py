@@ -31,6 +31,7 @@ from .error_handlers import install_error_handlers
 from .limits import BodyLimitMiddleware
 from .progress import POLL_S
 from .security import GuardMiddleware
+from .strict_json import StrictJSONResponse
 from .web_mount import web_mount
 
 log = logging.getLogger(__name__)
@@ -156,7 +157,12 @@ def create_app(
             svc.scheduler.shutdown()
             await svc.registry.shutdown_all()
 
-    app = FastAPI(title="AgentCanvas Batch Eval", version="0.1.0", lifespan=lifespan)
+    app = FastAPI(
+        title="AgentCanvas Batch Eval",
+        version="0.1.0",
+        lifespan=lifespan,
+        default_response_class=StrictJSONResponse,
+    )
     app.add_middleware(BodyLimitMiddleware)
     app.add_middleware(GuardMiddleware, allowed_hosts=allowed_hosts or set(), token=token)
     app.include_router(eval_api.router)

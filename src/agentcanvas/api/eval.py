@@ -12,10 +12,12 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse
 from pydantic import BaseModel, Field, ValidationError
 
-from agentcanvas.errors import StateError, UserInputError
-from agentcanvas.eval.config import EvalConfig
+from agentcanvas.errors import ConfigError, StateError, UserInputError
+from agentcanvas.eval import health
+from agentcanvas.eval.config import EvalConfig, MaxErrors
 from agentcanvas.eval.foreground import run_foreground
 from agentcanvas.eval.store import RunDir, new_run_id, read_json
+from agentcanvas.eval.tasks import check_tasks
 from agentcanvas.graph.model import Graph
 from agentcanvas.nodes.registry import WorkspaceComponentRegistry
 from agentcanvas.paths import NAME_PATTERNS
@@ -55,6 +57,12 @@ class StartRequest(RequestModel):
     step_budget: StepBudget | None = None
     seed: JsonInt = Field(default=0, ge=0, le=MAX_SEED)
     per_step_timeout_s: float = Field(default=10.0, gt=0, le=86_400.0)
+    episode_timeout_s: float | None = Field(default=None, gt=0, le=86_400.0)
+    max_errors: MaxErrors = Field(
+        default=None,
+        description="Error budget: a count (>= 0) or a fraction (0 < f < 1) of the run's "
+        "episodes; past it the run stops with status failed. Default: never stop.",
+    )
     save_frames: bool = False
     via_subprocess: bool = True
     priority: JsonInt = Field(default=0, ge=-100, le=100)
@@ -86,6 +94,7 @@ async def start_eval_v2(body: StartRequest, request: Request) -> StartResponse:
         overlay = check_overlay(svc.workspace, body.active_workspace_dir)
         resolver = overlay_registry(svc.workspace, overlay)
     graph = resolver.load_graph(body.graph_name)
+    _check_tasks(resolver, graph, body.tasks)
     try:
         config = EvalConfig(**body.model_dump(include=set(EvalConfig.model_fields) - {"version"}))
     except ValidationError as exc:  # a rule of EvalConfig that StartRequest does not repeat
@@ -113,6 +122,17 @@ async def start_eval_v2(body: StartRequest, request: Request) -> StartResponse:
     run_id = svc.scheduler.submit(spec, urls)
     svc.request_tick()
     return StartResponse(run_id=run_id, status="queued", via_subprocess=True)
+
+
+def _check_tasks(
+    resolver: WorkspaceComponentRegistry, graph: Graph, tasks: list[str] | None
+) -> None:
+    """Unknown tasks are a 422 naming the valid ones, before anything is queued."""
+    try:
+        check_tasks(resolver, graph, tasks)
+    except ConfigError as exc:
+        error = {"loc": ("body", "tasks"), "msg": str(exc), "type": "value_error", "input": tasks}
+        raise RequestValidationError([error]) from exc
 
 
 async def _start_in_process(
@@ -147,6 +167,8 @@ async def status(
     full = svc.runs.summary(run_id)
     summary = runs.compact(full) if compact else dict(full)
     summary["waiting_reason"] = svc.scheduler.waiting_reasons.get(run_id)
+    if "health" not in summary:  # written by the scheduler, before any runner existed
+        summary["health"] = health.of_summary(summary).model_dump(mode="json")
     return summary
 
 

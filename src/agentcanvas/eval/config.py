@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    computed_field,
+    field_validator,
+)
 
+from agentcanvas.eval.health import RunHealth, assess
 from agentcanvas.eval.metrics import MetricAggregate
 
 RUN_FORMAT_VERSION: Literal[1] = 1
@@ -13,6 +22,31 @@ EpisodeStatus = Literal["completed", "timeout", "exception", "error", "no_verdic
 RunStatus = Literal["pending", "queued", "running", "completed", "failed", "cancelled", "aborted"]
 TERMINAL_RUN_STATUSES = ("completed", "failed", "cancelled", "aborted")
 MetricValue = float | int | bool | str | None
+
+
+def _max_errors_not_bool(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise ValueError("max_errors must be a count (>= 0) or a fraction (0 < f < 1)")
+    return value
+
+
+def _max_errors_range(value: int | float | None) -> int | float | None:
+    if isinstance(value, float) and not 0.0 < value < 1.0:
+        raise ValueError(
+            f"max_errors {value!r}: a fraction must be between 0 and 1 (exclusive); "
+            "a count must be a whole number"
+        )
+    if isinstance(value, int) and value < 0:
+        raise ValueError(f"max_errors {value}: a count must be >= 0")
+    return value
+
+
+MaxErrors = Annotated[
+    int | float | None,
+    BeforeValidator(_max_errors_not_bool),
+    AfterValidator(_max_errors_range),
+]
+"""An error budget: a count of error episodes (>= 0) or a fraction of the run (0 < f < 1)."""
 
 
 class EvalConfig(BaseModel):
@@ -34,6 +68,18 @@ class EvalConfig(BaseModel):
     seed: int = Field(default=0, ge=0, description="Run seed; episode seeds derive from it.")
     per_step_timeout_s: float = Field(
         default=10.0, gt=0, description="Wall-clock safety net per step (timeout = budget × this)."
+    )
+    episode_timeout_s: float | None = Field(
+        default=None,
+        gt=0,
+        allow_inf_nan=False,
+        description="Wall-clock safety net per episode; default: step budget × per_step_timeout_s.",
+    )
+    max_errors: MaxErrors = Field(
+        default=None,
+        description="Error budget: the run stops, status failed, once more episodes than this "
+        "end in error, exception, timeout or no_verdict. A count (>= 0) or a fraction of the "
+        "run's episodes (0 < f < 1). Default: never stop; the health verdict reports them.",
     )
     max_attempts: int = Field(
         default=2, ge=1, le=5, description="Attempts per episode when its env server dies."
@@ -105,3 +151,9 @@ class EvalRun(BaseModel):
     timings: dict[str, float | None] = Field(default_factory=dict)
     determinism: DeterminismInfo = Field(default_factory=DeterminismInfo)
     error: str | None = None
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def health(self) -> RunHealth:
+        """The run's health verdict (derived from status, status_counts and error)."""
+        return assess(self.status, self.status_counts, self.episodes_total, self.error)

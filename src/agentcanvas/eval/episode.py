@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentcanvas.errors import ServerDiedError, ServerTimeoutError
+from agentcanvas.errors import ServerDiedError, ServerTimeoutError, describe
 from agentcanvas.eval.config import EpisodeResult, EpisodeStatus
 from agentcanvas.graph.executor import (
     EpisodeContext,
@@ -29,6 +30,7 @@ from agentcanvas.graph.executor import (
 from agentcanvas.graph.loop_runner import LoopRunner
 from agentcanvas.graph.model import DEFAULT_STEP_BUDGET, Graph
 from agentcanvas.nodes.base import NodeSetHandle
+from agentcanvas.nodes.boundary import is_in_process
 from agentcanvas.nodes.manifest import LoadInfo
 
 
@@ -62,10 +64,19 @@ class EpisodeOptions:
 
     step_budget_override: int | None = None
     per_step_timeout_s: float = 10.0
+    episode_timeout_s: float | None = None
     render: bool = False
     log: FiringLog | None = None
     asset_dir: str = ""
     cancel: asyncio.Event | None = None
+
+
+def episode_timeout_s(options: EpisodeOptions, budget: int) -> float:
+    """The episode's wall-clock safety net: ``episode_timeout_s`` if set, else
+    ``budget × per_step_timeout_s``."""
+    if options.episode_timeout_s is not None:
+        return options.episode_timeout_s
+    return budget * options.per_step_timeout_s
 
 
 def resolve_step_budget(override: int | None, env_budget: int | None, graph: Graph) -> int:
@@ -91,6 +102,23 @@ async def set_episode(
     return await env.panel_episode(fields)
 
 
+async def _start(
+    env: NodeSetHandle, graph: Graph, spec: EpisodeSpec, options: EpisodeOptions
+) -> LoadInfo:
+    """set_episode; on an in-process env under the per-step deadline a server's call has."""
+    deadline = asyncio.timeout(options.per_step_timeout_s if is_in_process(env) else None)
+    try:
+        async with deadline:
+            return await set_episode(env, graph, spec, options.render)
+    except TimeoutError as exc:
+        if not deadline.expired():
+            raise
+        raise ServerTimeoutError(
+            f"in-process env {env.name!r} did not start the episode within "
+            f"{options.per_step_timeout_s:g} s (per-step timeout)"
+        ) from exc
+
+
 async def run_episode(
     graph: Graph, spec: EpisodeSpec, wiring: EpisodeWiring, options: EpisodeOptions
 ) -> EpisodeResult:
@@ -102,7 +130,7 @@ async def run_episode(
     )
     runner: LoopRunner | None = None
     try:
-        info = await set_episode(wiring.env, graph, spec, options.render) if wiring.env else None
+        info = await _start(wiring.env, graph, spec, options) if wiring.env else None
         if info is not None:
             result.episode_id, result.scene_id = info.episode_id, info.scene_id
             result.instruction = info.instruction
@@ -116,14 +144,14 @@ async def run_episode(
         runner = _make_runner(wiring, options)
         episode = EpisodeContext(spec.key, spec.seed, spec.task, options.asset_dir, wiring.client)
         status, outcome = await _run_guarded(runner, graph, episode, budget, options)
-        _fill(result, status, outcome, runner, budget * options.per_step_timeout_s)
+        _fill(result, status, outcome, runner, episode_timeout_s(options, budget))
     except ServerDiedError:
         raise  # the worker restarts the server and retries the episode
     except ServerTimeoutError as exc:  # a panel call hit its deadline: wall clock decided
-        result.status, result.error = "timeout", f"{type(exc).__name__}: {exc}"
+        result.status, result.error = "timeout", describe(exc)
         _harvest_partial(result, runner)
     except Exception as exc:  # a failure of the episode is data on its record
-        result.status, result.error = "exception", f"{type(exc).__name__}: {exc}"
+        result.status, result.error = "exception", describe(exc)
         _harvest_partial(result, runner)
     finally:
         result.duration_s = round(time.perf_counter() - started, 6)
@@ -133,11 +161,15 @@ async def run_episode(
 
 def _make_runner(wiring: EpisodeWiring, options: EpisodeOptions) -> LoopRunner:
     overrides = dict(wiring.env_panel_overrides)
+    # In-process node sets get the per-step deadline a server's calls have.
+    principles = dataclasses.replace(
+        wiring.principles, local_call_timeout_s=options.per_step_timeout_s
+    )
     return LoopRunner(
         wiring.resolver,
         env_panel_overrides=overrides,
         server_url_overrides=wiring.server_url_overrides,
-        principles=wiring.principles,
+        principles=principles,
         log=options.log,
         events=wiring.events,
     )
@@ -157,7 +189,7 @@ async def _run_guarded(
     if cancel_wait is not None:
         waits.add(cancel_wait)
     try:
-        timeout_s = budget * options.per_step_timeout_s
+        timeout_s = episode_timeout_s(options, budget)
         done, _ = await asyncio.wait(waits, timeout=timeout_s, return_when="FIRST_COMPLETED")
         if loop in done:
             return None, loop.result()

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from agentcanvas.errors import ConfigError, ServerDiedError
-from agentcanvas.eval import metrics
+from agentcanvas.eval import health, metrics
 from agentcanvas.eval.config import DeterminismInfo, EpisodeResult, EvalConfig, EvalRun
 from agentcanvas.eval.episode import (
     EpisodeOptions,
@@ -94,6 +94,8 @@ class BatchEvalRunner:
         self.results_lock = asyncio.Lock()
         self.cancel_event = asyncio.Event()
         self.aborted = False
+        self.stop_reason: str | None = None  # set when the error budget (max_errors) is spent
+        self._errors = sum(r.status in health.ERROR_STATUSES for r in previous)
         self._last_full_refresh = 0.0
         self.run = EvalRun(
             run_id=run_id,
@@ -127,7 +129,9 @@ class BatchEvalRunner:
                 for index in chunk:
                     queue.put_nowait(index)
                 group.create_task(self._worker(pool, worker_id, queue))
-        if self.cancel_event.is_set():
+        if self.stop_reason is not None:
+            self.run.status, self.run.error = "failed", self.stop_reason
+        elif self.cancel_event.is_set():
             self.run.status = "aborted" if self.aborted else "cancelled"
         else:
             self.run.status = "completed"
@@ -225,6 +229,7 @@ class BatchEvalRunner:
         options = EpisodeOptions(
             step_budget_override=self.config.step_budget,
             per_step_timeout_s=self.config.per_step_timeout_s,
+            episode_timeout_s=self.config.episode_timeout_s,
             render=self.config.save_frames,
             log=_EpisodeLog(log_path) if self.config.record_log else None,
             asset_dir=str(self.run_dir.episode_assets_dir(spec.index))
@@ -246,6 +251,7 @@ class BatchEvalRunner:
     async def _record(self, result: EpisodeResult) -> None:
         async with self.results_lock:
             self.results[result.index] = result
+            self._spend_error_budget(result)
             now = time.monotonic()
             full = (
                 len(self.results) <= FULL_REFRESH_MAX_EPISODES
@@ -272,6 +278,16 @@ class BatchEvalRunner:
                 "success_rate": _mean(self.run, "success"),
             }
         )
+
+    def _spend_error_budget(self, result: EpisodeResult) -> None:
+        """Count an error episode; past ``max_errors`` the run stops (status ``failed``)."""
+        self._errors += result.status in health.ERROR_STATUSES
+        reason = health.error_budget_exceeded(
+            self.config.max_errors, self._errors, len(self.specs)
+        )
+        if reason is not None and self.stop_reason is None:
+            self.stop_reason = reason
+            self.cancel_event.set()  # episodes in flight end as cancelled
 
     def _persist(self, result: EpisodeResult, full: bool) -> None:
         atomic_write_json(

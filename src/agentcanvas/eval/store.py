@@ -16,7 +16,6 @@ Filesystem errors are translated into :class:`~agentcanvas.errors.RunError` nami
 from __future__ import annotations
 
 import json
-import math
 import os
 import secrets
 from collections.abc import Mapping
@@ -25,6 +24,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Final
 
+from agentcanvas import jsontext
 from agentcanvas.errors import RunError, UnsafeNameError
 from agentcanvas.paths import check_name
 
@@ -87,29 +87,12 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         raise
 
 
-def _finite_or_none(obj: Any) -> Any:
-    """A copy of ``obj`` with every non-finite float replaced by None (JSON has no NaN)."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, Mapping):
-        return {key: _finite_or_none(value) for key, value in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_finite_or_none(value) for value in obj]
-    return obj
-
-
 def _dumps(path: Path, obj: Any, *, indent: int | None) -> str:
-    separators = (",", ": ") if indent is not None else (",", ":")
     try:
-        return json.dumps(
-            _finite_or_none(obj),
-            indent=indent,
-            separators=separators,
-            ensure_ascii=False,
-            allow_nan=False,
-        )
+        text = jsontext.dumps(obj, indent=indent, ensure_ascii=False, compact=indent is None)
     except (TypeError, ValueError) as exc:
         raise RunError(f"cannot encode JSON for {str(path)!r}: {exc}") from exc
+    return text
 
 
 def atomic_write_json(path: Path, obj: Any) -> None:

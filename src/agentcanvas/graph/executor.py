@@ -18,11 +18,12 @@ from typing import Any, Literal, Protocol
 import numpy as np
 
 from agentcanvas.assets import save_frame
-from agentcanvas.errors import ConfigError, ServerTimeoutError
+from agentcanvas.errors import ConfigError, ServerTimeoutError, describe
 from agentcanvas.graph.model import DEFAULT_STEP_BUDGET, GRAPH_SCOPE_ID, Graph, Node
 from agentcanvas.graph.ready import ReadySet, same_iteration_deps
 from agentcanvas.graph.summarize import summarize
 from agentcanvas.nodes.base import CallContext, NodeSetHandle
+from agentcanvas.nodes.boundary import needs_local_deadline, with_boundary
 from agentcanvas.nodes.manifest import NodeTypeSpec
 
 GRAPH_OUT_TYPE = "core.graphOut"
@@ -46,9 +47,15 @@ class FiringLog(Protocol):
 
 @dataclass(frozen=True)
 class ExecutionPrinciples:
-    """Run-wide switches. Batch eval suppresses per-node UI events."""
+    """Run-wide switches. Batch eval suppresses per-node UI events.
+
+    ``local_call_timeout_s`` is the deadline of a call to an in-process node set (a server's
+    call has its own): past it the call is abandoned and the node timed out, exactly as when
+    a server's call misses its deadline.
+    """
 
     suppress_nav_events: bool = False
+    local_call_timeout_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -103,6 +110,9 @@ class GraphExecutor:
         self._deps = same_iteration_deps(graph)
         self._specs = {n.id: resolver.node_spec(n.type) for n in graph.nodes}
         self._handles = {ns: self._handle(ns) for ns in graph.nodesets()}
+        self._local_deadlines = {
+            n.id for n in graph.nodes if needs_local_deadline(self._handles[n.nodeset], n.node_name)
+        }
         self.status: ExecStatus = "running"
         self.steps = 0
         self.done_signalled = False
@@ -117,8 +127,8 @@ class GraphExecutor:
 
     def _handle(self, nodeset: str) -> NodeSetHandle:
         if nodeset in self.env_panel_overrides:
-            return self.env_panel_overrides[nodeset]
-        return self._resolver.handle_for(nodeset, self.get_server_url(nodeset))
+            return with_boundary(self.env_panel_overrides[nodeset])
+        return with_boundary(self._resolver.handle_for(nodeset, self.get_server_url(nodeset)))
 
     def resolve_step_budget(self) -> int:
         """step_budget_override → graph.step_budget → DEFAULT_STEP_BUDGET."""
@@ -264,16 +274,14 @@ class GraphExecutor:
         )
         started = time.perf_counter()
         try:
-            result = await self._handles[node.nodeset].call(
-                node.node_name, node.config, inputs, ctx
-            )
+            result = await self._call(node, inputs, ctx)
         except asyncio.CancelledError:
             raise
         except ServerTimeoutError as exc:  # wall clock decided: the episode is a timeout
             self.timed_out.append(node.id)
-            result = {"error": f"{type(exc).__name__}: {exc}"}
+            result = {"error": describe(exc)}
         except Exception as exc:  # a node's failure is data in the ledger, never an escape
-            result = {"error": f"{type(exc).__name__}: {exc}"}
+            result = {"error": describe(exc)}
         latency_ms = (time.perf_counter() - started) * 1000.0
         if "error" in result and spec.output("error") is None:
             self.node_errors[node.id] = f"{node.type}: {result['error']}"
@@ -288,6 +296,24 @@ class GraphExecutor:
             self.done_signalled = True
         self._record(step, node.id, "ok", latency_ms, inputs, result, None)
         return result
+
+    async def _call(self, node: Node, inputs: dict[str, Any], ctx: CallContext) -> dict[str, Any]:
+        """One node call; an in-process one under ``principles.local_call_timeout_s``."""
+        handle = self._handles[node.nodeset]
+        timeout_s = self.principles.local_call_timeout_s
+        if timeout_s is None or node.id not in self._local_deadlines:
+            return await handle.call(node.node_name, node.config, inputs, ctx)
+        deadline = asyncio.timeout(timeout_s)
+        try:
+            async with deadline:
+                return await handle.call(node.node_name, node.config, inputs, ctx)
+        except TimeoutError as exc:
+            if not deadline.expired():
+                raise
+            raise ServerTimeoutError(
+                f"in-process node set {node.nodeset!r} did not return {node.node_name!r} "
+                f"within {timeout_s:g} s (per-step timeout); the call was abandoned"
+            ) from exc
 
     def _record(
         self,

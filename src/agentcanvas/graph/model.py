@@ -12,6 +12,7 @@ See ``docs/graph-format.md`` for the prose version with examples.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -26,6 +27,7 @@ from pydantic import (
     model_validator,
 )
 
+from agentcanvas import jsontext
 from agentcanvas.errors import GraphFormatError
 
 GRAPH_FORMAT_VERSION: Literal[1] = 1
@@ -165,7 +167,7 @@ class Graph(_Strict):
         return list(dict.fromkeys(node.nodeset for node in self.nodes))
 
     def to_json(self) -> str:
-        return json.dumps(self.model_dump(mode="json", exclude_defaults=False), indent=2) + "\n"
+        return jsontext.dumps(self.model_dump(mode="json", exclude_defaults=False), indent=2) + "\n"
 
 
 def graph_json_schema() -> dict[str, Any]:
@@ -192,6 +194,17 @@ def parse_graph(data: Any, source: str = "graph") -> Graph:
         raise GraphFormatError(_describe(exc, source)) from exc
 
 
+def _not_json(path: Path) -> Callable[[str], Any]:
+    """``json.loads`` takes NaN and Infinity; a graph file must be strict JSON."""
+
+    def refuse(name: str) -> Any:
+        raise GraphFormatError(
+            f"{path}: not valid JSON: {name} is not a JSON number (use a finite number or null)"
+        )
+
+    return refuse
+
+
 def load_graph_file(path: Path) -> Graph:
     """Read and validate a graph JSON file."""
     try:
@@ -199,7 +212,7 @@ def load_graph_file(path: Path) -> Graph:
     except OSError as exc:
         raise GraphFormatError(f"{path}: cannot read the graph file ({exc.strerror})") from exc
     try:
-        data = json.loads(text)
+        data = json.loads(text, parse_constant=_not_json(path))
     except json.JSONDecodeError as exc:
         raise GraphFormatError(
             f"{path}: not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"

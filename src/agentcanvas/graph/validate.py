@@ -6,12 +6,15 @@ spawned — never a silent no-op at run time (the design note's § 7 seam).
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Callable
+from typing import Any
 
 from agentcanvas.errors import GraphValidationError, UserInputError
 from agentcanvas.graph.model import GRAPH_SCOPE_ID, Edge, Graph, Node
 from agentcanvas.graph.ready import find_cycle
-from agentcanvas.nodes.manifest import NodeSetManifest, NodeTypeSpec
+from agentcanvas.nodes.manifest import FieldSpec, NodeSetManifest, NodeTypeSpec
 
 ManifestLookup = Callable[[str], NodeSetManifest | None]
 ConfigCheck = Callable[[Node], None]
@@ -140,7 +143,52 @@ def _check_env(graph: Graph, manifests: ManifestLookup, problems: list[str]) -> 
     if manifest is None or manifest.panel is None:
         problems.append(f"env.nodeset '{graph.env.nodeset}' is not an environment node set")
         return
-    for name in graph.env.fields:
-        if manifest.panel.field(name) is None:
+    for name, value in graph.env.fields.items():
+        spec = manifest.panel.field(name)
+        if spec is None:
             fields = ", ".join(f.name for f in manifest.panel.fields)
             problems.append(f"env.fields: '{name}' is not a panel field (fields: {fields})")
+            continue
+        problem = field_value_problem(spec, value)
+        if problem is not None:
+            problems.append(f"env.fields: '{name}' {problem}")
+
+
+def field_value_problem(spec: FieldSpec, value: Any) -> str | None:
+    """Why ``value`` does not fit a panel field of ``spec.kind``; None when it does.
+
+    ``int``: a whole number; ``float``: a finite number; ``bool``: true/false; ``str``: a
+    string; ``choice``: one of the declared choices (a cascading field, whose choices depend
+    on another field, takes a string or a number and is checked by the panel).
+    """
+    got = f"got {json.dumps(value, default=str)} (a {_json_type(value)})"
+    if spec.kind == "int" and (isinstance(value, bool) or not isinstance(value, int)):
+        return f"is an int field; {got}"
+    if spec.kind == "float" and (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+    ):
+        return f"is a float field (a finite number); {got}"
+    if spec.kind == "bool" and not isinstance(value, bool):
+        return f"is a bool field (true or false); {got}"
+    if spec.kind == "str" and not isinstance(value, str):
+        return f"is a str field; {got}"
+    if spec.kind == "choice":
+        if spec.choices is not None and value not in spec.choices:
+            return f"is a choice field: {json.dumps(value)} is not one of {spec.choices}"
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            return f"is a choice field (a string or a number); {got}"
+    return None
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "list" if isinstance(value, list) else "object"

@@ -16,7 +16,6 @@ returning ``{"error": "..."}``. See ``docs/nodesets.md``.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import json
 from collections.abc import Callable, Mapping
@@ -26,6 +25,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ValidationError
 
 from agentcanvas.errors import NodeSetError, UserInputError
+from agentcanvas.nodes.blocking import run_blocking
 from agentcanvas.nodes.manifest import (
     LoadInfo,
     NodeSetManifest,
@@ -285,7 +285,7 @@ class LocalNodeSet:
             result = await definition.fn(inputs, config, self.state, ctx)
             return _as_result(result, self.name, node_name)
         if definition.spec.blocking:
-            return await asyncio.to_thread(self.call_sync, node_name, config, inputs, ctx)
+            return await run_blocking(self.call_sync, node_name, config, inputs, ctx)
         return self.call_sync(node_name, config, inputs, ctx)
 
     def _panel(self) -> Panel:
@@ -297,14 +297,14 @@ class LocalNodeSet:
         return self._panel().on_field_change(field_name, value)
 
     async def panel_action(self, action: str) -> dict[str, Any]:
-        return await asyncio.to_thread(self._panel().on_action, action)
+        return await run_blocking(self._panel().on_action, action)
 
     async def panel_load(self) -> LoadInfo:
         return self._panel().on_load()
 
     async def panel_episode(self, fields: list[tuple[str, Any]]) -> LoadInfo:
         """``reset``, set ``fields`` in order, ``play``, ``on_load`` — one round trip."""
-        return await asyncio.to_thread(start_episode, self._panel(), fields)
+        return await run_blocking(start_episode, self._panel(), fields)
 
     async def determinism(self) -> dict[str, str]:
         """Per-node determinism modes (e.g. ``{"embed": "padded"}``) of this instance."""

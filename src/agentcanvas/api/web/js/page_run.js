@@ -81,7 +81,18 @@ function outcomeBlock(summary, showEpisodes) {
     stat("task failures (success = 0)", failures, "failure", "outcome:failure"),
     stat("errors (did not complete)", errorTotal, "error", "outcome:error"),
     errors.length ? h("p", { class: "error-breakdown" }, "errors by status: ",
-      errors.map(([status, n]) => `${status} ${n}`).join(" · ")) : null);
+      errors.map(([status, n]) => `${status} ${n}`).join(" · ")) : null,
+    healthLine(summary.health));
+}
+
+// The run's health verdict: a run with errors never looks like a clean one.
+function healthLine(health) {
+  if (!health) return null;
+  const kind = health.verdict === "clean" ? "st-completed"
+    : health.verdict === "in_progress" ? "st-running" : "st-failed";
+  return h("p", { class: "health", id: "run-health" },
+    h("span", { class: `badge ${kind}` }, `health: ${health.verdict}`),
+    health.reason ? ` ${health.reason}` : "");
 }
 
 function taskRows(summary, metric) {
