@@ -398,3 +398,29 @@ async def test_graph_json_is_frozen_at_construction(
         (workspace / "graphs" / "tgraph.json").write_text(make_graph().to_json(), encoding="utf-8")
     assert read_json(tmp_path / "graph.json") == original
     assert summary.episodes[0].metrics["label"] == "v1"
+
+
+async def test_a_resumed_runner_runs_only_the_missing_episodes_and_ends_equal(
+    registry: WorkspaceComponentRegistry, three_workers: tuple[EvalRun, Recorder],
+    tmp_path: Path,
+) -> None:
+    uninterrupted, _ = three_workers
+    kept = [uninterrupted.episodes[i] for i in (4, 0, 2)]
+    run_dir = RunDir(tmp_path)
+    recorder = Recorder(run_dir)
+    config = EvalConfig(graph_name="tgraph", episode_count=N_PER_TASK, worker_count=2, seed=11)
+    runner = BatchEvalRunner(registry, registry.load_graph("tgraph"), config, run_dir,
+                             run_id="20260101_000000", broadcast=recorder, previous=kept)
+    # The index starts with the kept results, sorted by index.
+    assert [r["index"] for r in read_jsonl(run_dir.episodes_index_path).records] == [0, 2, 4]
+    resumed = await asyncio.wait_for(runner.execute(), RUN_DEADLINE_S)
+    assert sorted(recorder.completion_order()) == [1, 3, 5]
+    assert [s.episodes_done for s in recorder.on_disk] == [4, 5, 6]
+    assert [e.identity() for e in resumed.episodes] == [
+        e.identity() for e in uninterrupted.episodes
+    ]
+    assert resumed.aggregate_metrics == uninterrupted.aggregate_metrics
+    assert resumed.aggregate_by_task == uninterrupted.aggregate_by_task
+    on_disk = read_json(run_dir.summary_path)
+    assert on_disk["episodes_complete"] and on_disk["episodes_aggregated"] == N_TOTAL
+    assert list(records.read_index(run_dir).records) == on_disk["episodes"]
