@@ -41,8 +41,13 @@ def record(index: int, *, flipped: bool = False) -> EpisodeResult:
     success = (index % 3 != 0) != (flipped and index % 7 == 0)
     status = "exception" if index % 500 == 499 else "completed"
     return EpisodeResult(
-        index=index, task=task, episode_index=index % (N_TOTAL // 2), seed=index * 31 + 7,
-        status=status, steps=index % 40, duration_s=0.01,
+        index=index,
+        task=task,
+        episode_index=index % (N_TOTAL // 2),
+        seed=index * 31 + 7,
+        status=status,
+        steps=index % 40,
+        duration_s=0.01,
         metrics={"success": success, "steps": index % 40},
         error="RuntimeError: boom" if status != "completed" else None,
     )
@@ -56,9 +61,14 @@ def write_run(runs: Path, run_id: str, results: list[EpisodeResult], final: bool
         append_record(run_dir, result)
     config = EvalConfig(graph_name="babyai_oracle", episode_count=N_TOTAL // 2, worker_count=4)
     summary = EvalRun(
-        run_id=run_id, graph_name="babyai_oracle", config=config, episodes_total=N_TOTAL,
-        episodes_done=len(results), status_counts=metrics.status_counts(results),
-        status="completed" if final else "running", episodes_complete=final,
+        run_id=run_id,
+        graph_name="babyai_oracle",
+        config=config,
+        episodes_total=N_TOTAL,
+        episodes_done=len(results),
+        status_counts=metrics.status_counts(results),
+        status="completed" if final else "running",
+        episodes_complete=final,
         episodes=results if final else [],
         aggregate_metrics=metrics.aggregate_metrics(results),
         episodes_aggregated=len(results),

@@ -146,8 +146,11 @@ def test_episode_records_follow_the_summary_once_complete_else_the_index(
     live = {"status": "running", "episodes": [], "episodes_complete": False}
     assert not summary_is_complete(live)
     assert [r["index"] for r in episode_records(folder, live)] == [0, 1]
-    final = {"status": "completed", "episodes": [result(0).model_dump(mode="json")],
-             "episodes_complete": True}
+    final = {
+        "status": "completed",
+        "episodes": [result(0).model_dump(mode="json")],
+        "episodes_complete": True,
+    }
     assert episode_records(folder, final) == final["episodes"]
     older = {"status": "completed", "episodes": final["episodes"]}  # no field: complete
     assert summary_is_complete(older) and episode_records(folder, older) == final["episodes"]
