@@ -115,7 +115,8 @@ class BatchEvalRunner:
         self._status_counts: dict[str, int] = {}
         self._timeouts: set[int] = set()
         self._new_results = asyncio.Event()
-        self._final_for: int | None = None  # len(results) the complete summary was made for
+        self._stored = 0  # results stored so far (a resumed one counts too)
+        self._final_for: int | None = None  # _stored when the complete summary was made
         self._episodes_json: list[dict[str, Any]] = []  # the complete summary's records
         self._save_lock = threading.Lock()
         for result in previous:
@@ -307,6 +308,7 @@ class BatchEvalRunner:
             self._status_counts[replaced.status] -= 1
             self._timeouts.discard(replaced.index)
         self.results[result.index] = result
+        self._stored += 1
         self._status_counts[result.status] = self._status_counts.get(result.status, 0) + 1
         if result.status == "timeout":
             self._timeouts.add(result.index)
@@ -359,7 +361,7 @@ class BatchEvalRunner:
     def _complete(self) -> None:
         """The final summary: every record and every aggregate from the results sorted by
         index, once (again only if results came in since)."""
-        if self._final_for == len(self.results):
+        if self._final_for == self._stored:
             return
         ordered = [self.results[i] for i in sorted(self.results)]
         self._refresh_progress()
@@ -369,7 +371,7 @@ class BatchEvalRunner:
         self.run.episodes_aggregated = len(ordered)
         self.run.episodes_complete = True
         self._episodes_json = [r.model_dump(mode="json") for r in ordered]
-        self._final_for = len(self.results)
+        self._final_for = self._stored
 
     def save(self) -> None:
         """Write summary.json: complete once the run's status is terminal, else bounded."""
