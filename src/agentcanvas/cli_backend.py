@@ -126,7 +126,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
 def _follow(args: argparse.Namespace, run_id: str) -> int:
     last = None
     while True:
-        summary = _call(args, "GET", f"/api/eval/v2/status/{run_id}")
+        summary = _call(args, "GET", f"/api/eval/v2/status/{run_id}", params={"compact": True})
         line = (
             f"{run_id}: {summary['status']} {summary.get('episodes_done', 0)}/"
             f"{summary.get('episodes_total', 0)}"
@@ -161,7 +161,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 @command("status")
 def cmd_status(args: argparse.Namespace) -> int:
-    summary = _call(args, "GET", f"/api/eval/v2/status/{args.run_id}")
+    params = {"compact": not args.full}  # the per-episode records only when asked for
+    summary = _call(args, "GET", f"/api/eval/v2/status/{args.run_id}", params=params)
     shown = summary if args.full else {k: v for k, v in summary.items() if k != "episodes"}
     print_json(shown, indent=1)
     return 0

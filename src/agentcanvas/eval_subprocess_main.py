@@ -23,6 +23,7 @@ from typing import Any
 from agentcanvas.eval.config import EpisodeResult, EvalConfig
 from agentcanvas.eval.foreground import collect_determinism, finalise_run, record_failure
 from agentcanvas.eval.live_events import EventLog, events_path
+from agentcanvas.eval.records import recorded_results
 from agentcanvas.eval.runner import BatchEvalRunner
 from agentcanvas.eval.store import RunDir, read_json
 from agentcanvas.graph.model import parse_graph
@@ -33,12 +34,11 @@ from agentcanvas.server.runtime import fix_numeric_threads
 
 
 def previous_results(run_dir: RunDir, spec: dict[str, Any]) -> list[EpisodeResult]:
-    """On resume: the episodes already recorded (cancelled ones are run again)."""
-    if not spec.get("resume") or not run_dir.summary_path.exists():
+    """On resume: the episodes already recorded, from their episode folders (the durable
+    record, whatever a crash left in the index or summary); cancelled ones run again."""
+    if not spec.get("resume"):
         return []
-    summary = read_json(run_dir.summary_path)
-    done = [EpisodeResult.model_validate(e) for e in summary.get("episodes", [])]
-    return [e for e in done if e.status != "cancelled"]
+    return [e for e in recorded_results(run_dir) if e.status != "cancelled"]
 
 
 async def run(run_dir: RunDir) -> str:

@@ -20,8 +20,8 @@ import pytest
 import pytest_asyncio
 from PIL import Image
 
-from agentcanvas.eval import metrics
-from agentcanvas.eval.config import EvalConfig, EvalRun
+from agentcanvas.eval import metrics, records
+from agentcanvas.eval.config import EpisodeResult, EvalConfig, EvalRun
 from agentcanvas.eval.foreground import ForegroundRun, run_foreground
 from agentcanvas.eval.runner import BatchEvalRunner, plan_episodes
 from agentcanvas.eval.seeding import episode_seed
@@ -142,11 +142,14 @@ class Recorder:
         self.run_dir = run_dir
         self.events: list[dict[str, Any]] = []
         self.on_disk: list[EvalRun] = []
+        self.index_lines: list[list[EpisodeResult]] = []  # episodes.jsonl, completion order
 
     def __call__(self, event: dict[str, Any]) -> None:
         self.events.append(event)
         if event["type"] == "eval_episode_done":
             self.on_disk.append(EvalRun.model_validate(read_json(self.run_dir.summary_path)))
+            lines = read_jsonl(self.run_dir.episodes_index_path).records
+            self.index_lines.append([EpisodeResult.model_validate(r) for r in lines])
 
     def completion_order(self) -> list[int]:
         return [e["episode"]["index"] for e in self.events if e["type"] == "eval_episode_done"]
@@ -226,10 +229,18 @@ async def test_summary_is_rewritten_at_every_episode_boundary(
 ) -> None:
     _, recorder = three_workers
     assert [s.episodes_done for s in recorder.on_disk] == list(range(1, N_TOTAL + 1))
-    for on_disk, index in zip(recorder.on_disk, recorder.completion_order(), strict=True):
+    boundaries = zip(recorder.on_disk, recorder.index_lines, recorder.completion_order(),
+                     strict=True)
+    for on_disk, lines, index in boundaries:
         assert on_disk.status == "running"
-        assert index in {e.index for e in on_disk.episodes}  # written before the broadcast
-        assert on_disk.aggregate_metrics == metrics.aggregate_metrics(on_disk.episodes)
+        # The bounded summary: no records while the run goes; the index has them.
+        assert on_disk.episodes == [] and not on_disk.episodes_complete
+        assert index in {e.index for e in lines}  # written before the broadcast
+        assert len(lines) == on_disk.episodes_done
+        # Live aggregates say which results they cover: the first lines of the index.
+        covered = lines[: on_disk.episodes_aggregated]
+        assert on_disk.aggregate_metrics == metrics.aggregate_metrics(covered)
+        assert on_disk.aggregate_by_task == metrics.aggregate_by_task(covered)
     progress = [e["episodes_done"] for e in recorder.events if e["type"] == "eval_progress"]
     assert progress == list(range(1, N_TOTAL + 1))
     assert recorder.events[-1] == {"type": "eval_complete", "source": "eval",
@@ -270,7 +281,7 @@ async def foreground(workspace: Path) -> ForegroundRun:
     return run
 
 
-REQUIRED_ROOT = {"spec.json", "summary.json", "graph.json", "_DONE", "episodes"}
+REQUIRED_ROOT = {"spec.json", "summary.json", "graph.json", "_DONE", "episodes", "episodes.jsonl"}
 
 
 async def test_run_folder_layout(foreground: ForegroundRun, workspace: Path) -> None:
@@ -293,6 +304,32 @@ async def test_run_folder_layout(foreground: ForegroundRun, workspace: Path) -> 
     for i in range(4):
         folder = root / "episodes" / f"ep{i:04d}"
         assert {p.name for p in folder.iterdir()} == {"log.jsonl", "assets", "episode.json"}
+
+
+async def test_the_final_summary_is_what_the_episode_folders_rebuild(
+    foreground: ForegroundRun, three_workers: tuple[EvalRun, Recorder]
+) -> None:
+    run_dir = foreground.run_dir
+    on_disk = read_json(run_dir.summary_path)
+    summary = EvalRun.model_validate(on_disk)
+    assert summary.episodes_complete and summary.episodes_aggregated == 4
+    rebuilt = records.recorded_results(run_dir)
+    assert [e.model_dump(mode="json") for e in rebuilt] == on_disk["episodes"]
+    assert summary.aggregate_metrics == metrics.aggregate_metrics(rebuilt)
+    assert summary.aggregate_by_task == metrics.aggregate_by_task(rebuilt)
+    assert summary.status_counts == metrics.status_counts(rebuilt)
+    # The index holds the same records, in completion order; readers sort them by index.
+    assert list(records.read_index(run_dir).records) == on_disk["episodes"]
+    assert records.episode_records(run_dir, on_disk) == on_disk["episodes"]
+    # Also for a run whose episodes finished out of index order (three workers).
+    w3, recorder = three_workers
+    w3_disk = read_json(recorder.run_dir.summary_path)
+    w3_rebuilt = records.recorded_results(recorder.run_dir)
+    assert [e.model_dump(mode="json") for e in w3_rebuilt] == w3_disk["episodes"]
+    assert w3.aggregate_metrics == metrics.aggregate_metrics(w3_rebuilt)
+    index_order = [r["index"] for r in read_jsonl(recorder.run_dir.episodes_index_path).records]
+    assert index_order == recorder.completion_order() != sorted(index_order)
+    assert list(records.read_index(recorder.run_dir).records) == w3_disk["episodes"]
 
 
 async def test_an_episode_is_reconstructible_from_its_own_folder(
@@ -361,3 +398,29 @@ async def test_graph_json_is_frozen_at_construction(
         (workspace / "graphs" / "tgraph.json").write_text(make_graph().to_json(), encoding="utf-8")
     assert read_json(tmp_path / "graph.json") == original
     assert summary.episodes[0].metrics["label"] == "v1"
+
+
+async def test_a_resumed_runner_runs_only_the_missing_episodes_and_ends_equal(
+    registry: WorkspaceComponentRegistry, three_workers: tuple[EvalRun, Recorder],
+    tmp_path: Path,
+) -> None:
+    uninterrupted, _ = three_workers
+    kept = [uninterrupted.episodes[i] for i in (4, 0, 2)]
+    run_dir = RunDir(tmp_path)
+    recorder = Recorder(run_dir)
+    config = EvalConfig(graph_name="tgraph", episode_count=N_PER_TASK, worker_count=2, seed=11)
+    runner = BatchEvalRunner(registry, registry.load_graph("tgraph"), config, run_dir,
+                             run_id="20260101_000000", broadcast=recorder, previous=kept)
+    # The index starts with the kept results, sorted by index.
+    assert [r["index"] for r in read_jsonl(run_dir.episodes_index_path).records] == [0, 2, 4]
+    resumed = await asyncio.wait_for(runner.execute(), RUN_DEADLINE_S)
+    assert sorted(recorder.completion_order()) == [1, 3, 5]
+    assert [s.episodes_done for s in recorder.on_disk] == [4, 5, 6]
+    assert [e.identity() for e in resumed.episodes] == [
+        e.identity() for e in uninterrupted.episodes
+    ]
+    assert resumed.aggregate_metrics == uninterrupted.aggregate_metrics
+    assert resumed.aggregate_by_task == uninterrupted.aggregate_by_task
+    on_disk = read_json(run_dir.summary_path)
+    assert on_disk["episodes_complete"] and on_disk["episodes_aggregated"] == N_TOTAL
+    assert list(records.read_index(run_dir).records) == on_disk["episodes"]

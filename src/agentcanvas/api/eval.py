@@ -164,8 +164,10 @@ async def status(
     compact: bool = Query(False, description="Leave out the per-episode records."),
 ) -> dict[str, Any]:
     svc = services(request)
-    full = svc.runs.summary(run_id)
-    summary = runs.compact(full) if compact else dict(full)
+    if compact:  # summary.json alone: a live run's records are not read
+        summary = runs.compact(svc.runs.summary_file(run_id))
+    else:
+        summary = dict(svc.runs.summary(run_id))
     summary["waiting_reason"] = svc.scheduler.waiting_reasons.get(run_id)
     if "health" not in summary:  # written by the scheduler, before any runner existed
         summary["health"] = health.of_summary(summary).model_dump(mode="json")

@@ -1,4 +1,9 @@
-"""Reading run folders for the API: listing, episodes, logs, assets, and run comparison."""
+"""Reading run folders for the API: listing, episodes, logs, assets, and run comparison.
+
+A run's per-episode records come from its final summary once it has ended, and from its
+``episodes.jsonl`` index while it runs (agentcanvas.eval.records); the cache follows a live
+index incrementally, so a page of a 10,000-episode run costs what the new lines cost.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ from typing import Any, Literal
 
 from agentcanvas.errors import UserInputError
 from agentcanvas.eval.metrics import mcnemar, wilson_interval
+from agentcanvas.eval.records import IndexTail, summary_is_complete
 from agentcanvas.eval.store import RunDir, read_json, read_jsonl
 from agentcanvas.paths import check_name, contained, safe_child
 
@@ -20,10 +26,12 @@ Outcome = Literal["success", "failure", "error"]
 
 @dataclass
 class RunCache:
-    """summary.json contents keyed by run id, reloaded when the file's mtime changes."""
+    """summary.json contents keyed by run id, reloaded when the file changes; the records
+    of a live run from its index, followed incrementally."""
 
     runs_dir: Path
-    _cache: dict[str, tuple[float, dict[str, Any]]] = field(default_factory=dict)
+    _cache: dict[str, tuple[tuple[int, int], dict[str, Any]]] = field(default_factory=dict)
+    _tails: dict[str, IndexTail] = field(default_factory=dict)
     _index: RunIndex = field(init=False)
 
     def __post_init__(self) -> None:
@@ -35,18 +43,31 @@ class RunCache:
             raise UserInputError(f"run_id: no run {run_id!r}")
         return RunDir(folder)
 
-    def summary(self, run_id: str) -> dict[str, Any]:
+    def summary_file(self, run_id: str) -> dict[str, Any]:
+        """summary.json as written: while the run goes, without per-episode records."""
         run_dir = self.run_dir(run_id)
         path = served(run_dir, run_dir.summary_path)
         try:
-            mtime = path.stat().st_mtime
+            stat = path.stat()
         except OSError as exc:
             raise UserInputError(f"run_id: run {run_id!r} has no summary.json") from exc
+        key = (stat.st_mtime_ns, stat.st_size)
         cached = self._cache.get(run_id)
-        if cached is None or cached[0] != mtime:
-            cached = (mtime, read_json(path))
+        if cached is None or cached[0] != key:
+            cached = (key, read_json(path))
             self._cache[run_id] = cached
         return cached[1]
+
+    def summary(self, run_id: str) -> dict[str, Any]:
+        """The summary with every episode record sorted by index, also while the run goes."""
+        raw = self.summary_file(run_id)
+        if summary_is_complete(raw):
+            self._tails.pop(run_id, None)
+            return raw
+        tail = self._tails.get(run_id)
+        if tail is None:
+            tail = self._tails[run_id] = IndexTail(self.run_dir(run_id).episodes_index_path)
+        return {**raw, "episodes": tail.records()}
 
     def list(self, offset: int, limit: int, status: str | None = None) -> dict[str, Any]:
         """Newest first; compact rows (no per-episode records), from the run index."""

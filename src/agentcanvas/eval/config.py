@@ -148,6 +148,14 @@ class EvalRun(BaseModel):
     aggregate_by_task: dict[str, dict[str, MetricAggregate]] = Field(default_factory=dict)
     status_counts: dict[str, int] = Field(default_factory=dict)
     episodes: list[EpisodeResult] = Field(default_factory=list)
+    episodes_complete: bool = Field(
+        default=True,
+        description="Whether `episodes` holds every record; false while the run goes (the "
+        "records are then in episodes.jsonl, see agentcanvas.eval.records).",
+    )
+    episodes_aggregated: int = Field(
+        default=0, description="How many episode results the aggregates were computed from."
+    )
     timings: dict[str, float | None] = Field(default_factory=dict)
     determinism: DeterminismInfo = Field(default_factory=DeterminismInfo)
     error: str | None = None

@@ -1,21 +1,39 @@
 """BatchEvalRunner: one graph × many episodes on N workers, bit-identical at any N.
 
-Results are keyed by episode index; every aggregate is recomputed from the results sorted by
-index at each episode boundary (never accumulated in completion order), and summary.json is
-rewritten atomically then — the live progress channel.
+Results are keyed by episode index. What an episode boundary costs does not grow with the
+run (issue 13): the episode's episode.json is written, its record appended to
+``episodes.jsonl`` (see :mod:`agentcanvas.eval.records`), the counts updated in place, and
+summary.json rewritten atomically — bounded: counts, status counts and the latest aggregates,
+no per-episode records. That rewrite is the live progress channel.
+
+Live aggregates are recomputed by one owned task, off the recording path, from a snapshot of
+the results, as often as their cost allows (at most LIVE_AGGREGATE_DUTY of the wall time,
+at least LIVE_AGGREGATE_MIN_INTERVAL_S apart); ``episodes_aggregated`` says how many results
+they cover — the first that many lines of the index. When the run ends the final summary is
+written once, complete: every record sorted by index and every aggregate recomputed from the
+results sorted by index (never accumulated in completion order), hence bit-identical at any
+worker count and equal to what :func:`agentcanvas.eval.records.recorded_results` rebuilds
+from the episode folders.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from agentcanvas.errors import ConfigError, ServerDiedError
-from agentcanvas.eval import health, metrics
-from agentcanvas.eval.config import DeterminismInfo, EpisodeResult, EvalConfig, EvalRun
+from agentcanvas.eval import health, metrics, records
+from agentcanvas.eval.config import (
+    TERMINAL_RUN_STATUSES,
+    DeterminismInfo,
+    EpisodeResult,
+    EvalConfig,
+    EvalRun,
+)
 from agentcanvas.eval.episode import (
     EpisodeOptions,
     EpisodeSpec,
@@ -30,8 +48,8 @@ from agentcanvas.graph.model import Graph
 from agentcanvas.nodes.registry import WorkspaceComponentRegistry
 
 Broadcast = Callable[[dict[str, Any]], None]
-AGGREGATE_INTERVAL_S = 1.0  # large runs: intervals refreshed at most this often
-FULL_REFRESH_MAX_EPISODES = 500  # up to here every boundary recomputes every aggregate
+LIVE_AGGREGATE_MIN_INTERVAL_S = 0.25  # live aggregates are refreshed at most this often
+LIVE_AGGREGATE_DUTY = 0.1  # and take at most this share of the run's wall time
 log = logging.getLogger(__name__)
 RETRYABLE = ("error", "exception", "timeout")
 
@@ -90,13 +108,21 @@ class BatchEvalRunner:
         self.broadcast = broadcast or (lambda event: None)
         _require_replicated_env(registry, self.graph)
         self.specs = plan_episodes(config, self.graph, run_id)
-        self.results: dict[int, EpisodeResult] = {r.index: r for r in previous}
+        self.results: dict[int, EpisodeResult] = {}
         self.results_lock = asyncio.Lock()
         self.cancel_event = asyncio.Event()
         self.aborted = False
         self.stop_reason: str | None = None  # set when the error budget (max_errors) is spent
         self._errors = sum(r.status in health.ERROR_STATUSES for r in previous)
-        self._last_full_refresh = 0.0
+        self._status_counts: dict[str, int] = {}
+        self._timeouts: set[int] = set()
+        self._new_results = asyncio.Event()
+        self._stored = 0  # results stored so far (a resumed one counts too)
+        self._final_for: int | None = None  # _stored when the complete summary was made
+        self._episodes_json: list[dict[str, Any]] = []  # the complete summary's records
+        self._save_lock = threading.Lock()
+        for result in previous:
+            self._store(result)
         self.run = EvalRun(
             run_id=run_id,
             graph_name=graph.name,
@@ -106,6 +132,7 @@ class BatchEvalRunner:
         )
         run_dir.create()
         atomic_write_json(run_dir.graph_path, self.graph.model_dump(mode="json"))
+        records.start_index(run_dir, self.results.values())
 
     def cancel(self, aborted: bool = False) -> None:
         """Stop after the episodes in flight; ``aborted`` when our parent died (resumable)."""
@@ -116,19 +143,26 @@ class BatchEvalRunner:
         """Run the missing episodes on ``worker_count`` workers; returns the final summary."""
         todo = [s.index for s in self.specs if s.index not in self.results]
         self.run.status = "running"
+        self.run.episodes_complete = False
         self.run.timings["started_at"] = time.time()
-        self._refresh()
+        self._refresh_progress()
+        self._new_results.set()  # resumed results: aggregates before the first boundary
         self.save()
         env_ns = self.graph.env.nodeset if self.graph.env else None
         replicated = self.registry.servers.replicated_in(self.graph)
         chunks = partition_contiguous(todo, self.config.worker_count)
         pool = EnvWorkerPool(self.registry, self.config.worker_count, env_ns, replicated)
         async with pool, asyncio.TaskGroup() as group:
+            aggregator = group.create_task(self._live_aggregates())
+            workers = []
             for worker_id, chunk in enumerate(chunks):
                 queue: asyncio.Queue[int] = asyncio.Queue()
                 for index in chunk:
                     queue.put_nowait(index)
-                group.create_task(self._worker(pool, worker_id, queue))
+                workers.append(group.create_task(self._worker(pool, worker_id, queue)))
+            if workers:  # a worker's failure aborts the group (and this wait) with it
+                await asyncio.wait(workers)
+            aggregator.cancel()  # the final summary recomputes every aggregate
         if self.stop_reason is not None:
             self.run.status, self.run.error = "failed", self.stop_reason
         elif self.cancel_event.is_set():
@@ -136,8 +170,7 @@ class BatchEvalRunner:
         else:
             self.run.status = "completed"
         self.run.timings["finished_at"] = time.time()
-        self._refresh()
-        self.save()
+        await asyncio.to_thread(self.save)
         self.broadcast(
             {
                 "type": "eval_complete",
@@ -250,16 +283,11 @@ class BatchEvalRunner:
 
     async def _record(self, result: EpisodeResult) -> None:
         async with self.results_lock:
-            self.results[result.index] = result
+            self._store(result)
             self._spend_error_budget(result)
-            now = time.monotonic()
-            full = (
-                len(self.results) <= FULL_REFRESH_MAX_EPISODES
-                or now - self._last_full_refresh >= AGGREGATE_INTERVAL_S
-                or len(self.results) == len(self.specs)
-            )
-            # File writes and aggregates run in a thread: in-flight episodes keep running.
-            await asyncio.to_thread(self._persist, result, full)
+            # File writes run in a thread: in-flight episodes keep running.
+            await asyncio.to_thread(self._persist, result)
+        self._new_results.set()
         self.broadcast(
             {
                 "type": "eval_episode_done",
@@ -289,7 +317,20 @@ class BatchEvalRunner:
             self.stop_reason = reason
             self.cancel_event.set()  # episodes in flight end as cancelled
 
-    def _persist(self, result: EpisodeResult, full: bool) -> None:
+    def _store(self, result: EpisodeResult) -> None:
+        """Keep ``result`` by index and update the counts in place (O(1) per episode)."""
+        replaced = self.results.get(result.index)
+        if replaced is not None:
+            self._status_counts[replaced.status] -= 1
+            self._timeouts.discard(replaced.index)
+        self.results[result.index] = result
+        self._stored += 1
+        self._status_counts[result.status] = self._status_counts.get(result.status, 0) + 1
+        if result.status == "timeout":
+            self._timeouts.add(result.index)
+
+    def _persist(self, result: EpisodeResult) -> None:
+        """episode.json (the durable record), then its index line, then the bounded summary."""
         atomic_write_json(
             self.run_dir.episode_json_path(result.index),
             {
@@ -298,33 +339,77 @@ class BatchEvalRunner:
                 "graph_name": self.graph.name,
             },
         )
-        self._refresh(full)
+        records.append_record(self.run_dir, result)
+        self._refresh_progress()
         self.save()
 
-    def _refresh(self, full: bool = True) -> None:
-        """Recompute from the results sorted by index.
+    async def _live_aggregates(self) -> None:
+        """Refresh the summary's aggregates while the run goes, as often as their cost allows.
 
-        Counts and per-episode records are always current; the bootstrap/Wilson aggregates
-        are recomputed when ``full``: at every boundary up to FULL_REFRESH_MAX_EPISODES
-        results, then at most once per AGGREGATE_INTERVAL_S, and always at the end.
+        Computed in a thread from a snapshot taken under the results lock (every result in
+        it is already in the index), and installed under the lock, so a summary on disk
+        always pairs its aggregates with their ``episodes_aggregated``.
         """
-        ordered = [self.results[i] for i in sorted(self.results)]
-        self.run.episodes = ordered
-        self.run.episodes_done = len(ordered)
-        self.run.status_counts = metrics.status_counts(ordered)
-        if full:
-            self.run.aggregate_metrics = metrics.aggregate_metrics(ordered)
-            self.run.aggregate_by_task = metrics.aggregate_by_task(ordered)
-            self._last_full_refresh = time.monotonic()
-        timeouts = [r.index for r in ordered if r.status == "timeout"]
+        while True:
+            await self._new_results.wait()
+            self._new_results.clear()
+            started = time.monotonic()
+            async with self.results_lock:
+                snapshot = list(self.results.values())
+            overall, by_task = await asyncio.to_thread(_aggregates, snapshot)
+            async with self.results_lock:
+                self.run.aggregate_metrics, self.run.aggregate_by_task = overall, by_task
+                self.run.episodes_aggregated = len(snapshot)
+            cost = time.monotonic() - started
+            period = max(LIVE_AGGREGATE_MIN_INTERVAL_S, cost / LIVE_AGGREGATE_DUTY)
+            await asyncio.sleep(period - cost)
+
+    def _refresh_progress(self) -> None:
+        """Counts and the determinism verdict from the in-place counters (no per-record work)."""
+        self.run.episodes_done = len(self.results)
+        self.run.status_counts = {k: v for k, v in sorted(self._status_counts.items()) if v}
         reasons = [r for r in self.run.determinism.reasons if not r.startswith("wall-clock")]
-        if timeouts:
-            reasons.append(f"wall-clock timeouts decided episodes {timeouts}")
+        if self._timeouts:
+            reasons.append(f"wall-clock timeouts decided episodes {sorted(self._timeouts)}")
         self.run.determinism.reasons = reasons
         self.run.determinism.guaranteed = not reasons
 
+    def _complete(self) -> None:
+        """The final summary: every record and every aggregate from the results sorted by
+        index, once (again only if results came in since)."""
+        if self._final_for == self._stored:
+            return
+        ordered = [self.results[i] for i in sorted(self.results)]
+        self._refresh_progress()
+        self.run.episodes = ordered
+        self.run.status_counts = metrics.status_counts(ordered)
+        self.run.aggregate_metrics, self.run.aggregate_by_task = _aggregates(ordered)
+        self.run.episodes_aggregated = len(ordered)
+        self.run.episodes_complete = True
+        self._episodes_json = [r.model_dump(mode="json") for r in ordered]
+        self._final_for = self._stored
+
     def save(self) -> None:
-        atomic_write_json(self.run_dir.summary_path, self.run.model_dump(mode="json"))
+        """Write summary.json: complete once the run's status is terminal, else bounded."""
+        with self._save_lock:  # the end of execute saves in a thread; finalise saves again
+            if self.run.status in TERMINAL_RUN_STATUSES:
+                self._complete()
+            data = self.run.model_dump(mode="json", exclude={"episodes"})
+            episodes = self._episodes_json if self.run.episodes_complete else []
+            atomic_write_json(self.run_dir.summary_path, _in_field_order(data, episodes))
+
+
+def _aggregates(
+    results: Sequence[EpisodeResult],
+) -> tuple[dict[str, metrics.MetricAggregate], dict[str, dict[str, metrics.MetricAggregate]]]:
+    """Overall and per-task aggregates (the metrics module sorts by index first)."""
+    return metrics.aggregate_metrics(results), metrics.aggregate_by_task(results)
+
+
+def _in_field_order(data: dict[str, Any], episodes: list[dict[str, Any]]) -> dict[str, Any]:
+    """The summary's fields in EvalRun's order, with ``episodes`` (dumped once) in its place."""
+    names = [name for name in EvalRun.model_fields if name == "episodes" or name in data]
+    return {name: episodes if name == "episodes" else data[name] for name in names}
 
 
 def _require_replicated_env(registry: WorkspaceComponentRegistry, graph: Graph) -> None:

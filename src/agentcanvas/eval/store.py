@@ -4,6 +4,7 @@
 
     outputs/eval_runs/{run_id}/
       spec.json  shared_urls.json  summary.json  graph.json  stdout.log  stderr.log  _DONE
+      episodes.jsonl                       (per-episode records, appended; see eval.records)
       episodes/ep{idx:04d}/  log.jsonl  assets/  episode.json
 
 Every rewrite is atomic: a temp file in the same folder, fsync, ``os.replace``, fsync of
@@ -34,7 +35,9 @@ __all__ = [
     "append_jsonl",
     "atomic_write_bytes",
     "atomic_write_json",
+    "encode_jsonl_line",
     "new_run_id",
+    "parse_jsonl_line",
     "read_json",
     "read_jsonl",
 ]
@@ -116,6 +119,11 @@ def read_json(path: Path) -> Any:
         raise RunError(f"{str(path)!r} is not valid JSON: {exc}") from exc
 
 
+def encode_jsonl_line(path: Path, record: Mapping[str, Any]) -> bytes:
+    """``record`` as one strict-JSON line (with its newline); ``path`` names it in errors."""
+    return (_dumps(path, record, indent=None) + "\n").encode("utf-8")
+
+
 def append_jsonl(path: Path, record: Mapping[str, Any]) -> None:
     """Append ``record`` as one JSON line to ``path`` (created if missing).
 
@@ -123,7 +131,7 @@ def append_jsonl(path: Path, record: Mapping[str, Any]) -> None:
     file ends in a torn line from a crashed writer, a newline is written first so the new
     record does not fuse with it. Non-finite floats are written as null.
     """
-    line = (_dumps(path, record, indent=None) + "\n").encode("utf-8")
+    line = encode_jsonl_line(path, record)
     try:
         fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o666)
     except OSError as exc:
@@ -147,7 +155,8 @@ class JsonlRead:
     torn_lines: int
 
 
-def _parse_line(raw: bytes) -> dict[str, Any] | None:
+def parse_jsonl_line(raw: bytes) -> dict[str, Any] | None:
+    """One JSONL line as a record, or None when it is torn or garbled (not a JSON object)."""
     try:
         value = json.loads(raw)
     except ValueError:
@@ -170,7 +179,7 @@ def read_jsonl(path: Path) -> JsonlRead:
     for raw in data.split(b"\n"):
         if not raw.strip():
             continue
-        parsed = _parse_line(raw)
+        parsed = parse_jsonl_line(raw)
         if parsed is None:
             torn += 1
         else:
@@ -198,6 +207,11 @@ class RunDir:
     def summary_path(self) -> Path:
         """``summary.json``: the run summary, rewritten on every episode boundary."""
         return self.root / "summary.json"
+
+    @property
+    def episodes_index_path(self) -> Path:
+        """``episodes.jsonl``: every episode record, appended as each episode ends."""
+        return self.root / "episodes.jsonl"
 
     @property
     def graph_path(self) -> Path:
