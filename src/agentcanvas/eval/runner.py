@@ -16,6 +16,7 @@ from typing import Any
 from agentcanvas.errors import ConfigError, ServerDiedError
 from agentcanvas.eval import metrics
 from agentcanvas.eval.config import DeterminismInfo, EpisodeResult, EvalConfig, EvalRun
+from agentcanvas.eval.determinism import finish_determinism
 from agentcanvas.eval.episode import (
     EpisodeOptions,
     EpisodeSpec,
@@ -127,6 +128,8 @@ class BatchEvalRunner:
                 for index in chunk:
                     queue.put_nowait(index)
                 group.create_task(self._worker(pool, worker_id, queue))
+        # What the shared servers' batch audit found while this run used them.
+        await finish_determinism(self.registry, self.graph, self.run.run_id, self.run.determinism)
         if self.cancel_event.is_set():
             self.run.status = "aborted" if self.aborted else "cancelled"
         else:
