@@ -18,6 +18,7 @@ from agentcanvas.errors import ConfigError
 from agentcanvas.eval.config import EvalConfig, EvalRun
 from agentcanvas.eval.foreground import ForegroundRun, run_foreground
 from agentcanvas.eval.invariance import diff_runs
+from agentcanvas.server.batch_audit import check_batcher_settings
 
 stderr = Console(stderr=True)
 
@@ -81,6 +82,7 @@ class _ProgressView:
 
 
 def _run(args: argparse.Namespace, workers: int, label: str) -> ForegroundRun:
+    check_batcher_settings()  # refused here, naming the variable, before any server starts
     registry = _registry()
     graph = resolve_graph(registry, args.graph)
     config = build_config(args, graph.name, workers)
@@ -194,4 +196,6 @@ def extend_parser(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print only the final summary JSON")
     p = sub.add_parser("verify-invariance", help="run at several worker counts and diff results")
     add_eval_arguments(p)
-    p.add_argument("--workers", default="1,4", help="comma-separated worker counts (default 1,4)")
+    p.add_argument(
+        "--workers", default="1,3,4", help="comma-separated worker counts (default 1,3,4)"
+    )

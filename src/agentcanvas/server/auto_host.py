@@ -42,7 +42,11 @@ from agentcanvas.nodes.base import CallContext, LocalNodeSet
 from agentcanvas.nodes.registry import WorkspaceComponentRegistry
 from agentcanvas.paths import check_name
 from agentcanvas.server import procs, wire
-from agentcanvas.server.batch_audit import audit_settings_from_env, build_auditor
+from agentcanvas.server.batch_audit import (
+    audit_settings_from_env,
+    build_auditor,
+    check_batcher_settings,
+)
 from agentcanvas.server.batched_inference import BatchedInferenceServer
 from agentcanvas.server.batching import policy_from_env
 from agentcanvas.server.runtime import fix_numeric_threads
@@ -333,8 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     fix_numeric_threads()
     try:
         check_name("nodeset", args.nodeset)
-        policy_from_env()  # a bad batcher setting fails here, before the node set loads
-        audit_settings_from_env()
+        check_batcher_settings()  # a bad setting fails here, before the node set loads
         asyncio.run(serve(args.nodeset, args.tag, args.record_dir))
     except AgentCanvasError as exc:
         print(f"auto_host {args.nodeset}: {exc}", file=sys.stderr)

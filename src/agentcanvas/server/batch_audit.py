@@ -37,6 +37,7 @@ from agentcanvas.nodes.batch_check import (
     describe_difference,
     same_bits,
 )
+from agentcanvas.server.batching import policy_from_env
 
 DEFAULT_AUDIT_RATE = 0.125
 AUDIT_RATE_ENV = "AGENTCANVAS_AUDIT_RATE"
@@ -69,6 +70,12 @@ def audit_settings_from_env() -> AuditSettings:
     if seed_text and not (seed_text.isdigit() and len(seed_text) <= 18):
         raise ConfigError(f"{AUDIT_SEED_ENV} must be an integer >= 0, not {seed_text!r}")
     return AuditSettings(rate=rate, seed=int(seed_text) if seed_text else 0)
+
+
+def check_batcher_settings() -> None:
+    """Every env setting a shared server's batcher reads; ConfigError names a bad one."""
+    policy_from_env()
+    audit_settings_from_env()
 
 
 @dataclass(frozen=True)
