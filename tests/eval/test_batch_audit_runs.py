@@ -136,16 +136,23 @@ PROBE_MODEL = textwrap.dedent(
 
 
 def graph_json(function: str) -> str:
-    return json.dumps({
-        "version": 1, "name": f"{function}_graph",
-        "env": {"nodeset": "probe_env", "tasks": ["t0", "t1"]},
-        "nodes": [{"id": "env", "type": "probe_env.step"},
-                  {"id": "model", "type": f"probe_model.{function}"},
-                  {"id": "out", "type": "core.graphOut"}],
-        "edges": [{"source": "env.obs", "target": "model.obs"},
-                  {"source": "model.value", "target": "env.value", "next_iteration": True},
-                  {"source": "env.metrics", "target": "out.metrics"}],
-    })
+    return json.dumps(
+        {
+            "version": 1,
+            "name": f"{function}_graph",
+            "env": {"nodeset": "probe_env", "tasks": ["t0", "t1"]},
+            "nodes": [
+                {"id": "env", "type": "probe_env.step"},
+                {"id": "model", "type": f"probe_model.{function}"},
+                {"id": "out", "type": "core.graphOut"},
+            ],
+            "edges": [
+                {"source": "env.obs", "target": "model.obs"},
+                {"source": "model.value", "target": "env.value", "next_iteration": True},
+                {"source": "env.metrics", "target": "out.metrics"},
+            ],
+        }
+    )
 
 
 FUNCTIONS = ("steady", "centred", "centred_unchecked")
@@ -160,14 +167,28 @@ def workspace(tmp_path: Path) -> Path:
 
 def clean_env() -> dict[str, str]:
     """This process's environment without batcher settings another test may have left."""
-    drop = ("AGENTCANVAS_FLUSH_POLICY", "AGENTCANVAS_MAX_BATCH", "AGENTCANVAS_AUDIT_RATE",
-            "AGENTCANVAS_AUDIT_SEED")
+    drop = (
+        "AGENTCANVAS_FLUSH_POLICY",
+        "AGENTCANVAS_MAX_BATCH",
+        "AGENTCANVAS_AUDIT_RATE",
+        "AGENTCANVAS_AUDIT_SEED",
+    )
     return {k: v for k, v in os.environ.items() if k not in drop}
 
 
 def eval_json(workspace: Path, function: str, workers: int) -> EvalRun:
-    proc = run_cli("eval", f"{function}_graph", "-n", N_EPISODES, "-w", str(workers), "--json",
-                   workspace=workspace, timeout_s=CLI_TIMEOUT_S, env=clean_env())
+    proc = run_cli(
+        "eval",
+        f"{function}_graph",
+        "-n",
+        N_EPISODES,
+        "-w",
+        str(workers),
+        "--json",
+        workspace=workspace,
+        timeout_s=CLI_TIMEOUT_S,
+        env=clean_env(),
+    )
     assert "Traceback" not in proc.stderr, proc.stderr[-4000:]
     run = EvalRun.model_validate_json(proc.stdout)
     assert run.status == "completed", (run.error, proc.stderr[-3000:])
@@ -215,8 +236,15 @@ def test_a_batch_dependent_function_without_examples_is_caught_by_the_audit(
 def test_a_batch_invariant_function_is_guaranteed_and_identical_at_1_3_and_4_workers(
     workspace: Path,
 ) -> None:
-    proc = run_cli("verify-invariance", "steady_graph", "-n", N_EPISODES, workspace=workspace,
-                   timeout_s=CLI_TIMEOUT_S * 2, env=clean_env())  # the default worker counts
+    proc = run_cli(
+        "verify-invariance",
+        "steady_graph",
+        "-n",
+        N_EPISODES,
+        workspace=workspace,
+        timeout_s=CLI_TIMEOUT_S * 2,
+        env=clean_env(),
+    )  # the default worker counts
 
     assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-4000:]}"
     assert "identical (workers 1 vs 3)" in proc.stdout
@@ -236,8 +264,17 @@ def test_a_batch_invariant_function_is_guaranteed_and_identical_at_1_3_and_4_wor
 
 def test_max_batch_zero_is_refused_naming_the_variable(workspace: Path) -> None:
     env = {**clean_env(), "AGENTCANVAS_MAX_BATCH": "0"}
-    proc = run_cli("eval", "steady_graph", "-n", "1", "-w", "2", workspace=workspace,
-                   timeout_s=CLI_TIMEOUT_S, env=env)
+    proc = run_cli(
+        "eval",
+        "steady_graph",
+        "-n",
+        "1",
+        "-w",
+        "2",
+        workspace=workspace,
+        timeout_s=CLI_TIMEOUT_S,
+        env=env,
+    )
 
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr

@@ -94,8 +94,9 @@ async def _server_report(
 def _entry(name: str, report: dict[str, Any] | str, node: str) -> tuple[BatchedFunctionInfo, str]:
     """The function's block entry and, when it is not verified, the reason."""
     if report == "in_process":
-        return BatchedFunctionInfo(mode="in_process", verified=True,
-                                   verified_by="in-process: every call is a batch of one"), ""
+        return BatchedFunctionInfo(
+            mode="in_process", verified=True, verified_by="in-process: every call is a batch of one"
+        ), ""
     found = report.get("functions", {}).get(node) if isinstance(report, dict) else None
     if found is None:
         why = report if isinstance(report, str) else "the server does not report it"
@@ -127,14 +128,24 @@ def _reason(entry: BatchedFunctionInfo, run: dict[str, Any]) -> str:
             served = "no episode of this run was served in a shared batch"
         else:
             first = entry.first_episode_affected
-            served = (f"{entry.batched_requests} of this run's requests were served in shared "
-                      "batches" + (f", from episode {first} on" if first is not None else ""))
-        return (f"its outputs depend on the batch ({entry.mismatch}); it runs per request "
-                f"from then on; {served}")
+            served = (
+                f"{entry.batched_requests} of this run's requests were served in shared "
+                "batches" + (f", from episode {first} on" if first is not None else "")
+            )
+        return (
+            f"its outputs depend on the batch ({entry.mismatch}); it runs per request "
+            f"from then on; {served}"
+        )
     if entry.verified:
         return ""
     audited = run.get("audited_batches", 0)
-    sampled = (f"the audit sampled {audited} of this run's batches without a mismatch, which "
-               "does not prove invariance" if audited else "no batch of this run was audited")
-    return (f"not verified: it declares no example inputs for the start-up check "
-            f"(batched_node(..., examples=[...])); {sampled}")
+    sampled = (
+        f"the audit sampled {audited} of this run's batches without a mismatch, which "
+        "does not prove invariance"
+        if audited
+        else "no batch of this run was audited"
+    )
+    return (
+        f"not verified: it declares no example inputs for the start-up check "
+        f"(batched_node(..., examples=[...])); {sampled}"
+    )

@@ -39,8 +39,10 @@ class StartupCheck:
     first_mismatch: str | None
 
     def summary(self) -> str:
-        sweep = f"{self.n_checked} rows, batch sizes 1-{self.max_batch}, every position, " \
-                f"{self.n_examples} example(s)"
+        sweep = (
+            f"{self.n_checked} rows, batch sizes 1-{self.max_batch}, every position, "
+            f"{self.n_examples} example(s)"
+        )
         if self.ok:
             return f"start-up check passed: {sweep}, bit-exact"
         return f"start-up check failed ({self.n_mismatched} of {sweep}): {self.first_mismatch}"
@@ -68,24 +70,32 @@ def same_bits(a: Any, b: Any) -> bool:
     """
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         return (
-            isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.dtype == b.dtype
-            and a.shape == b.shape and a.tobytes() == b.tobytes()
+            isinstance(a, np.ndarray)
+            and isinstance(b, np.ndarray)
+            and a.dtype == b.dtype
+            and a.shape == b.shape
+            and a.tobytes() == b.tobytes()
         )
     if isinstance(a, np.generic) or isinstance(b, np.generic):
         return type(a) is type(b) and a.tobytes() == b.tobytes()  # type: ignore[union-attr]
     if isinstance(a, float) or isinstance(b, float):
         return (
-            isinstance(a, float) and isinstance(b, float)
+            isinstance(a, float)
+            and isinstance(b, float)
             and struct.pack("<d", a) == struct.pack("<d", b)
         )
     if isinstance(a, dict) or isinstance(b, dict):
         return (
-            isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys()
+            isinstance(a, dict)
+            and isinstance(b, dict)
+            and a.keys() == b.keys()
             and all(same_bits(a[k], b[k]) for k in a)
         )
     if isinstance(a, list | tuple) or isinstance(b, list | tuple):
         return (
-            isinstance(a, list | tuple) and isinstance(b, list | tuple) and len(a) == len(b)
+            isinstance(a, list | tuple)
+            and isinstance(b, list | tuple)
+            and len(a) == len(b)
             and all(same_bits(x, y) for x, y in zip(a, b, strict=True))
         )
     return bool(type(a) is type(b) and a == b)
@@ -107,8 +117,11 @@ def describe_difference(got: Any, want: Any, path: str = "") -> str:
 
 def _same_numeric_layout(a: Any, b: Any) -> bool:
     return (
-        isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.shape == b.shape
-        and a.dtype == b.dtype and a.dtype.kind in "iuf"
+        isinstance(a, np.ndarray)
+        and isinstance(b, np.ndarray)
+        and a.shape == b.shape
+        and a.dtype == b.dtype
+        and a.dtype.kind in "iuf"
     )
 
 
@@ -139,8 +152,10 @@ def check_examples(run_batch: RunBatch, n_examples: int, max_batch: int) -> Star
                 continue
             n_mismatched += 1
             if first is None:
-                first = (f"example {index} at position {position} of a batch of {len(batch)}: "
-                         f"{describe_difference(outputs[position], alone[index])}")
+                first = (
+                    f"example {index} at position {position} of a batch of {len(batch)}: "
+                    f"{describe_difference(outputs[position], alone[index])}"
+                )
     return StartupCheck(n_mismatched == 0, n_examples, max_batch, n_checked, n_mismatched, first)
 
 

@@ -65,8 +65,10 @@ def audit_settings_from_env() -> AuditSettings:
     except ValueError:
         rate = math.nan
     if not (math.isfinite(rate) and 0.0 <= rate <= 1.0):
-        raise ConfigError(f"{AUDIT_RATE_ENV} must be a number from 0 (audit off) to 1 (every "
-                          f"batch), not {rate_text!r}")
+        raise ConfigError(
+            f"{AUDIT_RATE_ENV} must be a number from 0 (audit off) to 1 (every "
+            f"batch), not {rate_text!r}"
+        )
     if seed_text and not (seed_text.isdigit() and len(seed_text) <= 18):
         raise ConfigError(f"{AUDIT_SEED_ENV} must be an integer >= 0, not {seed_text!r}")
     return AuditSettings(rate=rate, seed=int(seed_text) if seed_text else 0)
@@ -161,8 +163,9 @@ class BatchAuditor:
             run, index = split_episode_key(key)
             use = audit.runs.setdefault(run, RunUse())
             use.batched_requests += 1
-            if index is not None and (use.first_batched_episode is None
-                                      or index < use.first_batched_episode):
+            if index is not None and (
+                use.first_batched_episode is None or index < use.first_batched_episode
+            ):
                 use.first_batched_episode = index
         n, rate = audit.batches, self.settings.rate
         if rate <= 0.0 or (n > 1 and math.floor(n * rate) == math.floor((n - 1) * rate)):
@@ -174,7 +177,13 @@ class BatchAuditor:
         return row
 
     def record(
-        self, function: str, batched: Any, alone: Any, episode_key: str, client: str, size: int,
+        self,
+        function: str,
+        batched: Any,
+        alone: Any,
+        episode_key: str,
+        client: str,
+        size: int,
         position: int,
     ) -> bool:
         """Compare an audited row with its recomputation alone; a mismatch ends batching."""
@@ -183,8 +192,9 @@ class BatchAuditor:
         if same_bits(batched, alone):
             return True
         if audit.mismatch is None:
-            detail = (f"position {position} of a batch of {size}: "
-                      f"{describe_difference(batched, alone)}")
+            detail = (
+                f"position {position} of a batch of {size}: {describe_difference(batched, alone)}"
+            )
             audit.mismatch = Mismatch("audit", detail, episode_key, client)
         audit.per_request = True
         return False
@@ -219,13 +229,19 @@ def _describe(audit: FunctionAudit, run_key: str) -> dict[str, Any]:
         "verified_by": audit.verified_by(),
         "batches": audit.batches,
         "batches_audited": audit.audited,
-        "mismatch": None if mismatch is None else {
-            "found_by": mismatch.found_by, "detail": mismatch.detail,
-            "episode_key": mismatch.episode_key, "client": mismatch.client,
+        "mismatch": None
+        if mismatch is None
+        else {
+            "found_by": mismatch.found_by,
+            "detail": mismatch.detail,
+            "episode_key": mismatch.episode_key,
+            "client": mismatch.client,
         },
-        "run": {"batched_requests": use.batched_requests,
-                "first_batched_episode": use.first_batched_episode,
-                "audited_batches": use.audited_batches},
+        "run": {
+            "batched_requests": use.batched_requests,
+            "first_batched_episode": use.first_batched_episode,
+            "audited_batches": use.audited_batches,
+        },
     }
 
 
@@ -274,5 +290,10 @@ def startup_check(
 
 def _check_ctx(node_name: str, index: int) -> CallContext:
     """The context of example ``index``: the same whether it runs alone or in a batch."""
-    return CallContext(node_id=node_name, step=0, episode_key=f"{CHECK_CLIENT}:{index}",
-                       episode_seed=index, client=CHECK_CLIENT)
+    return CallContext(
+        node_id=node_name,
+        step=0,
+        episode_key=f"{CHECK_CLIENT}:{index}",
+        episode_seed=index,
+        client=CHECK_CLIENT,
+    )

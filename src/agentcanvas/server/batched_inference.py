@@ -21,6 +21,7 @@ function found batch-dependent (here or by its start-up check) runs per request 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import time
@@ -153,7 +154,8 @@ class BatchedInferenceServer:
         alone = asyncio.get_running_loop().run_in_executor(
             None, handler, [request.item], config
         )
-        await _until_done(alone)
+        with contextlib.suppress(Exception):  # read from the future below
+            await _until_done(alone)
         self.audit_passes += 1
         error = alone.exception()
         if error is not None or len(alone.result()) != 1:
