@@ -14,6 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from agentcanvas.cli import _registry, command, resolve_graph
+from agentcanvas.cli_determinism import determinism_table
 from agentcanvas.errors import ConfigError
 from agentcanvas.eval.config import EvalConfig, EvalRun
 from agentcanvas.eval.foreground import ForegroundRun, run_foreground
@@ -125,6 +126,7 @@ def print_summary(run: EvalRun, where: str) -> None:
         stderr.print(
             f"  [red]episode {ep.index} ({ep.task} #{ep.episode_index}): {ep.status}: {ep.error}"
         )
+    stderr.print(determinism_table(run.determinism))
     if not run.determinism.guaranteed:
         stderr.print(f"[yellow]invariance not guaranteed: {run.determinism.reasons}")
     stderr.print(f"run written to {where}")

@@ -216,7 +216,22 @@ def test_a_batch_dependent_function_with_examples_fails_its_start_up_check(
 def test_a_batch_dependent_function_without_examples_is_caught_by_the_audit(
     workspace: Path,
 ) -> None:
-    run = eval_json(workspace, "centred_unchecked", workers=4)
+    """Run without --json: the result table shows the function; the summary has the block."""
+    proc = run_cli(
+        "eval",
+        "centred_unchecked_graph",
+        "-n",
+        N_EPISODES,
+        "-w",
+        "4",
+        workspace=workspace,
+        timeout_s=CLI_TIMEOUT_S,
+        env={**clean_env(), "COLUMNS": "400"},
+    )
+    assert "Traceback" not in proc.stderr, proc.stderr[-4000:]
+    [folder] = (workspace / "outputs" / "eval_runs").iterdir()
+    run = EvalRun.model_validate(read_json(folder / "summary.json"))
+    assert run.status_counts == {"completed": 6}, (run.error, proc.stderr[-3000:])
 
     info = run.determinism
     assert info.guaranteed is False
@@ -231,6 +246,14 @@ def test_a_batch_dependent_function_without_examples_is_caught_by_the_audit(
     assert entry.first_episode_affected <= int(entry.mismatch_episode_key.rsplit(":", 1)[1])
     [reason] = [r for r in info.reasons if "probe_model.centred_unchecked" in r]
     assert f"from episode {entry.first_episode_affected} on" in reason
+    table = proc.stderr
+    assert "determinism: NOT guaranteed" in table
+    [row] = [
+        line
+        for line in table.splitlines()
+        if "probe_model.centred_unchecked" in line and "per_request" in line
+    ]
+    assert f"first episode affected: {entry.first_episode_affected}" in row
 
 
 def test_a_batch_invariant_function_is_guaranteed_and_identical_at_1_3_and_4_workers(
