@@ -9,17 +9,20 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 from pydantic import BaseModel, ConfigDict
 
-from agentcanvas.errors import NodeSetError
+from agentcanvas.errors import NodeSetError, UserInputError
 from agentcanvas.nodes.base import CallContext, LocalNodeSet, NodeSet
 from agentcanvas.nodes.batch_check import check_examples, rotated_batches, same_bits
 from agentcanvas.nodes.manifest import PortSpec
+from agentcanvas.nodes.registry import WorkspaceComponentRegistry
 from agentcanvas.server.batch_audit import (
     AuditSettings,
     BatchAuditor,
@@ -29,6 +32,7 @@ from agentcanvas.server.batch_audit import (
 )
 from agentcanvas.server.batched_inference import BatchedInferenceServer
 from agentcanvas.server.batching import FlushPolicy
+from support.workspace import write_files
 
 DEADLINE_S = 10.0
 W = np.linspace(-1.0, 1.0, 4)
@@ -298,3 +302,28 @@ def test_call_context_of_the_check_is_the_same_alone_and_batched() -> None:
     report = build_auditor(LocalNodeSet(nodeset), 3).report()["functions"]["f"]
     assert report["verified"], report
     assert {c.episode_key for c in seen} == {"__batch_check__:0", "__batch_check__:1"}
+
+
+# -- the batched example of docs/nodesets.md ----------------------------------------------
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "nodesets.md"
+DOC_EXAMPLE = re.compile(r"<!-- example: (?P<path>[^ ]+) -->\n```python\n(?P<body>.*?)\n```", re.S)
+
+
+def test_the_docs_batched_example_passes_its_start_up_check_and_refuses_a_misspelt_key(
+    tmp_path: Path,
+) -> None:
+    [found] = list(DOC_EXAMPLE.finditer(DOC.read_text("utf-8")))
+    write_files(tmp_path, {found["path"]: found["body"] + "\n"})
+    registry = WorkspaceComponentRegistry(workspace=tmp_path)
+    registry.scan_all()
+    assert registry.load_errors == {}
+    nodeset = registry.nodeset("line_policy")
+    spec = nodeset.manifest().node_type("toward")
+    assert spec is not None and spec.batched and spec.batch_examples == 3
+
+    report = build_auditor(LocalNodeSet(nodeset), 8).report()["functions"]["toward"]
+    assert report["verified"] and report["mode"] == "batched", report
+    assert report["verified_by"].startswith("start-up check passed: 108 rows")
+    with pytest.raises(UserInputError, match="max_strid"):
+        nodeset.validate_config("toward", {"max_strid": 2})
