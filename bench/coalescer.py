@@ -27,12 +27,19 @@ and steps/s is the median over repeats, so a load change on the machine hits eve
 In padded mode every forward pass has the fixed ``max_batch`` shape: coalescing saves whole
 passes. Goal (issue 5): at K = 1 ours no slower than none (within noise); at K = 8 forward
 passes per step <= 1/4 of none and steps/s above both others.
+
+The batch audit (``server.batch_audit``): every server above runs it at its default rate
+(``AGENTCANVAS_AUDIT_RATE``, one batch in eight, plus the first). A fourth server, ``ours``
+with ``AGENTCANVAS_AUDIT_RATE=0`` (audit off), is measured at K = 8 in the same interleaved
+repeats; the audit table prints steps/s with the audit on and off side by side, their ratio
+and the audit's extra single-row passes per step. Goal (issue 11): on/off >= 0.85 at K = 8.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
 import statistics
 import sys
@@ -49,6 +56,8 @@ from agentcanvas.server.launcher import LaunchedServer, LocalProcessLauncher
 from agentcanvas.server.proxy import RemoteNodeSet, fetch_manifest
 
 POLICIES = ("none", "restart_on_submit", "ours")
+AUDIT_OFF = "ours_audit_off"
+"""The label of the ``ours`` server with the audit off (measured at K = 8 only)."""
 WORKER_COUNTS = (1, 2, 4, 8)
 MAX_BATCH = 8
 WARMUP_STEPS = 3
@@ -80,6 +89,7 @@ class Cell:
 
     steps: int = 0
     forward_passes: int = 0
+    audit_passes: int = 0
     steps_per_s: list[float] = field(default_factory=list)
     latencies_s: list[float] = field(default_factory=list)
 
@@ -106,12 +116,16 @@ class Server:
             return stats
 
 
-async def start(policy: str, workspace: Path) -> Server:
+async def start(label: str, workspace: Path) -> Server:
+    """A text_encoder server; ``label`` is its flush policy, or AUDIT_OFF (ours, audit off)."""
+    policy = "ours" if label == AUDIT_OFF else label
     env = {"AGENTCANVAS_FLUSH_POLICY": policy, "AGENTCANVAS_MAX_BATCH": str(MAX_BATCH),
-           "AGENTCANVAS_HOME": str(workspace), "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+           "AGENTCANVAS_HOME": str(workspace), "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+           "AGENTCANVAS_AUDIT_RATE": "0" if label == AUDIT_OFF else
+           os.environ.get("AGENTCANVAS_AUDIT_RATE", "")}
     process = await LocalProcessLauncher(env=env).launch("text_encoder", None)
     handle = RemoteNodeSet("text_encoder", process.url, await fetch_manifest(process.url))
-    server = Server(policy, process, handle)
+    server = Server(label, process, handle)
     stats = await server.stats()
     assert stats["policy"] == policy, stats
     return server
@@ -166,6 +180,7 @@ async def measure(server: Server, k: int, pattern: Pattern, cell_s: float, cell:
     assert after["requests_served"] - before["requests_served"] == steps
     cell.steps += steps
     cell.forward_passes += after["forward_passes"] - before["forward_passes"]
+    cell.audit_passes += after["audit_passes"] - before["audit_passes"]
     cell.steps_per_s.append(steps / elapsed)
 
 
@@ -173,19 +188,24 @@ CellKey = tuple[str, int, str]  # (pattern, K, policy)
 
 
 async def run(cell_s: float, repeats: int) -> dict[CellKey, Cell]:
-    cells = {(pat.name, k, p): Cell() for pat in PATTERNS for k in WORKER_COUNTS for p in POLICIES}
+    cells = {(pat.name, k, p): Cell() for pat in PATTERNS for k in WORKER_COUNTS
+             for p in (*POLICIES, AUDIT_OFF)}
+    labels = (*POLICIES, AUDIT_OFF)
     with tempfile.TemporaryDirectory(prefix="agentcanvas-bench-") as workspace:
-        print(f"starting {len(POLICIES)} text_encoder servers (each checks its invariance) ...",
+        print(f"starting {len(labels)} text_encoder servers (each checks its invariance) ...",
               flush=True)
         started = time.perf_counter()
-        servers = await asyncio.gather(*(start(p, Path(workspace)) for p in POLICIES))
+        servers = await asyncio.gather(*(start(p, Path(workspace)) for p in labels))
         print(f"  started in {time.perf_counter() - started:.1f} s", flush=True)
         try:
             for repeat in range(repeats):
-                order = servers[repeat % 3:] + servers[:repeat % 3]
+                shift = repeat % len(servers)
+                order = servers[shift:] + servers[:shift]
                 for pattern in PATTERNS:
                     for k in WORKER_COUNTS:
                         for server in order:
+                            if server.policy == AUDIT_OFF and k != 8:
+                                continue  # the audit's cost is measured where it is largest
                             key = (pattern.name, k, server.policy)
                             await measure(server, k, pattern, cell_s, cells[key])
                 print(f"  repeat {repeat + 1}/{repeats} done", flush=True)
@@ -214,6 +234,23 @@ def print_table(cells: dict[CellKey, Cell], pattern: str) -> None:
         print(f"{k:>2}  {ours.passes_per_step / none.passes_per_step:>19.3f} "
               f"{ours.median_steps_per_s / none.median_steps_per_s:>18.2f} "
               f"{ours.median_steps_per_s / restart.median_steps_per_s:>21.2f}")
+
+
+def print_audit_table(cells: dict[CellKey, Cell]) -> list[tuple[str, bool]]:
+    """Steps/s of ``ours`` at K = 8 with the audit on and off, side by side; the goal lines."""
+    print("\nbatch audit at K=8 (ours): steps/s with the audit on vs off, same run")
+    print(f"{'pattern':<9} {'audit off':>10} {'audit on':>10} {'on/off':>7} "
+          f"{'audit passes/step':>18} {'fwd/step on':>12}")
+    goals = []
+    for pattern in PATTERNS:
+        on, off = cells[(pattern.name, 8, "ours")], cells[(pattern.name, 8, AUDIT_OFF)]
+        ratio = on.median_steps_per_s / off.median_steps_per_s
+        print(f"{pattern.name:<9} {off.median_steps_per_s:>10.1f} {on.median_steps_per_s:>10.1f} "
+              f"{ratio:>7.2f} {on.audit_passes / on.steps:>18.3f} {on.passes_per_step:>12.3f}")
+        assert off.audit_passes == 0, "the audit-off server audited"
+        goals.append((f"{pattern.name}, K=8: steps/s audit on/off = {ratio:.2f} (>= 0.85)",
+                      ratio >= 0.85))
+    return goals
 
 
 def goal_lines(cells: dict[CellKey, Cell], pattern: str) -> list[tuple[str, bool]]:
@@ -248,6 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     for pattern in PATTERNS:
         print_table(cells, pattern.name)
         goals += goal_lines(cells, pattern.name)
+    goals += print_audit_table(cells)
     print()
     for line, ok in goals:
         print(f"  [{'ok' if ok else 'MISSED'}] {line}")
