@@ -30,9 +30,10 @@ passes per step <= 1/4 of none and steps/s above both others.
 
 The batch audit (``server.batch_audit``): every server above runs it at its default rate
 (``AGENTCANVAS_AUDIT_RATE``, one batch in eight, plus the first). A fourth server, ``ours``
-with ``AGENTCANVAS_AUDIT_RATE=0`` (audit off), is measured at K = 8 in the same interleaved
-repeats; the audit table prints steps/s with the audit on and off side by side, their ratio
-and the audit's extra single-row passes per step. Goal (issue 11): on/off >= 0.85 at K = 8.
+with ``AGENTCANVAS_AUDIT_RATE=0`` (audit off), is then measured against ``ours`` at K = 8,
+the two alternating cell by cell (4 repeats with --quick, else 8); the audit table prints
+their median steps/s side by side, the ratio, and the audit's extra single-row passes per
+step. Goal (issue 11): audit on/off >= 0.85 at K = 8.
 """
 
 from __future__ import annotations
@@ -187,9 +188,13 @@ async def measure(server: Server, k: int, pattern: Pattern, cell_s: float, cell:
 CellKey = tuple[str, int, str]  # (pattern, K, policy)
 
 
-async def run(cell_s: float, repeats: int) -> dict[CellKey, Cell]:
-    cells = {(pat.name, k, p): Cell() for pat in PATTERNS for k in WORKER_COUNTS
-             for p in (*POLICIES, AUDIT_OFF)}
+AUDIT = "audit"  # the pattern-name prefix of the audit section's cells
+
+
+async def run(cell_s: float, repeats: int, audit_repeats: int) -> dict[CellKey, Cell]:
+    cells = {(pat.name, k, p): Cell() for pat in PATTERNS for k in WORKER_COUNTS for p in POLICIES}
+    cells |= {(f"{AUDIT}/{pat.name}", 8, p): Cell()
+              for pat in PATTERNS for p in ("ours", AUDIT_OFF)}
     labels = (*POLICIES, AUDIT_OFF)
     with tempfile.TemporaryDirectory(prefix="agentcanvas-bench-") as workspace:
         print(f"starting {len(labels)} text_encoder servers (each checks its invariance) ...",
@@ -197,18 +202,24 @@ async def run(cell_s: float, repeats: int) -> dict[CellKey, Cell]:
         started = time.perf_counter()
         servers = await asyncio.gather(*(start(p, Path(workspace)) for p in labels))
         print(f"  started in {time.perf_counter() - started:.1f} s", flush=True)
+        by_label = {server.policy: server for server in servers}
         try:
             for repeat in range(repeats):
-                shift = repeat % len(servers)
-                order = servers[shift:] + servers[:shift]
+                order = [by_label[p] for p in POLICIES[repeat % 3:] + POLICIES[:repeat % 3]]
                 for pattern in PATTERNS:
                     for k in WORKER_COUNTS:
                         for server in order:
-                            if server.policy == AUDIT_OFF and k != 8:
-                                continue  # the audit's cost is measured where it is largest
                             key = (pattern.name, k, server.policy)
                             await measure(server, k, pattern, cell_s, cells[key])
                 print(f"  repeat {repeat + 1}/{repeats} done", flush=True)
+            # The audit's cost: ours with the audit on and off at K = 8, alternating.
+            pair = [by_label["ours"], by_label[AUDIT_OFF]]
+            for repeat in range(audit_repeats):
+                for pattern in PATTERNS:
+                    for server in pair[repeat % 2:] + pair[:repeat % 2]:
+                        key = (f"{AUDIT}/{pattern.name}", 8, server.policy)
+                        await measure(server, 8, pattern, cell_s, cells[key])
+            print(f"  audit on/off: {audit_repeats} alternating repeat(s) done", flush=True)
         finally:
             for server in servers:
                 await server.handle.close()
@@ -243,7 +254,8 @@ def print_audit_table(cells: dict[CellKey, Cell]) -> list[tuple[str, bool]]:
           f"{'audit passes/step':>18} {'fwd/step on':>12}")
     goals = []
     for pattern in PATTERNS:
-        on, off = cells[(pattern.name, 8, "ours")], cells[(pattern.name, 8, AUDIT_OFF)]
+        key = f"{AUDIT}/{pattern.name}"
+        on, off = cells[(key, 8, "ours")], cells[(key, 8, AUDIT_OFF)]
         ratio = on.median_steps_per_s / off.median_steps_per_s
         print(f"{pattern.name:<9} {off.median_steps_per_s:>10.1f} {on.median_steps_per_s:>10.1f} "
               f"{ratio:>7.2f} {on.audit_passes / on.steps:>18.3f} {on.passes_per_step:>12.3f}")
@@ -278,9 +290,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     cell_s = args.cell_s or (1.2 if args.quick else 3.0)
     repeats = args.repeats or (1 if args.quick else 2)
+    audit_repeats = 4 if args.quick else 8
     print(f"bench/coalescer.py: text_encoder.embed, max_batch {MAX_BATCH}, K = {WORKER_COUNTS}, "
           f"{cell_s:g} s per cell, {repeats} repeat(s); python {sys.version.split()[0]}")
-    cells = asyncio.run(run(cell_s, repeats))
+    cells = asyncio.run(run(cell_s, repeats, audit_repeats))
     goals = []
     for pattern in PATTERNS:
         print_table(cells, pattern.name)
