@@ -256,7 +256,7 @@ def test_bad_audit_settings_are_refused_naming_the_variable(
 def test_audit_settings_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("AGENTCANVAS_AUDIT_RATE", raising=False)
     monkeypatch.delenv("AGENTCANVAS_AUDIT_SEED", raising=False)
-    assert audit_settings_from_env() == AuditSettings(rate=0.125, seed=0)
+    assert audit_settings_from_env() == AuditSettings(rate=0.0625, seed=0)
     monkeypatch.setenv("AGENTCANVAS_AUDIT_RATE", "0")
     monkeypatch.setenv("AGENTCANVAS_AUDIT_SEED", "7")
     assert audit_settings_from_env() == AuditSettings(rate=0.0, seed=7)

@@ -9,7 +9,7 @@ Three layers, all per function (``NODESET.batched_node``):
 2. **Audit.** While serving, a deterministic sample of the batches of more than one request
    is re-checked: one row, picked by a seeded hash of (seed, function, batch number), is
    recomputed alone and compared bit for bit. The first batch of more than one request is
-   always audited, then ``AGENTCANVAS_AUDIT_RATE`` of them (default 1 in 8; 0 turns the
+   always audited, then ``AGENTCANVAS_AUDIT_RATE`` of them (default 1 in 16; 0 turns the
    audit off, 1 audits every batch). On the first mismatch the function drops to per-request
    mode for the rest of the server's life.
 3. **Report.** ``report(run_key)`` says, per function: the mode it runs in, how it was
@@ -39,7 +39,7 @@ from agentcanvas.nodes.batch_check import (
 )
 from agentcanvas.server.batching import policy_from_env
 
-DEFAULT_AUDIT_RATE = 0.125
+DEFAULT_AUDIT_RATE = 0.0625
 AUDIT_RATE_ENV = "AGENTCANVAS_AUDIT_RATE"
 AUDIT_SEED_ENV = "AGENTCANVAS_AUDIT_SEED"
 
