@@ -34,7 +34,8 @@ with ``AGENTCANVAS_AUDIT_RATE=0`` (audit off), is then measured against ``ours``
 the two alternating cell by cell (cells of at least 2.5 s; 5 pairs with --quick, else 10);
 the audit table prints their median steps/s side by side, the ratio of the medians, the
 median of the pairwise ratios (each on/off pair ran back to back, so a load change on the
-machine hits both alike) and the audit's extra single-row passes per step. Goal (issue 11):
+machine hits both alike), the audit's extra single-row passes per step and per forward
+pass (its share of the server's compute in padded mode). Goal (issue 11):
 audit on/off >= 0.85 at K = 8 (the pairwise median).
 """
 
@@ -254,7 +255,8 @@ def print_audit_table(cells: dict[CellKey, Cell]) -> list[tuple[str, bool]]:
     """Steps/s of ``ours`` at K = 8 with the audit on and off, side by side; the goal lines."""
     print("\nbatch audit at K=8 (ours): steps/s with the audit on vs off, same run")
     print(f"{'pattern':<9} {'audit off':>10} {'audit on':>10} {'on/off':>7} "
-          f"{'pairwise on/off':>16} {'audit passes/step':>18} {'fwd/step on':>12}")
+          f"{'pairwise on/off':>16} {'audit passes/step':>18} {'fwd/step on':>12} "
+          f"{'audit/fwd':>10}")
     goals = []
     for pattern in PATTERNS:
         key = f"{AUDIT}/{pattern.name}"
@@ -265,7 +267,7 @@ def print_audit_table(cells: dict[CellKey, Cell]) -> list[tuple[str, bool]]:
                                                               strict=True))
         print(f"{pattern.name:<9} {off.median_steps_per_s:>10.1f} {on.median_steps_per_s:>10.1f} "
               f"{ratio:>7.2f} {pairwise:>16.2f} {on.audit_passes / on.steps:>18.3f} "
-              f"{on.passes_per_step:>12.3f}")
+              f"{on.passes_per_step:>12.3f} {on.audit_passes / on.forward_passes:>10.3f}")
         print(f"{'':<9} per pair, off: {' '.join(f'{v:.1f}' for v in off.steps_per_s)}; "
               f"on: {' '.join(f'{v:.1f}' for v in on.steps_per_s)}")
         goals.append((f"{pattern.name}, K=8: steps/s audit on/off = {pairwise:.2f} "
