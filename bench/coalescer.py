@@ -27,12 +27,23 @@ and steps/s is the median over repeats, so a load change on the machine hits eve
 In padded mode every forward pass has the fixed ``max_batch`` shape: coalescing saves whole
 passes. Goal (issue 5): at K = 1 ours no slower than none (within noise); at K = 8 forward
 passes per step <= 1/4 of none and steps/s above both others.
+
+The batch audit (``server.batch_audit``): every server above runs it at its default rate
+(``AGENTCANVAS_AUDIT_RATE``, 1 batch in 16, plus the first). A fourth server, ``ours``
+with ``AGENTCANVAS_AUDIT_RATE=0`` (audit off), is then measured against ``ours`` at K = 8,
+the two alternating cell by cell (cells of at least 2.5 s; 5 pairs with --quick, else 10);
+the audit table prints their median steps/s side by side, the ratio of the medians, the
+median of the pairwise ratios (each on/off pair ran back to back, so a load change on the
+machine hits both alike), the audit's extra single-row passes per step and per forward
+pass (its share of the server's compute in padded mode). Goal (issue 11):
+audit on/off >= 0.85 at K = 8 (the pairwise median).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
 import statistics
 import sys
@@ -49,6 +60,8 @@ from agentcanvas.server.launcher import LaunchedServer, LocalProcessLauncher
 from agentcanvas.server.proxy import RemoteNodeSet, fetch_manifest
 
 POLICIES = ("none", "restart_on_submit", "ours")
+AUDIT_OFF = "ours_audit_off"
+"""The label of the ``ours`` server with the audit off (measured at K = 8 only)."""
 WORKER_COUNTS = (1, 2, 4, 8)
 MAX_BATCH = 8
 WARMUP_STEPS = 3
@@ -80,6 +93,7 @@ class Cell:
 
     steps: int = 0
     forward_passes: int = 0
+    audit_passes: int = 0
     steps_per_s: list[float] = field(default_factory=list)
     latencies_s: list[float] = field(default_factory=list)
 
@@ -106,12 +120,16 @@ class Server:
             return stats
 
 
-async def start(policy: str, workspace: Path) -> Server:
+async def start(label: str, workspace: Path) -> Server:
+    """A text_encoder server; ``label`` is its flush policy, or AUDIT_OFF (ours, audit off)."""
+    policy = "ours" if label == AUDIT_OFF else label
     env = {"AGENTCANVAS_FLUSH_POLICY": policy, "AGENTCANVAS_MAX_BATCH": str(MAX_BATCH),
-           "AGENTCANVAS_HOME": str(workspace), "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+           "AGENTCANVAS_HOME": str(workspace), "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+           "AGENTCANVAS_AUDIT_RATE": "0" if label == AUDIT_OFF else
+           os.environ.get("AGENTCANVAS_AUDIT_RATE", "")}
     process = await LocalProcessLauncher(env=env).launch("text_encoder", None)
     handle = RemoteNodeSet("text_encoder", process.url, await fetch_manifest(process.url))
-    server = Server(policy, process, handle)
+    server = Server(label, process, handle)
     stats = await server.stats()
     assert stats["policy"] == policy, stats
     return server
@@ -166,29 +184,46 @@ async def measure(server: Server, k: int, pattern: Pattern, cell_s: float, cell:
     assert after["requests_served"] - before["requests_served"] == steps
     cell.steps += steps
     cell.forward_passes += after["forward_passes"] - before["forward_passes"]
+    cell.audit_passes += after["audit_passes"] - before["audit_passes"]
     cell.steps_per_s.append(steps / elapsed)
 
 
 CellKey = tuple[str, int, str]  # (pattern, K, policy)
 
 
-async def run(cell_s: float, repeats: int) -> dict[CellKey, Cell]:
+AUDIT = "audit"  # the pattern-name prefix of the audit section's cells
+
+
+async def run(cell_s: float, repeats: int, audit_repeats: int) -> dict[CellKey, Cell]:
     cells = {(pat.name, k, p): Cell() for pat in PATTERNS for k in WORKER_COUNTS for p in POLICIES}
+    cells |= {(f"{AUDIT}/{pat.name}", 8, p): Cell()
+              for pat in PATTERNS for p in ("ours", AUDIT_OFF)}
+    labels = (*POLICIES, AUDIT_OFF)
     with tempfile.TemporaryDirectory(prefix="agentcanvas-bench-") as workspace:
-        print(f"starting {len(POLICIES)} text_encoder servers (each checks its invariance) ...",
+        print(f"starting {len(labels)} text_encoder servers (each checks its invariance) ...",
               flush=True)
         started = time.perf_counter()
-        servers = await asyncio.gather(*(start(p, Path(workspace)) for p in POLICIES))
+        servers = await asyncio.gather(*(start(p, Path(workspace)) for p in labels))
         print(f"  started in {time.perf_counter() - started:.1f} s", flush=True)
+        by_label = {server.policy: server for server in servers}
         try:
             for repeat in range(repeats):
-                order = servers[repeat % 3:] + servers[:repeat % 3]
+                order = [by_label[p] for p in POLICIES[repeat % 3:] + POLICIES[:repeat % 3]]
                 for pattern in PATTERNS:
                     for k in WORKER_COUNTS:
                         for server in order:
                             key = (pattern.name, k, server.policy)
                             await measure(server, k, pattern, cell_s, cells[key])
                 print(f"  repeat {repeat + 1}/{repeats} done", flush=True)
+            # The audit's cost: ours with the audit on and off at K = 8, alternating.
+            pair = [by_label["ours"], by_label[AUDIT_OFF]]
+            audit_cell_s = max(cell_s, 2.5)
+            for repeat in range(audit_repeats):
+                for pattern in PATTERNS:
+                    for server in pair[repeat % 2:] + pair[:repeat % 2]:
+                        key = (f"{AUDIT}/{pattern.name}", 8, server.policy)
+                        await measure(server, 8, pattern, audit_cell_s, cells[key])
+            print(f"  audit on/off: {audit_repeats} alternating repeat(s) done", flush=True)
         finally:
             for server in servers:
                 await server.handle.close()
@@ -216,6 +251,30 @@ def print_table(cells: dict[CellKey, Cell], pattern: str) -> None:
               f"{ours.median_steps_per_s / restart.median_steps_per_s:>21.2f}")
 
 
+def print_audit_table(cells: dict[CellKey, Cell]) -> list[tuple[str, bool]]:
+    """Steps/s of ``ours`` at K = 8 with the audit on and off, side by side; the goal lines."""
+    print("\nbatch audit at K=8 (ours): steps/s with the audit on vs off, same run")
+    print(f"{'pattern':<9} {'audit off':>10} {'audit on':>10} {'on/off':>7} "
+          f"{'pairwise on/off':>16} {'audit passes/step':>18} {'fwd/step on':>12} "
+          f"{'audit/fwd':>10}")
+    goals = []
+    for pattern in PATTERNS:
+        key = f"{AUDIT}/{pattern.name}"
+        on, off = cells[(key, 8, "ours")], cells[(key, 8, AUDIT_OFF)]
+        assert off.audit_passes == 0, "the audit-off server audited"
+        ratio = on.median_steps_per_s / off.median_steps_per_s
+        pairwise = statistics.median(a / b for a, b in zip(on.steps_per_s, off.steps_per_s,
+                                                              strict=True))
+        print(f"{pattern.name:<9} {off.median_steps_per_s:>10.1f} {on.median_steps_per_s:>10.1f} "
+              f"{ratio:>7.2f} {pairwise:>16.2f} {on.audit_passes / on.steps:>18.3f} "
+              f"{on.passes_per_step:>12.3f} {on.audit_passes / on.forward_passes:>10.3f}")
+        print(f"{'':<9} per pair, off: {' '.join(f'{v:.1f}' for v in off.steps_per_s)}; "
+              f"on: {' '.join(f'{v:.1f}' for v in on.steps_per_s)}")
+        goals.append((f"{pattern.name}, K=8: steps/s audit on/off = {pairwise:.2f} "
+                      f"(pairwise median; >= 0.85)", pairwise >= 0.85))
+    return goals
+
+
 def goal_lines(cells: dict[CellKey, Cell], pattern: str) -> list[tuple[str, bool]]:
     one = (cells[(pattern, 1, "ours")].median_steps_per_s
            / cells[(pattern, 1, "none")].median_steps_per_s)
@@ -241,13 +300,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     cell_s = args.cell_s or (1.2 if args.quick else 3.0)
     repeats = args.repeats or (1 if args.quick else 2)
+    audit_repeats = 5 if args.quick else 10
     print(f"bench/coalescer.py: text_encoder.embed, max_batch {MAX_BATCH}, K = {WORKER_COUNTS}, "
           f"{cell_s:g} s per cell, {repeats} repeat(s); python {sys.version.split()[0]}")
-    cells = asyncio.run(run(cell_s, repeats))
+    cells = asyncio.run(run(cell_s, repeats, audit_repeats))
     goals = []
     for pattern in PATTERNS:
         print_table(cells, pattern.name)
         goals += goal_lines(cells, pattern.name)
+    goals += print_audit_table(cells)
     print()
     for line, ok in goals:
         print(f"  [{'ok' if ok else 'MISSED'}] {line}")

@@ -13,11 +13,13 @@ from rich.table import Table
 
 from agentcanvas import exit_codes
 from agentcanvas.cli import _registry, command, print_json, resolve_graph
+from agentcanvas.cli_determinism import determinism_table
 from agentcanvas.errors import ConfigError
 from agentcanvas.eval.config import EvalConfig, EvalRun
 from agentcanvas.eval.foreground import ForegroundRun, run_foreground
 from agentcanvas.eval.invariance import diff_runs
 from agentcanvas.eval.tasks import check_tasks
+from agentcanvas.server.batch_audit import check_batcher_settings
 
 stderr = Console(stderr=True)
 
@@ -111,6 +113,7 @@ class _ProgressView:
 
 
 def _run(args: argparse.Namespace, workers: int, label: str) -> ForegroundRun:
+    check_batcher_settings()  # refused here, naming the variable, before any server starts
     registry = _registry()
     graph = resolve_graph(registry, args.graph)
     config = build_config(args, graph.name, workers)
@@ -161,6 +164,7 @@ def print_summary(run: EvalRun, where: str) -> None:
         stderr.print(
             f"  [red]episode {ep.index} ({ep.task} #{ep.episode_index}): {ep.status}: {ep.error}"
         )
+    stderr.print(determinism_table(run.determinism))
     if not run.determinism.guaranteed:
         stderr.print(f"[yellow]invariance not guaranteed: {run.determinism.reasons}")
     stderr.print(f"run written to {where}")
@@ -245,4 +249,6 @@ def extend_parser(sub: Any) -> None:
         "verify-invariance", help="run at several worker counts and diff results", **codes
     )
     add_eval_arguments(p)
-    p.add_argument("--workers", default="1,4", help="comma-separated worker counts (default 1,4)")
+    p.add_argument(
+        "--workers", default="1,3,4", help="comma-separated worker counts (default 1,3,4)"
+    )

@@ -11,6 +11,8 @@ from concurrent.futures import Future
 
 import pytest
 
+from agentcanvas.errors import ConfigError
+from agentcanvas.server.batch_audit import AuditSettings, audit_settings_from_env
 from agentcanvas.server.batching import (
     BatchQueue,
     FlushPolicy,
@@ -213,5 +215,48 @@ def test_policy_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AGENTCANVAS_MAX_BATCH", "4")
     assert policy_from_env() == FlushPolicy(kind="restart_on_submit", max_batch=4)
     monkeypatch.setenv("AGENTCANVAS_FLUSH_POLICY", "fastest")
-    with pytest.raises(ValueError, match="AGENTCANVAS_FLUSH_POLICY"):
+    with pytest.raises(ConfigError, match="AGENTCANVAS_FLUSH_POLICY"):
         policy_from_env()
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "eight", "2.5", "100000", " "])
+def test_a_bad_max_batch_is_refused_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.delenv("AGENTCANVAS_FLUSH_POLICY", raising=False)
+    monkeypatch.setenv("AGENTCANVAS_MAX_BATCH", value)
+    if value.strip() == "":  # empty means unset: the default
+        assert policy_from_env().max_batch == 8
+        return
+    with pytest.raises(ConfigError, match="AGENTCANVAS_MAX_BATCH must be an integer from 1"):
+        policy_from_env()
+
+
+def test_a_flush_policy_refuses_an_empty_batch_and_a_negative_cap() -> None:
+    with pytest.raises(ConfigError, match="max_batch"):
+        FlushPolicy(max_batch=0)
+    with pytest.raises(ConfigError, match="cap_s"):
+        FlushPolicy(cap_s=float("nan"))
+
+
+@pytest.mark.parametrize(
+    ("rate", "seed", "field"),
+    [("1.5", "", "AGENTCANVAS_AUDIT_RATE"), ("nan", "", "AGENTCANVAS_AUDIT_RATE"),
+     ("often", "", "AGENTCANVAS_AUDIT_RATE"), ("0.5", "-1", "AGENTCANVAS_AUDIT_SEED")],
+)
+def test_bad_audit_settings_are_refused_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch, rate: str, seed: str, field: str
+) -> None:
+    monkeypatch.setenv("AGENTCANVAS_AUDIT_RATE", rate)
+    monkeypatch.setenv("AGENTCANVAS_AUDIT_SEED", seed)
+    with pytest.raises(ConfigError, match=field):
+        audit_settings_from_env()
+
+
+def test_audit_settings_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AGENTCANVAS_AUDIT_RATE", raising=False)
+    monkeypatch.delenv("AGENTCANVAS_AUDIT_SEED", raising=False)
+    assert audit_settings_from_env() == AuditSettings(rate=0.0625, seed=0)
+    monkeypatch.setenv("AGENTCANVAS_AUDIT_RATE", "0")
+    monkeypatch.setenv("AGENTCANVAS_AUDIT_SEED", "7")
+    assert audit_settings_from_env() == AuditSettings(rate=0.0, seed=7)

@@ -125,11 +125,33 @@ class EpisodeResult(BaseModel):
         return self.model_dump(exclude={"duration_s", "attempts"})
 
 
+class BatchedFunctionInfo(BaseModel):
+    """One batched function the run used (``nodeset.node``): how a shared server ran it."""
+
+    mode: str = Field(
+        description="padded / single / batched (verified, batched), per_request (found "
+        "batch-dependent), audited (batched, unverified, the audit found no mismatch in this "
+        "run's batches), unverified (batched with no check at all), unknown (server unreachable)."
+    )
+    verified: bool = Field(description="Passed its start-up check; no mismatch since.")
+    verified_by: str = ""
+    batches_audited: int = Field(default=0, description="Over the server's life so far.")
+    batched_requests: int = Field(default=0, description="This run's requests batched > 1.")
+    mismatch: str | None = Field(default=None, description="The first evidence of dependence.")
+    mismatch_episode_key: str | None = None
+    first_episode_affected: int | None = Field(
+        default=None,
+        description="The first episode of this run served in a shared batch before the "
+        "function dropped to per-request mode (None: no episode was).",
+    )
+
+
 class DeterminismInfo(BaseModel):
     """Whether this run's scores are guaranteed independent of worker count, and why."""
 
     guaranteed: bool = True
     shared_server_modes: dict[str, str] = Field(default_factory=dict)
+    batched_functions: dict[str, BatchedFunctionInfo] = Field(default_factory=dict)
     reasons: list[str] = Field(default_factory=list)
     seed_function: str = "sha256(agentcanvas-v1|run_seed|task|episode_index) mod 2**31"
 

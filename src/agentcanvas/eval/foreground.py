@@ -11,7 +11,8 @@ import asyncio
 from dataclasses import dataclass
 from pathlib import Path
 
-from agentcanvas.eval.config import DeterminismInfo, EvalConfig, EvalRun
+from agentcanvas.eval.config import EvalConfig, EvalRun
+from agentcanvas.eval.determinism import collect_determinism
 from agentcanvas.eval.runner import BatchEvalRunner, Broadcast
 from agentcanvas.eval.store import RunDir, atomic_write_json, new_run_id
 from agentcanvas.graph.model import Graph
@@ -20,6 +21,9 @@ from agentcanvas.paths import runs_dir
 from agentcanvas.server.launcher import LocalProcessLauncher
 
 SPEC_VERSION = 1
+__all__ = [
+    "ForegroundRun", "collect_determinism", "finalise_run", "record_failure", "run_foreground",
+]
 
 
 @dataclass
@@ -78,22 +82,6 @@ async def run_foreground(
     finally:
         await asyncio.shield(finalise_run(registry, runner, run_dir))
     return ForegroundRun(run_id, run_dir, summary)
-
-
-async def collect_determinism(
-    registry: WorkspaceComponentRegistry, graph: Graph
-) -> DeterminismInfo:
-    """Ask each shared server of the graph which batch mode it measured at start-up."""
-    info = DeterminismInfo()
-    for name in registry.servers.shared_in(graph):
-        handle = registry.bound(name) or registry.local_instance(name)
-        modes = await handle.determinism()
-        for node, mode in modes.items():
-            info.shared_server_modes[f"{name}.{node}"] = mode
-            if "failed" in mode:
-                info.reasons.append(f"{name}.{node}: batch-invariance check failed ({mode})")
-    info.guaranteed = not info.reasons
-    return info
 
 
 def record_failure(

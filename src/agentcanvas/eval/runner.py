@@ -34,6 +34,7 @@ from agentcanvas.eval.config import (
     EvalConfig,
     EvalRun,
 )
+from agentcanvas.eval.determinism import finish_determinism
 from agentcanvas.eval.episode import (
     EpisodeOptions,
     EpisodeSpec,
@@ -163,6 +164,8 @@ class BatchEvalRunner:
             if workers:  # a worker's failure aborts the group (and this wait) with it
                 await asyncio.wait(workers)
             aggregator.cancel()  # the final summary recomputes every aggregate
+        # What the shared servers' batch audit found while this run used them.
+        await finish_determinism(self.registry, self.graph, self.run.run_id, self.run.determinism)
         if self.stop_reason is not None:
             self.run.status, self.run.error = "failed", self.stop_reason
         elif self.cancel_event.is_set():

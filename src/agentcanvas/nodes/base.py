@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import inspect
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -108,6 +108,8 @@ class _NodeDef:
     fn: NodeFn
     config_model: type[BaseModel] | None
     batch_fn: BatchFn | None = None
+    examples: tuple[dict[str, Any], ...] = ()
+    """Example inputs of a batched node: the start-up batch-invariance check runs on them."""
 
 
 @dataclass
@@ -136,6 +138,7 @@ class NodeSet:
         done_port: str | None = None,
         blocking: bool = False,
         batched: bool = False,
+        batch_examples: int = 0,
     ) -> Callable[[NodeFn], NodeFn]:
         """Decorator registering a node function under ``name``."""
 
@@ -150,6 +153,7 @@ class NodeSet:
                 done_port=done_port,
                 blocking=blocking,
                 batched=batched,
+                batch_examples=batch_examples,
             )
             self._nodes[name] = _NodeDef(spec, fn, config)
             return fn
@@ -164,13 +168,17 @@ class NodeSet:
         outputs: list[PortSpec] | None = None,
         config: type[BaseModel] | None = None,
         description: str = "",
+        examples: Sequence[Mapping[str, Any]] | None = None,
     ) -> Callable[[BatchFn], BatchFn]:
         """Decorator for a model node that takes a batch: ``fn(items, config, state)``.
 
         ``items`` is a list of ``(inputs, ctx)``; the function returns one output dict per
         item. A shared server coalesces concurrent calls into such batches; in-process a call
         is a batch of one. Outputs must not depend on the batch (see docs/nodesets.md).
+        ``examples``: a few ``inputs`` dicts on which a shared server checks, at start-up,
+        that every batch size and position gives the bits of each example run alone.
         """
+        declared = _check_examples(self.name, name, inputs or [], examples)
 
         def register(fn: BatchFn) -> BatchFn:
             def single(
@@ -186,8 +194,10 @@ class NodeSet:
                 description=description or (inspect.getdoc(fn) or "").split("\n")[0],
                 blocking=True,
                 batched=True,
+                batch_examples=len(declared),
             )(single)
             self._nodes[name].batch_fn = fn
+            self._nodes[name].examples = declared
             return fn
 
         return register
@@ -220,6 +230,28 @@ class NodeSet:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"])
             raise UserInputError(f"config field '{where}': {first['msg']}") from exc
+
+
+def _check_examples(
+    nodeset: str, node: str, ports: list[PortSpec], examples: Sequence[Mapping[str, Any]] | None
+) -> tuple[dict[str, Any], ...]:
+    """Declared examples as dicts; each must give every required input port a value."""
+    if examples is None:
+        return ()
+    if isinstance(examples, Mapping | str) or not isinstance(examples, Sequence):
+        raise NodeSetError(f"{nodeset}.{node}: examples must be a list of inputs dicts")
+    required = {p.name for p in ports if p.required}
+    declared = []
+    for i, example in enumerate(examples):
+        if not isinstance(example, Mapping):
+            raise NodeSetError(f"{nodeset}.{node}: examples[{i}] is a "
+                               f"{type(example).__name__}, not an inputs dict")
+        missing = sorted(required - set(example))
+        if missing:
+            raise NodeSetError(f"{nodeset}.{node}: examples[{i}] has no value for the "
+                               f"required input(s) {missing}")
+        declared.append(dict(example))
+    return tuple(declared)
 
 
 class NodeSetHandle(Protocol):

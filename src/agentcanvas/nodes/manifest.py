@@ -51,7 +51,15 @@ class NodeTypeSpec(_Frozen):
         default=False, description="Runs in a worker thread (simulators, models) when local."
     )
     batched: bool = Field(
-        default=False, description="A model node whose calls a shared server coalesces."
+        default=False,
+        description="A model node whose calls a shared server coalesces into batches "
+        "(declared with NODESET.batched_node); its outputs must not depend on the batch.",
+    )
+    batch_examples: int = Field(
+        default=0,
+        ge=0,
+        description="Batched nodes: how many example inputs it declares; a shared server "
+        "checks batch invariance on them at start-up (0: checked only by the running audit).",
     )
 
     def input(self, name: str) -> PortSpec | None:

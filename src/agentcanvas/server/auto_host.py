@@ -5,7 +5,9 @@
 The port reaches the parent through the ready pipe (no race: the socket is bound and
 listening before the line is written). Endpoints: ``/health``, ``/manifest``,
 ``/call/{node}`` (wire-encoded; served by a plain ASGI front, `FastCallApp`, as it is the hot
-path), ``/panel/*``, ``/evict``, ``/attach`` + ``/detach``, ``/stats``, ``/determinism``.
+path), ``/panel/*``, ``/evict``, ``/attach`` + ``/detach``, ``/stats``, ``/determinism``,
+``/batch_audit?run=<run_id>`` (each batched function's start-up check and audit, see
+``batch_audit``; the checks run before the server reports ready).
 
 SIGTERM and SIGINT stop the server gracefully, then the node set is closed. With
 ``--record-dir`` (``agentcanvas serve-nodeset``) the server records itself in
@@ -40,6 +42,11 @@ from agentcanvas.nodes.base import CallContext, LocalNodeSet
 from agentcanvas.nodes.registry import WorkspaceComponentRegistry
 from agentcanvas.paths import check_name
 from agentcanvas.server import procs, wire
+from agentcanvas.server.batch_audit import (
+    audit_settings_from_env,
+    build_auditor,
+    check_batcher_settings,
+)
 from agentcanvas.server.batched_inference import BatchedInferenceServer
 from agentcanvas.server.batching import policy_from_env
 from agentcanvas.server.runtime import fix_numeric_threads
@@ -55,7 +62,9 @@ def _wire_response(obj: Any) -> Response:
 def create_app(instance: LocalNodeSet, tag: int | None) -> FastAPI:
     """The node-set server's app. Node failures travel back as ``{"error": ...}`` data."""
     app = FastAPI(title=f"agentcanvas node set {instance.name}", docs_url=None, redoc_url=None)
-    batcher = BatchedInferenceServer(policy_from_env())
+    policy = policy_from_env()
+    auditor = build_auditor(instance, policy.max_batch, audit_settings_from_env())
+    batcher = BatchedInferenceServer(policy, auditor=auditor)
     app.state.batcher = batcher
 
     @app.get("/health")
@@ -115,6 +124,10 @@ def create_app(instance: LocalNodeSet, tag: int | None) -> FastAPI:
     @app.get("/determinism")
     async def determinism() -> dict[str, str]:
         return await instance.determinism()
+
+    @app.get("/batch_audit")
+    async def batch_audit(run: str = "") -> dict[str, Any]:
+        return auditor.report(run)
 
     @app.exception_handler(AgentCanvasError)
     async def _agentcanvas_error(request: Request, exc: AgentCanvasError) -> JSONResponse:
@@ -207,7 +220,7 @@ async def _call(
         return batch_fn(items, cfg, state)
 
     result: dict[str, Any] = await batcher.submit(
-        node_name, config, (inputs, ctx), ctx.client or "anonymous", handler
+        node_name, config, (inputs, ctx), ctx.client or "anonymous", handler, ctx.episode_key
     )
     return result
 
@@ -324,6 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     fix_numeric_threads()
     try:
         check_name("nodeset", args.nodeset)
+        check_batcher_settings()  # a bad setting fails here, before the node set loads
         asyncio.run(serve(args.nodeset, args.tag, args.record_dir))
     except AgentCanvasError as exc:
         print(f"auto_host {args.nodeset}: {exc}", file=sys.stderr)

@@ -11,11 +11,17 @@ waits longest does the work and nothing is left without an owner. A batch is tak
 queue only once the lock is held, so requests that queued while another pass ran join the
 next pass. A caller cancelled while its pass runs in a thread still waits for the pass (the
 lock covers it to the end) and hands the other requests their outputs before re-raising.
+
+With a ``BatchAuditor`` (``server.batch_audit``) every function's batch invariance is
+audited: after a sampled batch of more than one request has handed out its outputs, one of
+its rows is recomputed alone, still under the inference lock, and compared bit for bit; a
+function found batch-dependent (here or by its start-up check) runs per request from then on.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import time
@@ -24,6 +30,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from agentcanvas.errors import ServerError
+from agentcanvas.server.batch_audit import BatchAuditor
 from agentcanvas.server.batching import BatchQueue, FlushPolicy, PendingRequest, flush_due_at
 
 BatchHandler = Callable[[list[Any], dict[str, Any]], Sequence[Any]]
@@ -39,9 +46,14 @@ class BatchedInferenceServer:
     """Coalesces requests per key under a flush policy; counts forward passes."""
 
     def __init__(
-        self, policy: FlushPolicy | None = None, clock: Callable[[], float] = time.monotonic
+        self,
+        policy: FlushPolicy | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        auditor: BatchAuditor | None = None,
     ) -> None:
         self.policy = policy or FlushPolicy()
+        self.auditor = auditor
+        self._per_request = FlushPolicy(kind="none", max_batch=1)
         self._clock = clock
         self._queues: dict[tuple[str, str], BatchQueue] = {}
         self._inference_lock = asyncio.Lock()
@@ -49,6 +61,7 @@ class BatchedInferenceServer:
         self.forward_passes = 0
         self.requests_served = 0
         self.batch_size_counts: Counter[int] = Counter()
+        self.audit_passes = 0
 
     def attach(self, client: str) -> int:
         self.clients.add(client)
@@ -65,20 +78,22 @@ class BatchedInferenceServer:
         item: Any,
         client: str,
         handler: BatchHandler,
+        episode_key: str = "",
     ) -> Any:
         """Queue ``item``; resolve with its output once its batch has run."""
         key = (function_name, config_hash(config))
         queue = self._queues.setdefault(key, BatchQueue())
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        queue.pending.append(PendingRequest(client, self._clock(), item, future))
+        queue.pending.append(PendingRequest(client, self._clock(), item, future, episode_key))
         try:
             while not future.done():
-                due = flush_due_at(self.policy, queue, len(self.clients), self._clock())
+                policy = self._policy(function_name)
+                due = flush_due_at(policy, queue, len(self.clients), self._clock())
                 if due is None:
                     break  # taken into a batch that another caller is running
                 delay = due - self._clock()
                 if delay <= 0:
-                    await self._flush(queue, config, handler)
+                    await self._flush(function_name, queue, config, handler)
                 else:
                     await asyncio.wait([future], timeout=delay)
             return await future
@@ -86,8 +101,14 @@ class BatchedInferenceServer:
             future.cancel()  # dropped from its batch before the forward pass
             raise
 
+    def _policy(self, function_name: str) -> FlushPolicy:
+        """Per request (one pass per request, at once) for a function found batch-dependent."""
+        if self.auditor is not None and self.auditor.per_request(function_name):
+            return self._per_request
+        return self.policy
+
     async def _flush(
-        self, queue: BatchQueue, config: dict[str, Any], handler: BatchHandler
+        self, function_name: str, queue: BatchQueue, config: dict[str, Any], handler: BatchHandler
     ) -> None:
         """Run one forward pass of this queue's oldest requests, under the inference lock."""
         async with self._inference_lock:
@@ -96,10 +117,11 @@ class BatchedInferenceServer:
             # this queue that just ended get their cap to come back, and no two callers take
             # the same request.
             now_s = self._clock()
-            due = flush_due_at(self.policy, queue, len(self.clients), now_s)
+            policy = self._policy(function_name)
+            due = flush_due_at(policy, queue, len(self.clients), now_s)
             if due is None or due > now_s:
                 return
-            batch = queue.take(1 if self.policy.kind == "none" else self.policy.max_batch)
+            batch = queue.take(1 if policy.kind == "none" else policy.max_batch)
             forward = asyncio.get_running_loop().run_in_executor(
                 None, handler, [r.item for r in batch], config
             )
@@ -110,6 +132,42 @@ class BatchedInferenceServer:
                 self.forward_passes += 1
                 self.batch_size_counts[len(batch)] += 1
                 self.requests_served += _resolve(batch, forward)
+            if self.auditor is not None and not forward.cancelled() and not forward.exception():
+                await self._audit(function_name, batch, forward.result(), config, handler)
+
+    async def _audit(
+        self,
+        function_name: str,
+        batch: list[PendingRequest],
+        outputs: Sequence[Any],
+        config: dict[str, Any],
+        handler: BatchHandler,
+    ) -> None:
+        """Recompute the sampled row of a served batch alone; runs under the inference lock."""
+        assert self.auditor is not None
+        if len(outputs) != len(batch):
+            return
+        row = self.auditor.plan(function_name, [r.episode_key for r in batch])
+        if row is None:
+            return
+        request = batch[row]
+        alone = asyncio.get_running_loop().run_in_executor(
+            None, handler, [request.item], config
+        )
+        with contextlib.suppress(Exception):  # read from the future below
+            await _until_done(alone)
+        self.audit_passes += 1
+        error = alone.exception()
+        if error is not None or len(alone.result()) != 1:
+            reason = f"{type(error).__name__}: {error}" if error else "not one output"
+            self.auditor.record_failure(
+                function_name, reason, request.episode_key, request.client, len(batch)
+            )
+            return
+        self.auditor.record(
+            function_name, outputs[row], alone.result()[0], request.episode_key,
+            request.client, len(batch), row,
+        )
 
     def stats(self) -> dict[str, Any]:
         return {
@@ -118,6 +176,7 @@ class BatchedInferenceServer:
             "requests_served": self.requests_served,
             "attached": len(self.clients),
             "batch_sizes": {str(n): count for n, count in sorted(self.batch_size_counts.items())},
+            "audit_passes": self.audit_passes,
         }
 
 

@@ -16,9 +16,12 @@ Three flush policies (the third is ours):
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from agentcanvas.errors import ConfigError
 
 PolicyKind = Literal["none", "restart_on_submit", "ours"]
 
@@ -32,6 +35,19 @@ class FlushPolicy:
     cap_s: float = 0.010
     window_s: float = 0.050
 
+    def __post_init__(self) -> None:
+        if self.kind not in ("none", "restart_on_submit", "ours"):
+            raise ConfigError(f"flush policy kind must be none, restart_on_submit or ours, "
+                              f"not {self.kind!r}")
+        if isinstance(self.max_batch, bool) or not isinstance(self.max_batch, int) or (
+            self.max_batch < 1
+        ):
+            raise ConfigError(f"max_batch must be an integer >= 1, not {self.max_batch!r}")
+        for name in ("cap_s", "window_s"):
+            value = getattr(self, name)
+            if not math.isfinite(value) or value < 0:
+                raise ConfigError(f"{name} must be a finite number >= 0, not {value!r}")
+
 
 @dataclass
 class PendingRequest:
@@ -41,6 +57,8 @@ class PendingRequest:
     arrived_s: float
     item: Any
     future: Any  # asyncio.Future; typed loosely to keep this module loop-free
+    episode_key: str = ""
+    """The episode the request belongs to (the batch audit records who it affected)."""
 
 
 @dataclass
@@ -78,12 +96,32 @@ def flush_due_at(
     return max(live[0].arrived_s, queue.last_pass_end_s) + policy.cap_s
 
 
+MAX_BATCH_LIMIT = 1024
+
+
 def policy_from_env() -> FlushPolicy:
-    """The policy a server uses: env ``AGENTCANVAS_FLUSH_POLICY`` (default ``ours``)."""
+    """The policy a server uses: env ``AGENTCANVAS_FLUSH_POLICY`` (default ``ours``) and
+    ``AGENTCANVAS_MAX_BATCH`` (default 8). A bad value raises ConfigError naming the variable.
+    """
     kind = os.environ.get("AGENTCANVAS_FLUSH_POLICY", "ours")
     if kind not in ("none", "restart_on_submit", "ours"):
-        raise ValueError(
+        raise ConfigError(
             f"AGENTCANVAS_FLUSH_POLICY must be none, restart_on_submit or ours, not {kind!r}"
         )
-    max_batch = int(os.environ.get("AGENTCANVAS_MAX_BATCH", "8"))
+    max_batch = env_int("AGENTCANVAS_MAX_BATCH", 8, 1, MAX_BATCH_LIMIT)
     return FlushPolicy(kind=kind, max_batch=max_batch)  # type: ignore[arg-type]
+
+
+def env_int(name: str, default: int, low: int, high: int) -> int:
+    """An integer setting from the environment, refused with its name when out of range."""
+    text = os.environ.get(name)
+    if text is None or text.strip() == "":
+        return default
+    try:
+        value = int(text.strip())
+    except ValueError:
+        value = None
+    if value is None or not low <= value <= high:
+        raise ConfigError(f"{name} must be an integer from {low} to {high}, not {text!r} "
+                          f"(unset it for the default, {default})")
+    return value

@@ -138,7 +138,24 @@ function determinismBlock(info) {
     " results are independent of the worker count"),
     keyValues([["seed function", h("code", {}, info.seed_function ?? "–")],
       ["shared servers", modes.map(([name, mode]) => `${name}: ${mode}`).join(" · ") || "none"]]),
+    batchedFunctions(info.batched_functions),
     info.reasons?.length ? h("ul", { class: "reasons" }, info.reasons.map((r) => h("li", {}, r))) : null);
+}
+
+// Every batched function the run used: its mode, how it was verified, the audit, a mismatch.
+function batchedFunctions(functions) {
+  const rows = Object.entries(functions ?? {}).sort(([a], [b]) => a.localeCompare(b));
+  if (!rows.length) return null;
+  const mismatch = (f) => (f.mismatch == null ? "–" : `${f.mismatch}${isNum(f.first_episode_affected)
+    ? ` (first episode affected: ${f.first_episode_affected})` : ""}`);
+  return scroller(dataTable("batched-functions",
+    ["Batched function", "Mode", "Verified by", "Audited", "Batched", "Mismatch"],
+    rows.map(([name, f]) => h("tr", { "data-function": name, "data-verified": String(!!f.verified) },
+      rowHead(name),
+      h("td", {}, h("span", { class: `badge ${f.verified ? "st-completed" : "st-failed"}` }, f.mode)),
+      h("td", {}, f.verified_by ?? "–"), num(f.batches_audited ?? 0), num(f.batched_requests ?? 0),
+      h("td", {}, mismatch(f)))),
+    [3, 4]));
 }
 
 function graphBlock(graph) {

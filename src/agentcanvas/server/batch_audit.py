@@ -1,0 +1,299 @@
+"""Batch invariance of every batched function a shared server runs: checked, audited, reported.
+
+Three layers, all per function (``NODESET.batched_node``):
+
+1. **Start-up check.** When the function declares example inputs, the server runs
+   ``nodes.batch_check.check_examples`` on them before serving: every batch size
+   ``1..max_batch``, every position, bit for bit against each example alone. A function
+   that fails (or raises) runs **per request** for the server's whole life.
+2. **Audit.** While serving, a deterministic sample of the batches of more than one request
+   is re-checked: one row, picked by a seeded hash of (seed, function, batch number), is
+   recomputed alone and compared bit for bit. The first batch of more than one request is
+   always audited, then ``AGENTCANVAS_AUDIT_RATE`` of them (default 1 in 16; 0 turns the
+   audit off, 1 audits every batch). On the first mismatch the function drops to per-request
+   mode for the rest of the server's life.
+3. **Report.** ``report(run_key)`` says, per function: the mode it runs in, how it was
+   verified, the audit's counts, the mismatch (if any: where, and which request showed it)
+   and, for one run (the ``<run_id>`` part of its episode keys ``<run_id>:<index>``), how
+   many of that run's requests were served in shared batches and the first such episode:
+   the first one the mismatch may have affected.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentcanvas.errors import ConfigError
+from agentcanvas.nodes.base import CallContext, LocalNodeSet
+from agentcanvas.nodes.batch_check import (
+    CHECK_CLIENT,
+    StartupCheck,
+    check_examples,
+    describe_difference,
+    same_bits,
+)
+from agentcanvas.server.batching import policy_from_env
+
+DEFAULT_AUDIT_RATE = 0.0625
+AUDIT_RATE_ENV = "AGENTCANVAS_AUDIT_RATE"
+AUDIT_SEED_ENV = "AGENTCANVAS_AUDIT_SEED"
+
+
+@dataclass(frozen=True)
+class AuditSettings:
+    """What share of multi-request batches is audited, and the seed that picks rows."""
+
+    rate: float = DEFAULT_AUDIT_RATE
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.rate) and 0.0 <= self.rate <= 1.0):
+            raise ConfigError(f"audit rate must be from 0 to 1, not {self.rate!r}")
+
+
+def audit_settings_from_env() -> AuditSettings:
+    """``AGENTCANVAS_AUDIT_RATE`` (0..1) and ``AGENTCANVAS_AUDIT_SEED`` (int >= 0), checked."""
+    rate_text = os.environ.get(AUDIT_RATE_ENV, "").strip()
+    seed_text = os.environ.get(AUDIT_SEED_ENV, "").strip()
+    try:
+        rate = float(rate_text) if rate_text else DEFAULT_AUDIT_RATE
+    except ValueError:
+        rate = math.nan
+    if not (math.isfinite(rate) and 0.0 <= rate <= 1.0):
+        raise ConfigError(
+            f"{AUDIT_RATE_ENV} must be a number from 0 (audit off) to 1 (every "
+            f"batch), not {rate_text!r}"
+        )
+    if seed_text and not (seed_text.isdigit() and len(seed_text) <= 18):
+        raise ConfigError(f"{AUDIT_SEED_ENV} must be an integer >= 0, not {seed_text!r}")
+    return AuditSettings(rate=rate, seed=int(seed_text) if seed_text else 0)
+
+
+def check_batcher_settings() -> None:
+    """Every env setting a shared server's batcher reads; ConfigError names a bad one."""
+    policy_from_env()
+    audit_settings_from_env()
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """The first evidence that a function's output depends on its batch."""
+
+    found_by: str  # "start-up check" | "audit"
+    detail: str
+    episode_key: str = ""
+    client: str = ""
+
+
+@dataclass
+class RunUse:
+    """One run's requests served in batches of more than one while the function batched."""
+
+    batched_requests: int = 0
+    first_batched_episode: int | None = None
+    audited_batches: int = 0
+
+
+@dataclass
+class FunctionAudit:
+    """Everything the server knows about one batched function's batch invariance."""
+
+    name: str
+    batch_mode: str
+    """How the node set runs a batch (its ``determinism`` hook, e.g. ``padded``) or ``batched``."""
+    check: StartupCheck | None
+    check_error: str | None = None
+    per_request: bool = False
+    batches: int = 0
+    """Batches of more than one request served in batched mode."""
+    audited: int = 0
+    mismatch: Mismatch | None = None
+    runs: dict[str, RunUse] = field(default_factory=dict)
+
+    @property
+    def verified(self) -> bool:
+        """Passed its start-up check and no audit has found a mismatch since."""
+        return self.check is not None and self.check.ok and self.mismatch is None
+
+    def verified_by(self) -> str:
+        if self.check_error is not None:
+            return f"start-up check failed: the function raised: {self.check_error}"
+        if self.check is not None:
+            return self.check.summary()
+        return "no start-up check (the function declares no example inputs)"
+
+
+def split_episode_key(key: str) -> tuple[str, int | None]:
+    """``<run_id>:<index>`` → (run_id, index); any other key → (key, None)."""
+    run, _, index = key.rpartition(":")
+    return (run, int(index)) if run and index.isdigit() else (key, None)
+
+
+class BatchAuditor:
+    """Per-function start-up checks, the running audit, and what a run is told about them."""
+
+    def __init__(self, settings: AuditSettings | None = None) -> None:
+        self.settings = settings or AuditSettings()
+        self.functions: dict[str, FunctionAudit] = {}
+
+    def register(self, audit: FunctionAudit) -> None:
+        if (audit.check is not None and not audit.check.ok) or audit.check_error is not None:
+            audit.per_request = True
+            if audit.mismatch is None:
+                detail = audit.check_error or (audit.check.first_mismatch if audit.check else "")
+                audit.mismatch = Mismatch("start-up check", detail or "")
+        self.functions[audit.name] = audit
+
+    def per_request(self, function: str) -> bool:
+        audit = self.functions.get(function)
+        return audit is not None and audit.per_request
+
+    def plan(self, function: str, episode_keys: Sequence[str]) -> int | None:
+        """Record a served batch; the row to recompute alone, or None (no audit)."""
+        audit = self.functions.get(function)
+        if audit is None or audit.per_request or len(episode_keys) < 2:
+            return None
+        audit.batches += 1
+        for key in episode_keys:
+            run, index = split_episode_key(key)
+            use = audit.runs.setdefault(run, RunUse())
+            use.batched_requests += 1
+            if index is not None and (
+                use.first_batched_episode is None or index < use.first_batched_episode
+            ):
+                use.first_batched_episode = index
+        n, rate = audit.batches, self.settings.rate
+        if rate <= 0.0 or (n > 1 and math.floor(n * rate) == math.floor((n - 1) * rate)):
+            return None
+        digest = hashlib.blake2b(f"{self.settings.seed}:{function}:{n}".encode(), digest_size=8)
+        row = int.from_bytes(digest.digest(), "little") % len(episode_keys)
+        for run in {split_episode_key(key)[0] for key in episode_keys}:
+            audit.runs[run].audited_batches += 1
+        return row
+
+    def record(
+        self,
+        function: str,
+        batched: Any,
+        alone: Any,
+        episode_key: str,
+        client: str,
+        size: int,
+        position: int,
+    ) -> bool:
+        """Compare an audited row with its recomputation alone; a mismatch ends batching."""
+        audit = self.functions[function]
+        audit.audited += 1
+        if same_bits(batched, alone):
+            return True
+        if audit.mismatch is None:
+            detail = (
+                f"position {position} of a batch of {size}: {describe_difference(batched, alone)}"
+            )
+            audit.mismatch = Mismatch("audit", detail, episode_key, client)
+        audit.per_request = True
+        return False
+
+    def record_failure(
+        self, function: str, error: str, episode_key: str, client: str, size: int
+    ) -> None:
+        """The row raised when run alone although its batch did not: batch-dependent too."""
+        audit = self.functions[function]
+        audit.audited += 1
+        if audit.mismatch is None:
+            detail = f"a row of a batch of {size} raised when run alone: {error}"
+            audit.mismatch = Mismatch("audit", detail, episode_key, client)
+        audit.per_request = True
+
+    def report(self, run_key: str = "") -> dict[str, Any]:
+        """The JSON a run collects at its end (``GET /batch_audit?run=<run_id>``)."""
+        return {
+            "audit_rate": self.settings.rate,
+            "audit_seed": self.settings.seed,
+            "functions": {name: _describe(a, run_key) for name, a in self.functions.items()},
+        }
+
+
+def _describe(audit: FunctionAudit, run_key: str) -> dict[str, Any]:
+    use = audit.runs.get(run_key, RunUse()) if run_key else RunUse()
+    mismatch = audit.mismatch
+    return {
+        "batch_mode": audit.batch_mode,
+        "mode": "per_request" if audit.per_request else audit.batch_mode,
+        "verified": audit.verified,
+        "verified_by": audit.verified_by(),
+        "batches": audit.batches,
+        "batches_audited": audit.audited,
+        "mismatch": None
+        if mismatch is None
+        else {
+            "found_by": mismatch.found_by,
+            "detail": mismatch.detail,
+            "episode_key": mismatch.episode_key,
+            "client": mismatch.client,
+        },
+        "run": {
+            "batched_requests": use.batched_requests,
+            "first_batched_episode": use.first_batched_episode,
+            "audited_batches": use.audited_batches,
+        },
+    }
+
+
+def build_auditor(
+    instance: LocalNodeSet, max_batch: int, settings: AuditSettings | None = None
+) -> BatchAuditor:
+    """Register every batched function of ``instance``, running each start-up check."""
+    auditor = BatchAuditor(settings)
+    hook = instance.nodeset.determinism
+    modes = dict(hook(instance.state)) if hook is not None else {}
+    for spec in instance.manifest.nodes:
+        if not spec.batched:
+            continue
+        mode = modes.get(spec.name, "batched")
+        check, error = startup_check(instance, spec.name, max_batch)
+        auditor.register(FunctionAudit(spec.name, mode, check, error))
+    return auditor
+
+
+def startup_check(
+    instance: LocalNodeSet, node_name: str, max_batch: int
+) -> tuple[StartupCheck | None, str | None]:
+    """Run the examples check of one function: (report, None), (None, error) or (None, None)."""
+    definition = instance.nodeset.definition(node_name)
+    if not definition.examples or definition.batch_fn is None:
+        return None, None
+    batch_fn, examples = definition.batch_fn, definition.examples
+    config = instance.nodeset.validate_config(node_name, {})
+
+    def run_batch(indices: Sequence[int]) -> Sequence[Any]:
+        keys = [f"{CHECK_CLIENT}:{i}" for i in indices]
+        items = [(dict(examples[i]), _check_ctx(node_name, i)) for i in indices]
+        try:
+            return batch_fn(items, config, instance.state)
+        finally:
+            evict = instance.nodeset.evict
+            if evict is not None:  # caches keyed by episode must not answer the next batch
+                for key in set(keys):
+                    evict(instance.state, key)
+
+    try:
+        return check_examples(run_batch, len(examples), max_batch), None
+    except Exception as exc:  # a function that crashes on its own examples is not verified
+        return None, f"{type(exc).__name__}: {exc}"
+
+
+def _check_ctx(node_name: str, index: int) -> CallContext:
+    """The context of example ``index``: the same whether it runs alone or in a batch."""
+    return CallContext(
+        node_id=node_name,
+        step=0,
+        episode_key=f"{CHECK_CLIENT}:{index}",
+        episode_seed=index,
+        client=CHECK_CLIENT,
+    )

@@ -1,0 +1,78 @@
+"""The run page shows the determinism block's batched functions, from a real scheduled run.
+
+A backend on loopback runs (through its scheduler and an eval subprocess) a graph whose
+shared, batched user function subtracts half the batch mean and declares no examples: the
+audit catches it. The run page, opened in Chromium, lists the function with its mode, the
+mismatch and the first episode affected, under a "not guaranteed" badge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from support.backend import Backend
+from support.batched_nodesets import write_batched_workspace
+
+sync_api = pytest.importorskip("playwright.sync_api")
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
+RUN_DEADLINE_S = 180.0
+UI_TIMEOUT_MS = 15_000
+FUNCTION = "probe_model.centred_unchecked"
+
+pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason=f"{CHROMIUM} is missing")
+
+
+@pytest.fixture
+def backend(tmp_path: Path) -> Iterator[Backend]:
+    backend = Backend(write_batched_workspace(tmp_path))
+    try:
+        yield backend
+    finally:
+        backend.close()
+
+
+@pytest.fixture
+def page() -> Iterator[Any]:
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.set_default_timeout(UI_TIMEOUT_MS)
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        yield page
+        browser.close()
+        assert not errors, f"uncaught errors in the page: {errors}"
+
+
+def test_the_run_page_lists_the_batched_function_the_audit_caught(
+    backend: Backend, page: Any
+) -> None:
+    run_id = backend.start_run("centred_unchecked_graph", episode_count=3, worker_count=4)
+    summary = backend.wait_status(run_id, "completed", RUN_DEADLINE_S)
+    entry = summary["determinism"]["batched_functions"][FUNCTION]
+    assert summary["determinism"]["guaranteed"] is False
+    assert entry["mode"] == "per_request" and entry["mismatch"].startswith("audit: ")
+    first = entry["first_episode_affected"]
+    assert isinstance(first, int)
+
+    page.goto(f"{backend.url}/#/run/{run_id}")
+    row = page.locator(f"#batched-functions tr[data-function='{FUNCTION}']")
+    row.wait_for()
+    text = row.inner_text()
+    assert row.get_attribute("data-verified") == "false"
+    assert "per_request" in text and "no start-up check" in text
+    assert f"first episode affected: {first}" in text
+    assert "not guaranteed" in page.locator("#determinism").inner_text()
