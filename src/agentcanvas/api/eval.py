@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from agentcanvas.errors import StateError, UnsafeNameError, UserInputError
 from agentcanvas.eval.config import EvalConfig
 from agentcanvas.eval.foreground import run_foreground
+from agentcanvas.eval.recovery import load_spec
 from agentcanvas.eval.store import RunDir, new_run_id, read_json
 from agentcanvas.nodes.registry import WorkspaceComponentRegistry
 from agentcanvas.paths import resolve_within
@@ -165,7 +166,7 @@ async def resume(run_id: str, request: Request) -> dict[str, str]:
     """Re-queue a run to execute only its missing episodes into the same folder."""
     svc = services(request)
     run_dir = svc.runs.run_dir(run_id)
-    spec = read_json(run_dir.spec_path)
+    spec = load_spec(run_dir)  # ConfigError (400) naming the field when it was damaged
     from agentcanvas.graph.model import parse_graph
 
     graph = parse_graph(spec["graph"], source=f"run {run_id} spec.json")

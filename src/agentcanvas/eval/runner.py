@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from agentcanvas.errors import ConfigError, ServerDiedError
+from agentcanvas.errors import ConfigError, ServerDiedError, ServerError
 from agentcanvas.eval import metrics
 from agentcanvas.eval.config import DeterminismInfo, EpisodeResult, EvalConfig, EvalRun
 from agentcanvas.eval.episode import (
@@ -127,9 +127,13 @@ class BatchEvalRunner:
                 for index in chunk:
                     queue.put_nowait(index)
                 group.create_task(self._worker(pool, worker_id, queue))
-        if self.cancel_event.is_set():
+        finished = all(
+            i in self.results and self.results[i].status != "cancelled"
+            for i in range(len(self.specs))
+        )
+        if self.cancel_event.is_set() and not finished:
             self.run.status = "aborted" if self.aborted else "cancelled"
-        else:
+        else:  # also when cancelled after its last episode finished
             self.run.status = "completed"
         self.run.timings["finished_at"] = time.time()
         self._refresh()
@@ -151,7 +155,9 @@ class BatchEvalRunner:
             await _set_attached(shared, client, attach=True)
             recording: asyncio.Future[None] | None = None  # owned here, awaited in turn
             try:
-                while not queue.empty():
+                # Cancelled: episodes not started yet are left missing, never written one
+                # by one as "cancelled" records (the run's summary counts them).
+                while not queue.empty() and not self.cancel_event.is_set():
                     spec = self.specs[queue.get_nowait()]
                     result = await self._run_one_episode(pool, handle, spec, client)
                     if recording is not None:
@@ -187,6 +193,7 @@ class BatchEvalRunner:
                 result.status, result.error = "cancelled", "cancelled with the run"
             if self.cancel_event.is_set() or result.status not in RETRYABLE:
                 return result
+            await self._require_shared()  # a lost shared server ends the run, resumable
             if attempt >= self.config.max_attempts:
                 return result
             try:
@@ -234,6 +241,17 @@ class BatchEvalRunner:
         )
         assert episode_dir.exists()
         return await run_episode(self.graph, spec, wiring, options)
+
+    async def _require_shared(self) -> None:
+        """ServerDiedError naming the server and its URL when a shared server is gone."""
+        for name in self.registry.servers.shared_in(self.graph):
+            health = getattr(self.registry.bound(name), "health", None)
+            if health is None:
+                continue
+            try:
+                await health()
+            except ServerDiedError as exc:
+                raise ServerDiedError(f"shared {exc}") from exc
 
     async def _replace_servers(self, pool: EnvWorkerPool, handle: WorkerHandle) -> None:
         """After a timeout a call may still run inside the worker's simulator; it must never
@@ -294,7 +312,7 @@ class BatchEvalRunner:
         """
         ordered = [self.results[i] for i in sorted(self.results)]
         self.run.episodes = ordered
-        self.run.episodes_done = len(ordered)
+        self.run.episodes_done = sum(1 for r in ordered if r.status != "cancelled")
         self.run.status_counts = metrics.status_counts(ordered)
         if full:
             self.run.aggregate_metrics = metrics.aggregate_metrics(ordered)
@@ -327,8 +345,14 @@ async def _set_attached(handles: list[Any], client: str, attach: bool) -> None:
     """Tell shared servers how many workers may send requests (their batching rendezvous)."""
     for handle in handles:
         method = getattr(handle, "attach" if attach else "detach", None)
-        if method is not None:
+        if method is None:
+            continue
+        try:
             await method(client)
+        except ServerError:
+            if attach:
+                raise
+            log.warning("could not detach %s from %s (server gone?)", client, handle)
 
 
 def _mean(run: EvalRun, name: str) -> float | None:

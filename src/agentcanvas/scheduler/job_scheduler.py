@@ -23,13 +23,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentcanvas.errors import RunError, StateError
+from agentcanvas.errors import RunError, RunLockedError, StateError
 from agentcanvas.eval.config import TERMINAL_RUN_STATUSES, EvalConfig, EvalRun
+from agentcanvas.eval.recovery import SpecScheduling, episodes_planned, load_spec
+from agentcanvas.eval.runlock import hold
 from agentcanvas.eval.store import RunDir, atomic_write_json, new_run_id, read_json
+from agentcanvas.graph.model import parse_graph
 from agentcanvas.paths import safe_child
 from agentcanvas.scheduler.admission import JobDemand, RunningLoad, decide
 from agentcanvas.scheduler.calibration import CalibrationStore
 from agentcanvas.scheduler.resources import ProcessTreeMonitor, ResourceSampler
+from agentcanvas.scheduler.restart import mark_ended, recover_runs, set_status
 from agentcanvas.server.procs import ChildProcess, spawn
 
 log = logging.getLogger(__name__)
@@ -94,41 +98,44 @@ class JobScheduler:
     def submit(self, spec: dict[str, Any], shared_urls: dict[str, str]) -> str:
         """Create the run folder and queue the run; never spawns."""
         config = EvalConfig.model_validate(spec["config"])
+        total = episodes_planned(config, parse_graph(spec["graph"], source="spec graph"))
         run_id = new_run_id(self.runs_dir)
         run_dir = RunDir(self.runs_dir / run_id)
         run_dir.create()
         scheduling = spec.setdefault("scheduling", {})
         scheduling.setdefault("submitted_at", time.time())
         spec["run_id"] = run_id
-        atomic_write_json(run_dir.spec_path, spec)
-        atomic_write_json(run_dir.shared_urls_path, shared_urls)
-        summary = EvalRun(
-            run_id=run_id,
-            graph_name=config.graph_name,
-            config=config,
-            episodes_total=0,
-            status="pending",
-        )
-        atomic_write_json(run_dir.summary_path, summary.model_dump(mode="json"))
-        self._enqueue(run_dir, spec)
+        with hold(run_dir):
+            atomic_write_json(run_dir.spec_path, spec)
+            atomic_write_json(run_dir.shared_urls_path, shared_urls)
+            summary = EvalRun(
+                run_id=run_id,
+                graph_name=config.graph_name,
+                config=config,
+                episodes_total=total,
+                status="pending",
+            )
+            atomic_write_json(run_dir.summary_path, summary.model_dump(mode="json"))
+            self._enqueue(run_dir, spec)
         return run_id
 
     def _enqueue(self, run_dir: RunDir, spec: dict[str, Any]) -> QueuedJob:
+        """Queue a validated spec (the caller holds the run's lock)."""
         config = EvalConfig.model_validate(spec["config"])
-        scheduling = spec.get("scheduling", {})
+        scheduling = SpecScheduling.model_validate(spec.get("scheduling", {}))
         job = QueuedJob(
             run_id=run_dir.root.name,
             run_dir=run_dir,
             graph_name=config.graph_name,
             worker_count=config.worker_count,
-            priority=int(scheduling.get("priority", 0)),
-            seq=float(scheduling.get("submitted_at", time.time())),
-            marginal_vram_mb=float(scheduling.get("marginal_vram_mb", 0.0)),
-            exclusive_gpu=bool(scheduling.get("exclusive_gpu", False)),
+            priority=scheduling.priority,
+            seq=scheduling.submitted_at or time.time(),
+            marginal_vram_mb=scheduling.marginal_vram_mb,
+            exclusive_gpu=scheduling.exclusive_gpu,
             shared_nodesets=list(spec.get("shared_nodesets", [])),
         )
+        set_status(run_dir, "queued")
         self.queue.append(job)
-        _set_status(run_dir, "queued")
         return job
 
     def run_dir(self, run_id: str) -> RunDir:
@@ -139,9 +146,10 @@ class JobScheduler:
         and stops its own servers), SIGKILL to its whole group after a grace period."""
         for job in self.queue:
             if job.run_id == run_id:
-                self.queue.remove(job)
-                _set_status(job.run_dir, "cancelled")
-                job.run_dir.touch_done()
+                with hold(job.run_dir):
+                    self.queue.remove(job)
+                    set_status(job.run_dir, "cancelled")
+                    job.run_dir.touch_done()
                 self.hooks.release_shared(job.shared_nodesets)
                 return "cancelled"
         running = self.running.get(run_id)
@@ -153,21 +161,25 @@ class JobScheduler:
         return "cancelling"
 
     def resume(self, run_id: str, shared_urls: dict[str, str], shared: list[str]) -> None:
-        """Re-queue an aborted/cancelled/failed run to execute only its missing episodes."""
+        """Re-queue an aborted/cancelled/failed run to execute only its missing episodes.
+
+        RunLockedError (a StateError) while another process still writes the folder."""
         run_dir = self.run_dir(run_id)
         if run_id in self.running or any(j.run_id == run_id for j in self.queue):
             raise StateError(f"run {run_id} is already queued or running")
-        summary = read_json(run_dir.summary_path)
-        if summary.get("status") == "completed":
-            raise StateError(f"run {run_id} is completed; nothing to resume")
-        spec = read_json(run_dir.spec_path)
-        spec["shared_nodesets"] = shared
-        spec.setdefault("scheduling", {})["submitted_at"] = time.time()
-        spec["resume"] = True
-        atomic_write_json(run_dir.spec_path, spec)
-        atomic_write_json(run_dir.shared_urls_path, shared_urls)
-        run_dir.done_path.unlink(missing_ok=True)
-        self._enqueue(run_dir, spec)
+        with hold(run_dir):
+            summary = read_json(run_dir.summary_path)
+            if summary.get("status") == "completed":
+                raise StateError(f"run {run_id} is completed; nothing to resume")
+            spec = load_spec(run_dir)
+            spec["shared_nodesets"] = shared
+            spec.setdefault("scheduling", {})["submitted_at"] = time.time()
+            spec["resume"] = True
+            atomic_write_json(run_dir.spec_path, spec)
+            atomic_write_json(run_dir.shared_urls_path, shared_urls)
+            run_dir.done_path.unlink(missing_ok=True)
+            mark_ended(run_dir, "queued", None)  # the summary agrees with the episode folders
+            self._enqueue(run_dir, spec)
 
     # -- the tick --------------------------------------------------------------------------
     def tick(self) -> None:
@@ -193,21 +205,33 @@ class JobScheduler:
 
     def _finish(self, job: RunningJob) -> None:
         run_dir = job.job.run_dir
-        status = _read_status(run_dir)
-        if not run_dir.is_done():
-            status = "cancelled" if job.kill_at is not None else "aborted"
-            _set_status(run_dir, status)
-            if status == "cancelled":
-                run_dir.touch_done()
-        elif status not in TERMINAL_RUN_STATUSES:  # _DONE without a final status
-            status = "failed"
-            _set_status(run_dir, status, error="the eval process ended without a final status")
+        try:
+            with hold(run_dir):  # free: its writer has exited
+                status = self._settle(job)
+        except RunLockedError as exc:  # another process writes it now: not ours to touch
+            log.error("run %s: %s", job.job.run_id, exc)
+            status = _read_status(run_dir)
         self._relay_progress(job, force=True)
         peaks = job.monitor.peaks_mb()
         if peaks and status == "completed":
             self.calibration.record(job.job.graph_name, job.job.worker_count, peaks)
         self.hooks.release_shared(job.job.shared_nodesets)
         log.info("run %s finished: %s (exit %s)", job.job.run_id, status, job.child.returncode)
+
+    def _settle(self, job: RunningJob) -> str:
+        """The final status of a run whose eval process has exited (lock held)."""
+        run_dir = job.job.run_dir
+        status = _read_status(run_dir)
+        if not run_dir.is_done():
+            status = "cancelled" if job.kill_at is not None else "aborted"
+            code = job.child.returncode
+            mark_ended(run_dir, status, f"the eval process exited ({code}) before the run ended")
+            if status == "cancelled":
+                run_dir.touch_done()
+        elif status not in TERMINAL_RUN_STATUSES:  # _DONE without a final status
+            status = "failed"
+            set_status(run_dir, status, error="the eval process ended without a final status")
+        return status
 
     def _admit(self) -> None:
         free: dict[str, float | None] = {
@@ -265,6 +289,13 @@ class JobScheduler:
         ]
         env = _child_env(job.run_dir)
         try:
+            with hold(job.run_dir):  # "running" before the eval process takes the lock
+                set_status(job.run_dir, "running")
+        except RunLockedError as exc:
+            log.error("run %s not started: %s", job.run_id, exc)
+            self.hooks.release_shared(job.shared_nodesets)
+            return
+        try:
             child = spawn(
                 argv,
                 env=env,
@@ -274,11 +305,11 @@ class JobScheduler:
                 stderr_path=job.run_dir.stderr_path,
             )
         except Exception as exc:
-            _set_status(job.run_dir, "failed", error=f"could not spawn: {exc}")
-            job.run_dir.touch_done()
+            with hold(job.run_dir):
+                set_status(job.run_dir, "failed", error=f"could not spawn: {exc}")
+                job.run_dir.touch_done()
             self.hooks.release_shared(job.shared_nodesets)
             return
-        _set_status(job.run_dir, "running")
         monitor = ProcessTreeMonitor(child.pid, self.samplers)
         self.running[job.run_id] = RunningJob(job, child, monitor, estimates, time.time())
 
@@ -295,19 +326,9 @@ class JobScheduler:
 
     # -- restart recovery and views --------------------------------------------------------
     def recover(self) -> list[str]:
-        """Re-queue queued runs; mark ``running`` runs without ``_DONE`` as aborted."""
-        requeued: list[str] = []
-        if not self.runs_dir.is_dir():
-            return requeued
-        for folder in sorted(p for p in self.runs_dir.iterdir() if p.is_dir()):
-            run_dir = RunDir(folder)
-            status = _read_status(run_dir)
-            if status in ("pending", "queued") and run_dir.spec_path.exists():
-                self._enqueue(run_dir, read_json(run_dir.spec_path))
-                requeued.append(folder.name)
-            elif status == "running" and not run_dir.is_done():
-                _set_status(run_dir, "aborted", error="the backend restarted while it ran")
-        return requeued
+        """Re-queue queued runs; mark ``running`` runs without ``_DONE`` aborted (summary
+        reconciled with the episode folders); a broken run folder is marked failed."""
+        return recover_runs(self.runs_dir, self._enqueue)
 
     def list_active(self) -> dict[str, list[dict[str, Any]]]:
         queued = [
@@ -349,15 +370,23 @@ class JobScheduler:
             time.sleep(0.05)
         for job in self.running.values():
             job.child.close_sync(term_timeout_s=2.0)  # then its group: leftovers
-            run_dir = job.job.run_dir
-            if job.kill_at is not None:
-                if not run_dir.is_done():
-                    _set_status(run_dir, "cancelled")
-                    run_dir.touch_done()
-            elif _read_status(run_dir) not in ("completed", "failed"):
-                _set_status(run_dir, "aborted", error="the backend stopped while it ran")
-                run_dir.done_path.unlink(missing_ok=True)
+            try:
+                with hold(job.job.run_dir):
+                    _settle_at_shutdown(job)
+            except (RunLockedError, RunError) as exc:
+                log.error("run %s: %s", job.job.run_id, exc)
         self.running.clear()
+
+
+def _settle_at_shutdown(job: RunningJob) -> None:
+    run_dir = job.job.run_dir
+    if job.kill_at is not None:
+        if not run_dir.is_done():
+            mark_ended(run_dir, "cancelled", None)
+            run_dir.touch_done()
+    elif _read_status(run_dir) not in ("completed", "failed"):
+        mark_ended(run_dir, "aborted", "the backend stopped while it ran")
+        run_dir.done_path.unlink(missing_ok=True)
 
 
 def _terminate_leader(child: ChildProcess) -> None:
@@ -381,14 +410,3 @@ def _read_status(run_dir: RunDir) -> str:
     except RunError:
         return "pending"
 
-
-def _set_status(run_dir: RunDir, status: str, error: str | None = None) -> None:
-    """Rewrite summary.json's status (atomically), keeping everything else."""
-    try:
-        summary = read_json(run_dir.summary_path)
-    except RunError as exc:
-        raise RunError(f"run {run_dir.root.name}: no readable summary.json") from exc
-    summary["status"] = status
-    if error is not None:
-        summary["error"] = error
-    atomic_write_json(run_dir.summary_path, summary)
