@@ -41,7 +41,7 @@ from agentcanvas.server.launcher import LocalProcessLauncher
 from agentcanvas.server.runtime import fix_numeric_threads
 
 ORPHAN_EXIT_S = 3.0  # after the parent died: finish in this time, or the group is killed
-LOCK_WAIT_S = 5.0  # the scheduler lets the lock go just before it spawns us
+LOCK_WAIT_S = 2.0  # the scheduler lets the lock go just before it spawns us
 
 
 def previous_results(run_dir: RunDir, spec: dict[str, Any]) -> list[EpisodeResult]:
