@@ -113,15 +113,14 @@ def test_summary_equals_episode_folders_after_sigkill_at_random_points(
                              CalibrationStore(workspace / "calibration.json"))
 
     kill_at_random_point(cli, run_dir, rng, at_least=0)
-    for _ in range(1):  # recover, resume, kill again at another random point
-        scheduler.recover()
-        assert assert_summary_matches_folders(run_dir)["status"] == "aborted"
-        scheduler.resume(run_dir.root.name, {}, [])
-        scheduler.queue.clear()  # this test is the scheduler: it spawns the process itself
-        assert_summary_matches_folders(run_dir)
-        resumed = spawn_eval_process(run_dir, workspace)
-        procs.append(resumed)
-        kill_at_random_point(resumed, run_dir, rng, at_least=len(episode_files(run_dir)))
+    scheduler.recover()
+    assert assert_summary_matches_folders(run_dir)["status"] == "aborted"
+    scheduler.resume(run_dir.root.name, {}, [])
+    scheduler.queue.clear()  # this test is the scheduler: it spawns the process itself
+    assert_summary_matches_folders(run_dir)
+    resumed = spawn_eval_process(run_dir, workspace)
+    procs.append(resumed)
+    kill_at_random_point(resumed, run_dir, rng, at_least=len(episode_files(run_dir)))
 
     scheduler.recover()
     assert_summary_matches_folders(run_dir)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from agentcanvas.errors import RunError, RunLockedError, StateError
-from agentcanvas.eval.config import TERMINAL_RUN_STATUSES, EvalConfig, EvalRun
+from agentcanvas.eval.config import EvalConfig, EvalRun
 from agentcanvas.eval.recovery import SpecScheduling, episodes_planned, load_spec
 from agentcanvas.eval.runlock import hold
 from agentcanvas.eval.store import RunDir, atomic_write_json, new_run_id, read_json
@@ -33,7 +33,14 @@ from agentcanvas.paths import safe_child
 from agentcanvas.scheduler.admission import JobDemand, RunningLoad, decide
 from agentcanvas.scheduler.calibration import CalibrationStore
 from agentcanvas.scheduler.resources import ProcessTreeMonitor, ResourceSampler
-from agentcanvas.scheduler.restart import mark_ended, recover_runs, set_status
+from agentcanvas.scheduler.restart import (
+    mark_ended,
+    read_status,
+    recover_runs,
+    set_status,
+    settle_at_shutdown,
+    settle_exited,
+)
 from agentcanvas.server.procs import ChildProcess, spawn
 
 log = logging.getLogger(__name__)
@@ -207,31 +214,17 @@ class JobScheduler:
         run_dir = job.job.run_dir
         try:
             with hold(run_dir):  # free: its writer has exited
-                status = self._settle(job)
+                code = job.child.returncode
+                status = settle_exited(run_dir, job.kill_at is not None, code)
         except RunLockedError as exc:  # another process writes it now: not ours to touch
             log.error("run %s: %s", job.job.run_id, exc)
-            status = _read_status(run_dir)
+            status = read_status(run_dir)
         self._relay_progress(job, force=True)
         peaks = job.monitor.peaks_mb()
         if peaks and status == "completed":
             self.calibration.record(job.job.graph_name, job.job.worker_count, peaks)
         self.hooks.release_shared(job.job.shared_nodesets)
         log.info("run %s finished: %s (exit %s)", job.job.run_id, status, job.child.returncode)
-
-    def _settle(self, job: RunningJob) -> str:
-        """The final status of a run whose eval process has exited (lock held)."""
-        run_dir = job.job.run_dir
-        status = _read_status(run_dir)
-        if not run_dir.is_done():
-            status = "cancelled" if job.kill_at is not None else "aborted"
-            code = job.child.returncode
-            mark_ended(run_dir, status, f"the eval process exited ({code}) before the run ended")
-            if status == "cancelled":
-                run_dir.touch_done()
-        elif status not in TERMINAL_RUN_STATUSES:  # _DONE without a final status
-            status = "failed"
-            set_status(run_dir, status, error="the eval process ended without a final status")
-        return status
 
     def _admit(self) -> None:
         free: dict[str, float | None] = {
@@ -372,21 +365,10 @@ class JobScheduler:
             job.child.close_sync(term_timeout_s=2.0)  # then its group: leftovers
             try:
                 with hold(job.job.run_dir):
-                    _settle_at_shutdown(job)
+                    settle_at_shutdown(job.job.run_dir, cancelled=job.kill_at is not None)
             except (RunLockedError, RunError) as exc:
                 log.error("run %s: %s", job.job.run_id, exc)
         self.running.clear()
-
-
-def _settle_at_shutdown(job: RunningJob) -> None:
-    run_dir = job.job.run_dir
-    if job.kill_at is not None:
-        if not run_dir.is_done():
-            mark_ended(run_dir, "cancelled", None)
-            run_dir.touch_done()
-    elif _read_status(run_dir) not in ("completed", "failed"):
-        mark_ended(run_dir, "aborted", "the backend stopped while it ran")
-        run_dir.done_path.unlink(missing_ok=True)
 
 
 def _terminate_leader(child: ChildProcess) -> None:
@@ -402,11 +384,4 @@ def _child_env(run_dir: RunDir) -> dict[str, str]:
     if spec.get("active_workspace_dir"):
         env["ACTIVE_WORKSPACE_DIR"] = str(spec["active_workspace_dir"])
     return env
-
-
-def _read_status(run_dir: RunDir) -> str:
-    try:
-        return str(read_json(run_dir.summary_path).get("status", "pending"))
-    except RunError:
-        return "pending"
 

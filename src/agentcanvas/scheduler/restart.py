@@ -19,14 +19,23 @@ from pathlib import Path
 from typing import Any, Final
 
 from agentcanvas.errors import AgentCanvasError, RunError, RunLockedError
-from agentcanvas.eval.config import EvalConfig, EvalRun
+from agentcanvas.eval.config import TERMINAL_RUN_STATUSES, EvalConfig, EvalRun
 from agentcanvas.eval.recovery import episodes_planned, load_spec, reconcile_summary
 from agentcanvas.eval.runlock import hold
 from agentcanvas.eval.store import RunDir, atomic_write_json, read_json
 from agentcanvas.graph.model import parse_graph
 from agentcanvas.paths import check_name
 
-__all__ = ["RECOVER_LOCK_WAIT_S", "mark_ended", "mark_failed", "recover_runs", "set_status"]
+__all__ = [
+    "RECOVER_LOCK_WAIT_S",
+    "mark_ended",
+    "mark_failed",
+    "read_status",
+    "recover_runs",
+    "set_status",
+    "settle_at_shutdown",
+    "settle_exited",
+]
 
 log = logging.getLogger(__name__)
 # Orphans of a backend killed just before: they finish (or are killed) within 5 s.
@@ -43,6 +52,40 @@ def set_status(run_dir: RunDir, status: str, error: str | None = None) -> None:
     if error is not None:
         summary["error"] = error
     atomic_write_json(run_dir.summary_path, summary)
+
+
+def read_status(run_dir: RunDir) -> str:
+    """summary.json's status; ``pending`` when it cannot be read."""
+    try:
+        return str(read_json(run_dir.summary_path).get("status", "pending"))
+    except (RunError, AttributeError):
+        return "pending"
+
+
+def settle_exited(run_dir: RunDir, cancelled: bool, returncode: int | None) -> str:
+    """The final status of a run whose eval process has exited (lock held): its own, or
+    ``cancelled``/``aborted`` with the summary rebuilt when it could not write it."""
+    status = read_status(run_dir)
+    if not run_dir.is_done():
+        status = "cancelled" if cancelled else "aborted"
+        mark_ended(run_dir, status, f"the eval process exited ({returncode}) before the run ended")
+        if cancelled:
+            run_dir.touch_done()
+    elif status not in TERMINAL_RUN_STATUSES:  # _DONE without a final status
+        status = "failed"
+        set_status(run_dir, status, error="the eval process ended without a final status")
+    return status
+
+
+def settle_at_shutdown(run_dir: RunDir, cancelled: bool) -> None:
+    """The backend stops: a run it did not cancel becomes ``aborted``, resumable (lock held)."""
+    if cancelled:
+        if not run_dir.is_done():
+            mark_ended(run_dir, "cancelled", None)
+            run_dir.touch_done()
+    elif read_status(run_dir) not in ("completed", "failed"):
+        mark_ended(run_dir, "aborted", "the backend stopped while it ran")
+        run_dir.done_path.unlink(missing_ok=True)
 
 
 def mark_ended(run_dir: RunDir, status: str, error: str | None) -> None:
