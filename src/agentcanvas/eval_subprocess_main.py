@@ -90,6 +90,8 @@ async def run(run_dir: RunDir, parent: int) -> str:
         if term.orphaned():  # nobody waits for a graceful stop: record, then end the group
             if term.runner is not None:
                 term.runner.save()
+                if term.runner.run.status in ("completed", "cancelled", "failed"):
+                    run_dir.touch_done()  # it ended for good just as its parent died
             _kill_own_group()
         await asyncio.shield(finalise_run(registry, term.runner, run_dir))
 

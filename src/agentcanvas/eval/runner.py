@@ -252,6 +252,8 @@ class BatchEvalRunner:
                 await health()
             except ServerDiedError as exc:
                 raise ServerDiedError(f"shared {exc}") from exc
+            except ServerError:  # slow or odd, not gone: the episode keeps its own failure
+                continue
 
     async def _replace_servers(self, pool: EnvWorkerPool, handle: WorkerHandle) -> None:
         """After a timeout a call may still run inside the worker's simulator; it must never
