@@ -11,6 +11,7 @@ truncated or poisoned since it was written, naming the bad field (ConfigError).
 from __future__ import annotations
 
 import math
+import shutil
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -24,6 +25,7 @@ from agentcanvas.graph.model import Graph, parse_graph
 
 __all__ = [
     "SpecScheduling",
+    "drop_cancelled_episodes",
     "episode_records",
     "episodes_planned",
     "load_spec",
@@ -99,6 +101,17 @@ def episode_records(run_dir: RunDir) -> dict[int, EpisodeResult]:
             continue  # written atomically, so only a hand-damaged file lands here
         records[record.index] = record
     return records
+
+
+def drop_cancelled_episodes(run_dir: RunDir) -> list[int]:
+    """Remove the folders of cancelled episodes (a resume runs them again from scratch), so
+    that no stale record outlives the resume; the indexes removed."""
+    dropped = []
+    for index, record in episode_records(run_dir).items():
+        if record.status == "cancelled":
+            shutil.rmtree(run_dir.episode_dir(index), ignore_errors=True)
+            dropped.append(index)
+    return dropped
 
 
 def refresh_counts(run: EvalRun, results: dict[int, EpisodeResult]) -> None:

@@ -25,7 +25,12 @@ from typing import Any
 
 from agentcanvas.errors import RunError, RunLockedError, StateError
 from agentcanvas.eval.config import EvalConfig, EvalRun
-from agentcanvas.eval.recovery import SpecScheduling, episodes_planned, load_spec
+from agentcanvas.eval.recovery import (
+    SpecScheduling,
+    drop_cancelled_episodes,
+    episodes_planned,
+    load_spec,
+)
 from agentcanvas.eval.runlock import hold
 from agentcanvas.eval.store import RunDir, atomic_write_json, new_run_id, read_json
 from agentcanvas.graph.model import parse_graph
@@ -185,6 +190,7 @@ class JobScheduler:
             atomic_write_json(run_dir.spec_path, spec)
             atomic_write_json(run_dir.shared_urls_path, shared_urls)
             run_dir.done_path.unlink(missing_ok=True)
+            drop_cancelled_episodes(run_dir)  # run again: no stale record may outlive it
             mark_ended(run_dir, "queued", None)  # the summary agrees with the episode folders
             self._enqueue(run_dir, spec)
 
