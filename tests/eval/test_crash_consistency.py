@@ -41,6 +41,7 @@ SEED = int(os.environ.get("CRASH_TEST_SEED", time.time_ns() % 10_000))
 
 @pytest.fixture
 def procs() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Processes a test starts, each leading its own group: killed and reaped at the end."""
     started: list[subprocess.Popen[bytes]] = []
     try:
         yield started
@@ -103,6 +104,14 @@ def test_summary_equals_episode_folders_after_sigkill_at_random_points(
     runs_dir = workspace / "outputs" / "eval_runs"
     env = {**os.environ, "AGENTCANVAS_HOME": str(workspace)}
     base = ["eval", "babyai_oracle", "-n", str(EPISODES_PER_TASK), "--json"]
+    # The same run unbroken, on one worker, in a workspace of its own (meanwhile).
+    clean_ws = tmp_path / "clean"
+    clean_ws.mkdir()
+    clean = subprocess.Popen([*COMMAND, *base, "-w", "1"], cwd=clean_ws,
+                             env={**os.environ, "AGENTCANVAS_HOME": str(clean_ws)},
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                             start_new_session=True)
+    procs.append(clean)
     cli = subprocess.Popen([*COMMAND, *base, "-w", str(WORKERS)], cwd=workspace, env=env,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                            start_new_session=True)
@@ -132,10 +141,9 @@ def test_summary_equals_episode_folders_after_sigkill_at_random_points(
     summary = assert_summary_matches_folders(run_dir)
     assert summary["status"] == "completed" and summary["episodes_done"] == TOTAL
 
-    # The same run unbroken, on one worker: every record identical.
-    clean = subprocess.run([*COMMAND, *base, "-w", "1"], cwd=workspace, env=env,
-                           capture_output=True, text=True, timeout=DEADLINE_S * 2, check=False)
-    reference = json.loads(clean.stdout)
+    # Every record identical to the unbroken run's.
+    out, _ = clean.communicate(timeout=DEADLINE_S * 2)
+    reference = json.loads(out)
     assert [EpisodeResult.model_validate(e).identity() for e in summary["episodes"]] == [
         EpisodeResult.model_validate(e).identity() for e in reference["episodes"]
     ]
