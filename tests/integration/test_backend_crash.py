@@ -8,7 +8,7 @@
 - two simultaneous starts on a fresh backend launch one shared server, refcounted 2, and
   nothing of it is left after unload;
 - spec.json files poisoned on disk never stop the backend from starting: those runs are
-  marked ``failed`` with the reason.
+  marked ``failed`` with the reason (a torn summary.json is rebuilt from the spec).
 
 Each test owns its backend(s) and workspace (the helpers are in ``support.backend``).
 """
@@ -240,6 +240,7 @@ def test_poisoned_specs_never_stop_the_backend(
     backends.append(first)
     runs = {name: first.start_run("babyai_oracle", 1, HUGE_WORKERS) for name in POISONS}
     healthy = first.start_run("babyai_oracle", 1, HUGE_WORKERS)
+    torn_summary = first.start_run("babyai_oracle", 1, HUGE_WORKERS)
     assert first.stop(signal.SIGTERM) in (0, -signal.SIGTERM), first.log()
 
     for name, (poison, _) in POISONS.items():
@@ -249,6 +250,7 @@ def test_poisoned_specs_never_stop_the_backend(
             path.write_text('{"config": {"episode_count": ')
         else:
             path.write_text(json.dumps(spec))
+    (first.run_dir(torn_summary) / "summary.json").write_text('{"status": "runn')
 
     second = Backend(workspace)  # starts: that is the first check
     backends.append(second)
@@ -257,7 +259,9 @@ def test_poisoned_specs_never_stop_the_backend(
         assert summary["status"] == "failed", (name, summary)
         assert reason in summary["error"] and "spec.json" in summary["error"], summary["error"]
         assert (second.run_dir(runs[name]) / "_DONE").exists()
+    rebuilt = compact(second, torn_summary)  # from spec.json and the episode folders
+    assert rebuilt["status"] == "aborted" and rebuilt["episodes_total"] == 2, rebuilt
     queued = [j["run_id"] for j in second.queue()["queued"]]
     assert queued == [healthy]
     listing = second.http.get("/api/eval/v2/runs")
-    assert listing.status_code == 200 and listing.json()["total"] == len(POISONS) + 1
+    assert listing.status_code == 200 and listing.json()["total"] == len(POISONS) + 2

@@ -6,8 +6,9 @@ final word (killed, crashed, its backend gone) gets its summary rebuilt from its
 folders (:func:`~agentcanvas.eval.recovery.reconcile_summary`), so the two agree.
 
 ``recover`` never lets one run folder stop the backend: whatever is wrong with a folder (a
-spec.json that no longer validates, is not JSON or has ``null`` where a number must be; an
-unreadable summary.json), that run is marked ``failed`` with the reason and start-up goes on.
+spec.json that no longer validates, is not JSON or has ``null`` where a number must be), that
+run is marked ``failed`` with the reason and start-up goes on. An unreadable summary.json is
+rebuilt from spec.json and the episode folders (``aborted``, resumable).
 """
 
 from __future__ import annotations
@@ -164,7 +165,11 @@ def _recover_one(run_dir: RunDir, enqueue: Callable[[RunDir, dict[str, Any]], An
         _write_queued_summary(run_dir, spec)
         enqueue(run_dir, spec)
         return True
-    summary = read_json(run_dir.summary_path)
+    try:
+        summary = read_json(run_dir.summary_path)
+    except RunError:  # rebuilt from spec.json and the episode folders (failed if it cannot)
+        mark_ended(run_dir, "aborted", "summary.json was unreadable; rebuilt from the episodes")
+        return False
     if not isinstance(summary, dict):
         raise RunError(f"{run_dir.summary_path} is not a JSON object")
     status = summary.get("status")
