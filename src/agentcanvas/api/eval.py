@@ -23,6 +23,7 @@ from agentcanvas.state import ProcessServices
 from . import runs
 
 router = APIRouter(prefix="/api/eval/v2", tags=["eval"])
+RESUME_WAIT_S = 15.0
 
 
 class StartRequest(BaseModel):
@@ -166,6 +167,7 @@ async def resume(run_id: str, request: Request) -> dict[str, str]:
     """Re-queue a run to execute only its missing episodes into the same folder."""
     svc = services(request)
     run_dir = svc.runs.run_dir(run_id)
+    await _until_reaped(svc, run_id)
     spec = load_spec(run_dir)  # ConfigError (400) naming the field when it was damaged
     from agentcanvas.graph.model import parse_graph
 
@@ -178,6 +180,15 @@ async def resume(run_id: str, request: Request) -> dict[str, str]:
         raise
     svc.request_tick()
     return {"run_id": run_id, "status": "queued"}
+
+
+async def _until_reaped(svc: ProcessServices, run_id: str) -> None:
+    """A run that says it ended may still be stopping its servers (its process holds the
+    folder's lock): wait for the scheduler to reap it, up to RESUME_WAIT_S, before a resume."""
+    deadline = asyncio.get_running_loop().time() + RESUME_WAIT_S
+    while svc.scheduler.finishing(run_id) and asyncio.get_running_loop().time() < deadline:
+        svc.request_tick()
+        await asyncio.sleep(0.1)
 
 
 @router.get("/runs")

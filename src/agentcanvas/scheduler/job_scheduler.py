@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from agentcanvas.errors import RunError, RunLockedError, StateError
-from agentcanvas.eval.config import EvalConfig, EvalRun
+from agentcanvas.eval.config import TERMINAL_RUN_STATUSES, EvalConfig, EvalRun
 from agentcanvas.eval.recovery import (
     SpecScheduling,
     drop_cancelled_episodes,
@@ -193,6 +193,11 @@ class JobScheduler:
             drop_cancelled_episodes(run_dir)  # run again: no stale record may outlive it
             mark_ended(run_dir, "queued", None)  # the summary agrees with the episode folders
             self._enqueue(run_dir, spec)
+
+    def finishing(self, run_id: str) -> bool:
+        """Whether the run's process still runs although its summary says it ended."""
+        running = self.running.get(run_id)
+        return running is not None and read_status(running.job.run_dir) in TERMINAL_RUN_STATUSES
 
     # -- the tick --------------------------------------------------------------------------
     def tick(self) -> None:
