@@ -9,10 +9,11 @@ stopped — then ``ensure_nodesets_for_graph(worker_count=N)``); EvalConfig; ``e
 summary.json rewritten at each episode boundary; in ``finally``: ``shutdown_all``, save,
 ``touch_done``. On resume the episodes already done are read from the episode folders.
 
-SIGTERM cancels the run: the episodes in flight end ``cancelled``, those not started are left
-missing (one summary write, not one per episode). When the SIGTERM is the parent-death signal
-(the backend died) the run ends ``aborted`` and this process has ORPHAN_EXIT_S to finish;
-then it kills its whole process group (its servers and anything they started), itself last.
+SIGINT (the scheduler's cancel) ends the run ``cancelled``; SIGTERM (the backend stopping, or
+its death: the parent-death signal) ends it ``aborted``, resumable. Either way the episodes in
+flight end ``cancelled`` and those not started are left missing (one summary write, not one
+per episode). When the parent is gone this process has ORPHAN_EXIT_S to finish; then it kills
+its whole process group (its servers and anything they started), itself last.
 """
 
 from __future__ import annotations
@@ -54,7 +55,9 @@ def previous_results(run_dir: RunDir, spec: dict[str, Any]) -> list[EpisodeResul
 async def run(run_dir: RunDir, parent: int) -> str:
     marks = {"main_started_at": time.time()}  # the scheduler knows when it spawned us
     term = _Termination(parent)
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, term)
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, term, True)
+    loop.add_signal_handler(signal.SIGINT, term, False)
     spec = read_json(run_dir.spec_path)
     shared_urls: dict[str, str] = read_json(run_dir.shared_urls_path)
     config = EvalConfig.model_validate(spec["config"])
@@ -89,15 +92,32 @@ async def run(run_dir: RunDir, parent: int) -> str:
     finally:
         if term.orphaned():  # nobody waits for a graceful stop: record, then end the group
             if term.runner is not None:
-                term.runner.save()
-                if term.runner.run.status in ("completed", "cancelled", "failed"):
-                    run_dir.touch_done()  # it ended for good just as its parent died
+                _record_orphaned(term.runner, run_dir)
             _kill_own_group()
         await asyncio.shield(finalise_run(registry, term.runner, run_dir))
 
 
+def _record_orphaned(runner: BatchEvalRunner, run_dir: RunDir) -> None:
+    """The parent died: a run it did not see end is ``aborted`` (resumable), even when a
+    first parent-death signal looked like a cancel (see _Termination)."""
+    run = runner.run
+    if run.status in ("running", "cancelled"):
+        run.status = "aborted"
+        run.error = run.error or "the backend died while the run ran"
+    runner.save()
+    if run.status in ("completed", "failed"):
+        run_dir.touch_done()  # it ended for good just as its parent died
+
+
 class _Termination:
-    """SIGTERM: cancel the run (``aborted`` when it is the parent-death signal)."""
+    """SIGINT cancels the run; SIGTERM aborts it (the backend stops or died).
+
+    The kernel sends the parent-death signal when the *thread* that forked us exits: when a
+    multi-threaded backend is SIGKILLed, its forking thread may die first, we are handed to
+    one of its surviving threads (same pid: not orphaned yet) and signalled, then signalled
+    again once the whole process is gone. So the hard deadline is armed whenever the parent
+    is gone by a signal, and ``_record_orphaned`` has the last word on the status.
+    """
 
     def __init__(self, parent: int) -> None:
         self.parent = parent
@@ -107,14 +127,14 @@ class _Termination:
     def orphaned(self) -> bool:
         return os.getppid() != self.parent
 
-    def __call__(self) -> None:
+    def __call__(self, abort: bool) -> None:
         if self.runner is None:  # still starting: nothing recorded, nothing to finish
             if self.orphaned():
                 _kill_own_group()
             if self.task is not None:
                 self.task.cancel()
             return
-        self.runner.cancel(aborted=self.orphaned())
+        self.runner.cancel(aborted=abort or self.orphaned())
         if self.orphaned():  # nobody will reap or clean up after us: a hard deadline
             asyncio.get_running_loop().call_later(ORPHAN_EXIT_S, _kill_own_group)
 

@@ -154,7 +154,7 @@ class JobScheduler:
         return RunDir(safe_child(self.runs_dir, "run_id", run_id, field="run_id"))
 
     def cancel(self, run_id: str) -> str:
-        """Queued: cancelled + _DONE at once. Running: SIGTERM to the eval process (it cancels
+        """Queued: cancelled + _DONE at once. Running: SIGINT to the eval process (it cancels
         and stops its own servers), SIGKILL to its whole group after a grace period."""
         for job in self.queue:
             if job.run_id == run_id:
@@ -168,7 +168,7 @@ class JobScheduler:
         if running is None:
             raise StateError(f"run {run_id} is neither queued nor running")
         if running.kill_at is None:
-            _terminate_leader(running.child)
+            _terminate_leader(running.child, signal.SIGINT)  # SIGINT: a cancel, not an abort
             running.kill_at = time.monotonic() + CANCEL_GRACE_S
         return "cancelling"
 
@@ -366,7 +366,7 @@ class JobScheduler:
         unless a user did cancel it, that is overruled here: the run was interrupted.
         """
         for job in self.running.values():
-            _terminate_leader(job.child)  # first the eval process alone: it records cleanly
+            _terminate_leader(job.child, signal.SIGTERM)  # the eval process alone: it records
         deadline = time.monotonic() + SHUTDOWN_GRACE_S
         while time.monotonic() < deadline and any(
             j.child.is_alive() for j in self.running.values()
@@ -382,11 +382,12 @@ class JobScheduler:
         self.running.clear()
 
 
-def _terminate_leader(child: ChildProcess) -> None:
-    """SIGTERM to the eval process only (not its env servers, which it stops itself)."""
+def _terminate_leader(child: ChildProcess, signum: signal.Signals) -> None:
+    """``signum`` to the eval process only (not its env servers, which it stops itself):
+    SIGINT cancels its run (``cancelled``), SIGTERM interrupts it (``aborted``, resumable)."""
     if child.returncode is None:
         with contextlib.suppress(ProcessLookupError):
-            os.kill(child.pid, signal.SIGTERM)
+            os.kill(child.pid, signum)
 
 
 def _child_env(run_dir: RunDir) -> dict[str, str]:
