@@ -16,6 +16,7 @@
     │   └── ServerTimeoutError    a call got no answer within its deadline (wall clock)
     ├── WireError                 a payload could not be encoded/decoded
     ├── StateError                a lifecycle transition was asked in the wrong state
+    │   └── RunLockedError        another living process is writing that run folder
     └── RunError                  a run could not be set up or persisted
 
 Foreign errors are translated at each boundary with ``raise ... from exc``. An episode's
@@ -79,6 +80,10 @@ class WireError(AgentCanvasError):
 
 class StateError(AgentCanvasError):
     """A lifecycle transition was requested from the wrong state."""
+
+
+class RunLockedError(StateError):
+    """A run folder's writer lock is held by another living process."""
 
 
 class RunError(AgentCanvasError):

@@ -2,17 +2,25 @@
 
     python -m agentcanvas.eval_subprocess_main --run-dir D --backend-url U
 
-Parent-death signal; read spec.json + shared_urls.json; a fresh registry (``scan_all``,
-``register_remote_nodeset`` for each shared URL — borrowed, never stopped — then
-``ensure_nodesets_for_graph(worker_count=N)``); EvalConfig; ``execute()`` with summary.json
-rewritten at each episode boundary; in ``finally``: ``shutdown_all``, save, ``touch_done``.
-SIGTERM cancels the run gracefully (remaining episodes are recorded ``cancelled``).
+Parent-death signal; the run folder's writer lock (held until this process exits: a second
+writer exits 1 at once, before writing anything); read spec.json + shared_urls.json; a fresh
+registry (``scan_all``, ``register_remote_nodeset`` for each shared URL — borrowed, never
+stopped — then ``ensure_nodesets_for_graph(worker_count=N)``); EvalConfig; ``execute()`` with
+summary.json rewritten at each episode boundary; in ``finally``: ``shutdown_all``, save,
+``touch_done``. On resume the episodes already done are read from the episode folders.
+
+SIGINT (the scheduler's cancel) ends the run ``cancelled``; SIGTERM (the backend stopping, or
+its death: the parent-death signal) ends it ``aborted``, resumable. Either way the episodes in
+flight end ``cancelled`` and those not started are left missing (one summary write, not one
+per episode). When the parent is gone this process has ORPHAN_EXIT_S to finish; then it kills
+its whole process group (its servers and anything they started), itself last.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import signal
 import sys
@@ -20,10 +28,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from agentcanvas.errors import RunLockedError
 from agentcanvas.eval.config import EpisodeResult, EvalConfig
 from agentcanvas.eval.foreground import collect_determinism, finalise_run, record_failure
 from agentcanvas.eval.live_events import EventLog, events_path
 from agentcanvas.eval.records import recorded_results
+from agentcanvas.eval.runlock import RunLock
 from agentcanvas.eval.runner import BatchEvalRunner
 from agentcanvas.eval.store import RunDir, read_json
 from agentcanvas.graph.model import parse_graph
@@ -31,6 +41,9 @@ from agentcanvas.nodes.registry import WorkspaceComponentRegistry
 from agentcanvas.server import procs
 from agentcanvas.server.launcher import LocalProcessLauncher
 from agentcanvas.server.runtime import fix_numeric_threads
+
+ORPHAN_EXIT_S = 3.0  # after the parent died: finish in this time, or the group is killed
+LOCK_WAIT_S = 2.0  # the scheduler lets the lock go just before it spawns us
 
 
 def previous_results(run_dir: RunDir, spec: dict[str, Any]) -> list[EpisodeResult]:
@@ -41,8 +54,12 @@ def previous_results(run_dir: RunDir, spec: dict[str, Any]) -> list[EpisodeResul
     return [e for e in recorded_results(run_dir) if e.status != "cancelled"]
 
 
-async def run(run_dir: RunDir) -> str:
+async def run(run_dir: RunDir, parent: int) -> str:
     marks = {"main_started_at": time.time()}  # the scheduler knows when it spawned us
+    term = _Termination(parent)
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, term, True)
+    loop.add_signal_handler(signal.SIGINT, term, False)
     spec = read_json(run_dir.spec_path)
     shared_urls: dict[str, str] = read_json(run_dir.shared_urls_path)
     config = EvalConfig.model_validate(spec["config"])
@@ -51,8 +68,6 @@ async def run(run_dir: RunDir) -> str:
     marks["registry_scanned_at"] = time.time()
     registry.servers.launcher = LocalProcessLauncher(log_dir=run_dir.root / "servers")
     (run_dir.root / "servers").mkdir(exist_ok=True)
-    runner: BatchEvalRunner | None = None
-    loop = asyncio.get_running_loop()
     try:
         for name, url in shared_urls.items():
             await registry.register_remote_nodeset(name, url)
@@ -61,7 +76,7 @@ async def run(run_dir: RunDir) -> str:
         registry.validate(graph)
         await registry.ensure_nodesets_for_graph(graph, worker_count=config.worker_count)
         marks["servers_ready_at"] = time.time()
-        runner = BatchEvalRunner(
+        term.runner = BatchEvalRunner(
             registry,
             graph,
             config,
@@ -71,18 +86,72 @@ async def run(run_dir: RunDir) -> str:
             previous=previous_results(run_dir, spec),
             broadcast=EventLog(events_path(run_dir.root)),
         )
-        runner.run.timings.update(marks)  # the cold start, phase by phase (bench/scheduler.py)
-        parent = os.getppid()
-        loop.add_signal_handler(
-            signal.SIGTERM, lambda: runner.cancel(aborted=os.getppid() != parent)
-        )
-        summary = await runner.execute()
+        term.runner.run.timings.update(marks)  # the cold start, phase by phase
+        summary = await term.runner.execute()
         return summary.status
     except BaseException as exc:  # also CancelledError/SystemExit: never end as "running"
-        record_failure(run_dir, runner, config, exc)
+        record_failure(run_dir, term.runner, config, exc)
         raise
     finally:
-        await asyncio.shield(finalise_run(registry, runner, run_dir))
+        if term.orphaned():  # nobody waits for a graceful stop: record, then end the group
+            if term.runner is not None:
+                _record_orphaned(term.runner, run_dir)
+            _kill_own_group()
+        await asyncio.shield(finalise_run(registry, term.runner, run_dir))
+
+
+def _record_orphaned(runner: BatchEvalRunner, run_dir: RunDir) -> None:
+    """The parent died: a run it did not see end is ``aborted`` (resumable), even when a
+    first parent-death signal looked like a cancel (see _Termination)."""
+    run = runner.run
+    if run.status in ("running", "cancelled"):
+        run.status = "aborted"
+        run.error = run.error or "the backend died while the run ran"
+    runner.save()
+    if run.status in ("completed", "failed"):
+        run_dir.touch_done()  # it ended for good just as its parent died
+
+
+class _Termination:
+    """SIGINT cancels the run; SIGTERM aborts it (the backend stops or died).
+
+    The kernel sends the parent-death signal when the *thread* that forked us exits: when a
+    multi-threaded backend is SIGKILLed, its forking thread may die first, we are handed to
+    one of its surviving threads (same pid: not orphaned yet) and signalled, then signalled
+    again once the whole process is gone. So the hard deadline is armed whenever the parent
+    is gone by a signal, and ``_record_orphaned`` has the last word on the status.
+    """
+
+    def __init__(self, parent: int) -> None:
+        self.parent = parent
+        self.runner: BatchEvalRunner | None = None
+        self.task = asyncio.current_task()
+
+    def orphaned(self) -> bool:
+        return os.getppid() != self.parent
+
+    def __call__(self, abort: bool) -> None:
+        if self.runner is None:  # still starting: nothing recorded, nothing to finish
+            if self.orphaned():
+                _kill_own_group()
+            if self.task is not None:
+                self.task.cancel()
+            return
+        self.runner.cancel(aborted=abort or self.orphaned())
+        if self.orphaned():  # nobody will reap or clean up after us: a hard deadline
+            asyncio.get_running_loop().call_later(ORPHAN_EXIT_S, _kill_own_group)
+
+
+def _kill_own_group() -> None:
+    """SIGKILL this process group (servers, their helpers, then us), if we lead it."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    for child in procs.descendants_alive(os.getpid()):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signal.SIGKILL)
+    if os.getpgrp() == os.getpid():
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+    os._exit(1)
 
 
 def _overlay(spec: dict[str, Any]) -> Path | None:
@@ -99,11 +168,21 @@ def main(argv: list[str] | None = None) -> int:
         procs.set_parent_death_signal()
     fix_numeric_threads()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    parent = os.getppid()
+    run_dir = RunDir(args.run_dir)
+    lock = RunLock(run_dir)
     try:
-        status = asyncio.run(run(RunDir(args.run_dir)))
+        lock.acquire(LOCK_WAIT_S)  # held until we exit; the kernel drops it if we die
+    except RunLockedError as exc:
+        print(f"eval subprocess refused: {exc}", file=sys.stderr)
+        return 1
+    try:
+        status = asyncio.run(run(run_dir, parent))
     except Exception as exc:
         print(f"eval subprocess failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
+    finally:
+        lock.release()
     print(f"run {args.run_dir.name}: {status}")
     return 0
 

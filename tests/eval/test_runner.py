@@ -290,8 +290,9 @@ async def test_run_folder_layout(foreground: ForegroundRun, workspace: Path) -> 
     assert root.name == foreground.run_id
     entries = {p.name for p in root.iterdir()}
     assert entries >= REQUIRED_ROOT
-    # Foreground runs keep their node-set servers' logs beside the seed's layout.
-    assert entries - REQUIRED_ROOT <= {"servers"}
+    # Foreground runs keep their node-set servers' logs beside the seed's layout, and the
+    # run folder's writer lock file (_LOCK, free once the run ended).
+    assert entries - REQUIRED_ROOT <= {"servers", "_LOCK"}
     assert (root / "_DONE").read_bytes() == b""
     spec = read_json(root / "spec.json")
     assert spec["run_id"] == foreground.run_id

@@ -315,7 +315,24 @@ async def test_no_graph_out_is_no_verdict(
     assert summary.aggregate_metrics == {}
 
 
-async def test_cancel_mid_run_records_every_remaining_episode(
+async def test_a_run_cancelled_after_its_last_episode_finished_is_completed(
+    registry: WorkspaceComponentRegistry, tmp_path: Path
+) -> None:
+    run = Run(registry, make_graph("ok"), tmp_path, episode_count=2)
+
+    def cancel_at_the_end(event: dict[str, Any]) -> None:
+        if event["type"] == "eval_progress" and event["episodes_done"] == 2:
+            run.runner.cancel()  # the user's cancel arrives just after the last episode
+
+    run.runner.broadcast = cancel_at_the_end
+    summary = await run.execute()
+
+    assert run.runner.cancel_event.is_set()
+    assert summary.status == "completed", summary.status
+    assert summary.episodes_done == summary.episodes_total == 2
+
+
+async def test_cancel_mid_run_leaves_the_episodes_not_started_missing(
     registry: WorkspaceComponentRegistry, tmp_path: Path
 ) -> None:
     graph = make_graph("slow", fields={"step_latency_ms": 60.0})
@@ -330,18 +347,19 @@ async def test_cancel_mid_run_records_every_remaining_episode(
         execution.cancel()
 
     assert summary.status == "cancelled"
-    assert summary.episodes_done == summary.episodes_total == 4
-    assert summary.status_counts == {"cancelled": 3, "completed": 1}
-    assert_identity(summary, ["ok"], 4)
-    first, hit, *never_started = summary.episodes
+    assert summary.episodes_total == 4
+    # Finished episodes count as done; the one in flight is a cancelled record; the two
+    # never started are left missing (no record written one by one for them).
+    assert summary.episodes_done == 1
+    assert summary.status_counts == {"cancelled": 1, "completed": 1}
+    assert_identity(summary, ["ok"], 2)
+    first, hit = summary.episodes
     assert first.status == "completed"
     assert hit.status == "cancelled"
     assert 1 <= hit.steps <= episode_length(hit.seed)  # partial: cut short mid-episode
     assert hit.metrics["score"] == (hit.seed % 1000) / 1000.0
     assert hit.metrics["success"] == 0
-    for ep in never_started:
-        assert ep.status == "cancelled" and ep.steps == 0 and ep.metrics == {}
-        assert ep.error == "cancelled with the run"
+    assert not run.run_dir.episode_dir(2).exists() and not run.run_dir.episode_dir(3).exists()
     on_disk = EvalRun.model_validate(read_json(run.run_dir.summary_path))
     assert on_disk.status == "cancelled"
     assert [e.status for e in on_disk.episodes] == [e.status for e in summary.episodes]

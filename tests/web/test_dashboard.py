@@ -495,7 +495,9 @@ def test_cancel_resume_and_live_run_page(live_backend: Backend, page: Any) -> No
     cancel.click()
     wait_run_state(row.locator("[data-col=status] .st-cancelled"), live_backend, run_id)
     counts = live_backend.api("GET", f"/api/eval/v2/status/{run_id}?compact=true")["status_counts"]
-    assert 1 <= counts["completed"] < 8 and counts["cancelled"] >= 1, counts  # recorded as such
+    # Those finished count as done; the one in flight (if any) is a cancelled record; those
+    # not started are left missing.
+    assert 1 <= counts["completed"] < 8 and counts.get("cancelled", 0) <= 1, counts
     shot(page, "11_runs_cancelled")
 
     row.locator("button.resume").click()

@@ -16,6 +16,7 @@ from agentcanvas.errors import ConfigError, StateError, UserInputError
 from agentcanvas.eval import health
 from agentcanvas.eval.config import EvalConfig, MaxErrors
 from agentcanvas.eval.foreground import run_foreground
+from agentcanvas.eval.recovery import load_spec
 from agentcanvas.eval.store import RunDir, new_run_id, read_json
 from agentcanvas.eval.tasks import check_tasks
 from agentcanvas.graph.model import Graph
@@ -42,6 +43,7 @@ router = APIRouter(prefix="/api/eval/v2", tags=["eval"], responses=error_respons
 NOT_FOUND = error_responses(404)
 MAX_TASKS = 1000
 TaskId = Annotated[str, Field(pattern=TASK_PATTERN)]
+RESUME_WAIT_S = 15.0
 
 
 class StartRequest(RequestModel):
@@ -201,7 +203,8 @@ async def resume(run_id: RunId, request: Request) -> dict[str, str]:
     """Re-queue a run to execute only its missing episodes into the same folder."""
     svc = services(request)
     run_dir = svc.runs.run_dir(run_id)
-    spec = read_json(run_dir.spec_path)
+    await _until_reaped(svc, run_id)
+    spec = load_spec(run_dir)  # ConfigError (400) naming the field when it was damaged
     from agentcanvas.graph.model import parse_graph
 
     graph = parse_graph(spec["graph"], source=f"run {run_id} spec.json")
@@ -213,6 +216,15 @@ async def resume(run_id: RunId, request: Request) -> dict[str, str]:
         raise
     svc.request_tick()
     return {"run_id": run_id, "status": "queued"}
+
+
+async def _until_reaped(svc: ProcessServices, run_id: str) -> None:
+    """A run that says it ended may still be stopping its servers (its process holds the
+    folder's lock): wait for the scheduler to reap it, up to RESUME_WAIT_S, before a resume."""
+    deadline = asyncio.get_running_loop().time() + RESUME_WAIT_S
+    while svc.scheduler.finishing(run_id) and asyncio.get_running_loop().time() < deadline:
+        svc.request_tick()
+        await asyncio.sleep(0.1)
 
 
 @router.get("/runs")

@@ -1,8 +1,13 @@
 """A whole run in this process: the CLI's foreground ``eval`` (its own "subprocess").
 
-Reserve a run folder, write spec.json, start the shared servers the graph needs and N tagged
-servers per replicated node set, execute, and in ``finally`` shut every server down, save the
-summary and touch ``_DONE`` — also when cancelled or interrupted.
+Reserve a run folder, take its writer lock (held to the end: one writer per run folder),
+write spec.json, start the shared servers the graph needs and N tagged servers per replicated
+node set, execute, and in ``finally`` shut every server down, save the summary and touch
+``_DONE`` — also when cancelled or interrupted.
+
+A failure is recorded with its real cause: exception groups (from the runner's TaskGroup) are
+unwrapped, and a node-set server lost in mid-run (ServerDiedError, which names the server and
+its URL) ends the run ``aborted``, resumable, not ``failed``.
 """
 
 from __future__ import annotations
@@ -11,8 +16,10 @@ import asyncio
 from dataclasses import dataclass
 from pathlib import Path
 
+from agentcanvas.errors import ServerDiedError
 from agentcanvas.eval.config import EvalConfig, EvalRun
 from agentcanvas.eval.determinism import collect_determinism
+from agentcanvas.eval.runlock import RunLock
 from agentcanvas.eval.runner import BatchEvalRunner, Broadcast
 from agentcanvas.eval.store import RunDir, atomic_write_json, new_run_id
 from agentcanvas.graph.model import Graph
@@ -58,8 +65,19 @@ async def run_foreground(
     if run_dir is None:
         folder = base_dir or runs_dir(registry.workspace)
         run_dir = RunDir(folder / new_run_id(folder))
-    run_id = run_dir.root.name
     run_dir.create()
+    with RunLock(run_dir).acquire():
+        return await _run_locked(registry, graph, config, broadcast, run_dir)
+
+
+async def _run_locked(
+    registry: WorkspaceComponentRegistry,
+    graph: Graph,
+    config: EvalConfig,
+    broadcast: Broadcast | None,
+    run_dir: RunDir,
+) -> ForegroundRun:
+    run_id = run_dir.root.name
     write_spec(run_dir, config, graph, run_id)
     runner: BatchEvalRunner | None = None
     registry.servers.launcher = LocalProcessLauncher(log_dir=run_dir.root / "servers")
@@ -87,22 +105,41 @@ async def run_foreground(
 def record_failure(
     run_dir: RunDir, runner: BatchEvalRunner | None, config: EvalConfig, exc: BaseException
 ) -> None:
-    """A run that raised: ``cancelled`` when interrupted, else ``failed`` — never ``running``."""
-    interrupted = isinstance(exc, asyncio.CancelledError | KeyboardInterrupt)
-    error = f"{type(exc).__name__}: {exc}"
+    """A run that raised: ``cancelled`` when interrupted; ``aborted`` (resumable) when its
+    parent died or a server was lost in mid-run; else ``failed`` — never ``running``."""
+    cause = root_cause(exc)
+    interrupted = isinstance(cause, asyncio.CancelledError | KeyboardInterrupt)
+    error = f"{type(cause).__name__}: {cause}"
     if runner is not None:
-        runner.run.status = "cancelled" if interrupted else "failed"
-        runner.run.error = error
+        lost = isinstance(cause, ServerDiedError)
+        if runner.aborted or lost:
+            runner.run.status = "aborted"
+            runner.run.error = f"a node-set server was lost in mid-run: {cause}" if lost else error
+        else:
+            runner.run.status = "cancelled" if interrupted else "failed"
+            runner.run.error = error
         return
     failed = EvalRun(
         run_id=run_dir.root.name,
         graph_name=config.graph_name,
         config=config,
         episodes_total=0,
-        status="failed",
+        status="cancelled" if interrupted else "failed",
         error=error,
     )
     atomic_write_json(run_dir.summary_path, failed.model_dump(mode="json"))
+
+
+def root_cause(exc: BaseException) -> BaseException:
+    """The first real error inside (nested) exception groups; a lost server first of all."""
+    if not isinstance(exc, BaseExceptionGroup):
+        return exc
+    leaves = [root_cause(inner) for inner in exc.exceptions]
+    for leaf in leaves:
+        if isinstance(leaf, ServerDiedError):
+            return leaf
+    real = [leaf for leaf in leaves if not isinstance(leaf, asyncio.CancelledError)]
+    return (real or leaves)[0]
 
 
 async def finalise_run(

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from agentcanvas.errors import ConfigError, ServerDiedError
+from agentcanvas.errors import ConfigError, ServerDiedError, ServerError
 from agentcanvas.eval import health, metrics, records
 from agentcanvas.eval.config import (
     TERMINAL_RUN_STATUSES,
@@ -166,11 +166,15 @@ class BatchEvalRunner:
             aggregator.cancel()  # the final summary recomputes every aggregate
         # What the shared servers' batch audit found while this run used them.
         await finish_determinism(self.registry, self.graph, self.run.run_id, self.run.determinism)
+        finished = all(
+            i in self.results and self.results[i].status != "cancelled"
+            for i in range(len(self.specs))
+        )
         if self.stop_reason is not None:
             self.run.status, self.run.error = "failed", self.stop_reason
-        elif self.cancel_event.is_set():
+        elif self.cancel_event.is_set() and not finished:
             self.run.status = "aborted" if self.aborted else "cancelled"
-        else:
+        else:  # also when cancelled after its last episode finished
             self.run.status = "completed"
         self.run.timings["finished_at"] = time.time()
         await asyncio.to_thread(self.save)
@@ -191,7 +195,9 @@ class BatchEvalRunner:
             await _set_attached(shared, client, attach=True)
             recording: asyncio.Future[None] | None = None  # owned here, awaited in turn
             try:
-                while not queue.empty():
+                # Cancelled: episodes not started yet are left missing, never written one
+                # by one as "cancelled" records (the run's summary counts them).
+                while not queue.empty() and not self.cancel_event.is_set():
                     spec = self.specs[queue.get_nowait()]
                     result = await self._run_one_episode(pool, handle, spec, client)
                     if recording is not None:
@@ -227,6 +233,7 @@ class BatchEvalRunner:
                 result.status, result.error = "cancelled", "cancelled with the run"
             if self.cancel_event.is_set() or result.status not in RETRYABLE:
                 return result
+            await self._require_shared()  # a lost shared server ends the run, resumable
             if attempt >= self.config.max_attempts:
                 return result
             try:
@@ -275,6 +282,19 @@ class BatchEvalRunner:
         )
         assert episode_dir.exists()
         return await run_episode(self.graph, spec, wiring, options)
+
+    async def _require_shared(self) -> None:
+        """ServerDiedError naming the server and its URL when a shared server is gone."""
+        for name in self.registry.servers.shared_in(self.graph):
+            health = getattr(self.registry.bound(name), "health", None)
+            if health is None:
+                continue
+            try:
+                await health()
+            except ServerDiedError as exc:
+                raise ServerDiedError(f"shared {exc}") from exc
+            except ServerError:  # slow or odd, not gone: the episode keeps its own failure
+                continue
 
     async def _replace_servers(self, pool: EnvWorkerPool, handle: WorkerHandle) -> None:
         """After a timeout a call may still run inside the worker's simulator; it must never
@@ -369,7 +389,7 @@ class BatchEvalRunner:
 
     def _refresh_progress(self) -> None:
         """Counts and the determinism verdict from the in-place counters (no per-record work)."""
-        self.run.episodes_done = len(self.results)
+        self.run.episodes_done = len(self.results) - self._status_counts.get("cancelled", 0)
         self.run.status_counts = {k: v for k, v in sorted(self._status_counts.items()) if v}
         reasons = [r for r in self.run.determinism.reasons if not r.startswith("wall-clock")]
         if self._timeouts:
@@ -431,8 +451,14 @@ async def _set_attached(handles: list[Any], client: str, attach: bool) -> None:
     """Tell shared servers how many workers may send requests (their batching rendezvous)."""
     for handle in handles:
         method = getattr(handle, "attach" if attach else "detach", None)
-        if method is not None:
+        if method is None:
+            continue
+        try:
             await method(client)
+        except ServerError:
+            if attach:
+                raise
+            log.warning("could not detach %s from %s (server gone?)", client, handle)
 
 
 def _mean(run: EvalRun, name: str) -> float | None:

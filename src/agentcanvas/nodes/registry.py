@@ -175,7 +175,7 @@ class WorkspaceComponentRegistry:
         """Start each shared node set of the graph once (refcount +1); name → URL."""
         urls: dict[str, str] = {}
         for name in self.servers.shared_in(graph):
-            record = self.servers.records.get(name) or await self.servers.start(name)
+            record = await self.servers.start(name)  # one launch, even for concurrent runs
             record.refcount += 1
             self._bindings[name] = record.handle
             urls[name] = record.url

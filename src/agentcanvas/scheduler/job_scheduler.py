@@ -25,14 +25,30 @@ from typing import Any
 
 import psutil
 
-from agentcanvas.errors import RunError, StateError
+from agentcanvas.errors import RunError, RunLockedError, StateError
 from agentcanvas.eval.config import TERMINAL_RUN_STATUSES, EvalConfig, EvalRun
+from agentcanvas.eval.recovery import (
+    SpecScheduling,
+    drop_cancelled_episodes,
+    episodes_planned,
+    load_spec,
+)
+from agentcanvas.eval.runlock import hold
 from agentcanvas.eval.store import RunDir, atomic_write_json, new_run_id, read_json
+from agentcanvas.graph.model import parse_graph
 from agentcanvas.paths import safe_child
 from agentcanvas.scheduler.admission import HELD_RESOURCES, JobDemand, RunningLoad, decide
 from agentcanvas.scheduler.calibration import CalibrationStore, spec_graph_key
 from agentcanvas.scheduler.estimates import Estimate, JobShape, estimate_job, explained
 from agentcanvas.scheduler.resources import ProcessTreeMonitor, ResourceSampler
+from agentcanvas.scheduler.restart import (
+    mark_ended,
+    read_status,
+    recover_runs,
+    set_status,
+    settle_at_shutdown,
+    settle_exited,
+)
 from agentcanvas.server.procs import ChildProcess, spawn
 
 log = logging.getLogger(__name__)
@@ -102,81 +118,95 @@ class JobScheduler:
     def submit(self, spec: dict[str, Any], shared_urls: dict[str, str]) -> str:
         """Create the run folder and queue the run; never spawns."""
         config = EvalConfig.model_validate(spec["config"])
+        total = episodes_planned(config, parse_graph(spec["graph"], source="spec graph"))
         run_id = new_run_id(self.runs_dir)
         run_dir = RunDir(self.runs_dir / run_id)
         run_dir.create()
         scheduling = spec.setdefault("scheduling", {})
         scheduling.setdefault("submitted_at", time.time())
         spec["run_id"] = run_id
-        atomic_write_json(run_dir.spec_path, spec)
-        atomic_write_json(run_dir.shared_urls_path, shared_urls)
-        summary = EvalRun(
-            run_id=run_id,
-            graph_name=config.graph_name,
-            config=config,
-            episodes_total=0,
-            status="pending",
-        )
-        atomic_write_json(run_dir.summary_path, summary.model_dump(mode="json"))
-        self._enqueue(run_dir, spec)
+        with hold(run_dir):
+            atomic_write_json(run_dir.spec_path, spec)
+            atomic_write_json(run_dir.shared_urls_path, shared_urls)
+            summary = EvalRun(
+                run_id=run_id,
+                graph_name=config.graph_name,
+                config=config,
+                episodes_total=total,
+                status="pending",
+            )
+            atomic_write_json(run_dir.summary_path, summary.model_dump(mode="json"))
+            self._enqueue(run_dir, spec)
         return run_id
 
     def _enqueue(self, run_dir: RunDir, spec: dict[str, Any]) -> QueuedJob:
+        """Queue a validated spec (the caller holds the run's lock)."""
         config = EvalConfig.model_validate(spec["config"])
-        scheduling = spec.get("scheduling", {})
+        scheduling = SpecScheduling.model_validate(spec.get("scheduling", {}))
         job = QueuedJob(
             run_id=run_dir.root.name,
             run_dir=run_dir,
             graph_name=config.graph_name,
             graph_key=spec_graph_key(spec, config.graph_name),
             worker_count=config.worker_count,
-            priority=int(scheduling.get("priority", 0)),
-            seq=float(scheduling.get("submitted_at", time.time())),
-            marginal_vram_mb=float(scheduling.get("marginal_vram_mb", 0.0)),
-            exclusive_gpu=bool(scheduling.get("exclusive_gpu", False)),
+            priority=scheduling.priority,
+            seq=scheduling.submitted_at or time.time(),
+            marginal_vram_mb=scheduling.marginal_vram_mb,
+            exclusive_gpu=scheduling.exclusive_gpu,
             shared_nodesets=list(spec.get("shared_nodesets", [])),
         )
+        set_status(run_dir, "queued")
         self.queue.append(job)
-        _set_status(run_dir, "queued")
         return job
 
     def run_dir(self, run_id: str) -> RunDir:
         return RunDir(safe_child(self.runs_dir, "run_id", run_id, field="run_id"))
 
     def cancel(self, run_id: str) -> str:
-        """Queued: cancelled + _DONE at once. Running: SIGTERM to the eval process (it cancels
+        """Queued: cancelled + _DONE at once. Running: SIGINT to the eval process (it cancels
         and stops its own servers), SIGKILL to its whole group after a grace period."""
         for job in self.queue:
             if job.run_id == run_id:
-                self.queue.remove(job)
-                _set_status(job.run_dir, "cancelled")
-                job.run_dir.touch_done()
+                with hold(job.run_dir):
+                    self.queue.remove(job)
+                    set_status(job.run_dir, "cancelled")
+                    job.run_dir.touch_done()
                 self.hooks.release_shared(job.shared_nodesets)
                 return "cancelled"
         running = self.running.get(run_id)
         if running is None:
             raise StateError(f"run {run_id} is neither queued nor running")
         if running.kill_at is None:
-            _terminate_leader(running.child)
+            _terminate_leader(running.child, signal.SIGINT)  # SIGINT: a cancel, not an abort
             running.kill_at = time.monotonic() + CANCEL_GRACE_S
         return "cancelling"
 
     def resume(self, run_id: str, shared_urls: dict[str, str], shared: list[str]) -> None:
-        """Re-queue an aborted/cancelled/failed run to execute only its missing episodes."""
+        """Re-queue an aborted/cancelled/failed run to execute only its missing episodes.
+
+        RunLockedError (a StateError) while another process still writes the folder."""
         run_dir = self.run_dir(run_id)
         if run_id in self.running or any(j.run_id == run_id for j in self.queue):
             raise StateError(f"run {run_id} is already queued or running")
-        summary = read_json(run_dir.summary_path)
-        if summary.get("status") == "completed":
-            raise StateError(f"run {run_id} is completed; nothing to resume")
-        spec = read_json(run_dir.spec_path)
-        spec["shared_nodesets"] = shared
-        spec.setdefault("scheduling", {})["submitted_at"] = time.time()
-        spec["resume"] = True
-        atomic_write_json(run_dir.spec_path, spec)
-        atomic_write_json(run_dir.shared_urls_path, shared_urls)
-        run_dir.done_path.unlink(missing_ok=True)
-        self._enqueue(run_dir, spec)
+        with hold(run_dir):
+            summary = read_json(run_dir.summary_path)
+            if summary.get("status") == "completed":
+                raise StateError(f"run {run_id} is completed; nothing to resume")
+            spec = load_spec(run_dir)
+            spec["shared_nodesets"] = shared
+            spec.setdefault("scheduling", {})["submitted_at"] = time.time()
+            spec["resume"] = True
+            atomic_write_json(run_dir.spec_path, spec)
+            atomic_write_json(run_dir.shared_urls_path, shared_urls)
+            run_dir.done_path.unlink(missing_ok=True)
+            drop_cancelled_episodes(run_dir)  # run again: no stale record may outlive it
+            mark_ended(run_dir, "queued", None)  # the summary agrees with the episode folders
+            self._enqueue(run_dir, spec)
+
+    def finishing(self, run_id: str) -> bool:
+        """Whether the run's process still runs although its summary says it ended."""
+        running = self.running.get(run_id)
+        return running is not None and read_status(running.job.run_dir) in TERMINAL_RUN_STATUSES
 
     # -- the tick --------------------------------------------------------------------------
     def tick(self) -> None:
@@ -202,15 +232,13 @@ class JobScheduler:
 
     def _finish(self, job: RunningJob) -> None:
         run_dir = job.job.run_dir
-        status = _read_status(run_dir)
-        if not run_dir.is_done():
-            status = "cancelled" if job.kill_at is not None else "aborted"
-            _set_status(run_dir, status)
-            if status == "cancelled":
-                run_dir.touch_done()
-        elif status not in TERMINAL_RUN_STATUSES:  # _DONE without a final status
-            status = "failed"
-            _set_status(run_dir, status, error="the eval process ended without a final status")
+        try:
+            with hold(run_dir):  # free: its writer has exited
+                code = job.child.returncode
+                status = settle_exited(run_dir, job.kill_at is not None, code)
+        except RunLockedError as exc:  # another process writes it now: not ours to touch
+            log.error("run %s: %s", job.job.run_id, exc)
+            status = read_status(run_dir)
         self._relay_progress(job, force=True)
         self.hooks.on_finished(job.job.run_id, status)
         peaks = {k: v for k, v in job.monitor.peaks_mb().items() if k in CALIBRATED}
@@ -278,6 +306,13 @@ class JobScheduler:
         ]
         env = _child_env(job.run_dir)
         try:
+            with hold(job.run_dir):  # "running" before the eval process takes the lock
+                set_status(job.run_dir, "running")
+        except RunLockedError as exc:
+            log.error("run %s not started: %s", job.run_id, exc)
+            self.hooks.release_shared(job.shared_nodesets)
+            return
+        try:
             child = spawn(
                 argv,
                 env=env,
@@ -287,13 +322,13 @@ class JobScheduler:
                 stderr_path=job.run_dir.stderr_path,
             )
         except Exception as exc:
-            _set_status(job.run_dir, "failed", error=f"could not spawn: {exc}")
-            job.run_dir.touch_done()
+            with hold(job.run_dir):
+                set_status(job.run_dir, "failed", error=f"could not spawn: {exc}")
+                job.run_dir.touch_done()
             self.hooks.release_shared(job.shared_nodesets)
             return
         with contextlib.suppress(psutil.Error):  # its env servers inherit it when they fork
             psutil.Process(child.pid).nice(min(19, os.nice(0) + EVAL_NICENESS))
-        _set_status(job.run_dir, "running")
         monitor = ProcessTreeMonitor(child.pid, self.samplers)
         self.running[job.run_id] = RunningJob(job, child, monitor, estimates, time.time())
 
@@ -310,19 +345,9 @@ class JobScheduler:
 
     # -- restart recovery and views --------------------------------------------------------
     def recover(self) -> list[str]:
-        """Re-queue queued runs; mark ``running`` runs without ``_DONE`` as aborted."""
-        requeued: list[str] = []
-        if not self.runs_dir.is_dir():
-            return requeued
-        for folder in sorted(p for p in self.runs_dir.iterdir() if p.is_dir()):
-            run_dir = RunDir(folder)
-            status = _read_status(run_dir)
-            if status in ("pending", "queued") and run_dir.spec_path.exists():
-                self._enqueue(run_dir, read_json(run_dir.spec_path))
-                requeued.append(folder.name)
-            elif status == "running" and not run_dir.is_done():
-                _set_status(run_dir, "aborted", error="the backend restarted while it ran")
-        return requeued
+        """Re-queue queued runs; mark ``running`` runs without ``_DONE`` aborted (summary
+        reconciled with the episode folders); a broken run folder is marked failed."""
+        return recover_runs(self.runs_dir, self._enqueue)
 
     def list_active(self) -> dict[str, list[dict[str, Any]]]:
         queued = [
@@ -358,7 +383,7 @@ class JobScheduler:
         unless a user did cancel it, that is overruled here: the run was interrupted.
         """
         for job in self.running.values():
-            _terminate_leader(job.child)  # first the eval process alone: it records cleanly
+            _terminate_leader(job.child, signal.SIGTERM)  # the eval process alone: it records
         deadline = time.monotonic() + SHUTDOWN_GRACE_S
         while time.monotonic() < deadline and any(
             j.child.is_alive() for j in self.running.values()
@@ -366,22 +391,20 @@ class JobScheduler:
             time.sleep(0.05)
         for job in self.running.values():
             job.child.close_sync(term_timeout_s=2.0)  # then its group: leftovers
-            run_dir = job.job.run_dir
-            if job.kill_at is not None:
-                if not run_dir.is_done():
-                    _set_status(run_dir, "cancelled")
-                    run_dir.touch_done()
-            elif _read_status(run_dir) not in ("completed", "failed"):
-                _set_status(run_dir, "aborted", error="the backend stopped while it ran")
-                run_dir.done_path.unlink(missing_ok=True)
+            try:
+                with hold(job.job.run_dir):
+                    settle_at_shutdown(job.job.run_dir, cancelled=job.kill_at is not None)
+            except (RunLockedError, RunError) as exc:
+                log.error("run %s: %s", job.job.run_id, exc)
         self.running.clear()
 
 
-def _terminate_leader(child: ChildProcess) -> None:
-    """SIGTERM to the eval process only (not its env servers, which it stops itself)."""
+def _terminate_leader(child: ChildProcess, signum: signal.Signals) -> None:
+    """``signum`` to the eval process only (not its env servers, which it stops itself):
+    SIGINT cancels its run (``cancelled``), SIGTERM interrupts it (``aborted``, resumable)."""
     if child.returncode is None:
         with contextlib.suppress(ProcessLookupError):
-            os.kill(child.pid, signal.SIGTERM)
+            os.kill(child.pid, signum)
 
 
 def _child_env(run_dir: RunDir) -> dict[str, str]:
@@ -391,21 +414,3 @@ def _child_env(run_dir: RunDir) -> dict[str, str]:
         env["ACTIVE_WORKSPACE_DIR"] = str(spec["active_workspace_dir"])
     return env
 
-
-def _read_status(run_dir: RunDir) -> str:
-    try:
-        return str(read_json(run_dir.summary_path).get("status", "pending"))
-    except RunError:
-        return "pending"
-
-
-def _set_status(run_dir: RunDir, status: str, error: str | None = None) -> None:
-    """Rewrite summary.json's status (atomically), keeping everything else."""
-    try:
-        summary = read_json(run_dir.summary_path)
-    except RunError as exc:
-        raise RunError(f"run {run_dir.root.name}: no readable summary.json") from exc
-    summary["status"] = status
-    if error is not None:
-        summary["error"] = error
-    atomic_write_json(run_dir.summary_path, summary)

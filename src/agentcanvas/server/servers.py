@@ -57,11 +57,25 @@ class NodeSetServers:
     manifests: dict[str, NodeSetManifest]
     launcher: ServerLauncher = field(default_factory=LocalProcessLauncher)
     records: dict[str, ServerRecord] = field(default_factory=dict)
+    launching: dict[str, asyncio.Future[ServerRecord]] = field(default_factory=dict)
 
     async def start(self, nodeset: str, tag: int | None = None) -> ServerRecord:
+        """The server of ``key``, launched once: concurrent callers share one launch. An
+        owned server found dead is launched again (its record, refcount included, kept)."""
         key = server_key(nodeset, tag)
-        if key in self.records:
-            return self.records[key]
+        record = self.records.get(key)
+        if record is not None and (record.is_alive() or not record.owned):
+            return record
+        pending = self.launching.get(key)
+        if pending is None:
+            pending = asyncio.ensure_future(self._launch(key, nodeset, tag))
+            self.launching[key] = pending
+            pending.add_done_callback(lambda _: self.launching.pop(key, None))
+        return await asyncio.shield(pending)  # one caller cancelled: the launch goes on
+
+    async def _launch(self, key: str, nodeset: str, tag: int | None) -> ServerRecord:
+        if key in self.records:  # owned and dead
+            return await self.restart(key)
         server = await self.launcher.launch(nodeset, tag)
         handle = RemoteNodeSet(key, server.url, self.manifests[nodeset])
         record = ServerRecord(nodeset, tag, server.url, handle, server)

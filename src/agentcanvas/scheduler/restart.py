@@ -1,0 +1,202 @@
+"""The scheduler's writes into run folders it does not run, and ``recover`` at start-up.
+
+Every write here happens under the run folder's writer lock (:mod:`agentcanvas.eval.runlock`):
+a folder whose lock a living process holds is never written. A run that ended without its
+final word (killed, crashed, its backend gone) gets its summary rebuilt from its episode
+folders (:func:`~agentcanvas.eval.recovery.reconcile_summary`), so the two agree.
+
+``recover`` never lets one run folder stop the backend: whatever is wrong with a folder (a
+spec.json that no longer validates, is not JSON or has ``null`` where a number must be), that
+run is marked ``failed`` with the reason and start-up goes on. An unreadable summary.json is
+rebuilt from spec.json and the episode folders (``aborted``, resumable).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Final
+
+from agentcanvas.errors import AgentCanvasError, RunError, RunLockedError
+from agentcanvas.eval.config import TERMINAL_RUN_STATUSES, EvalConfig, EvalRun
+from agentcanvas.eval.recovery import episodes_planned, load_spec, reconcile_summary
+from agentcanvas.eval.runlock import hold
+from agentcanvas.eval.store import RunDir, atomic_write_json, read_json
+from agentcanvas.graph.model import parse_graph
+from agentcanvas.paths import check_name
+
+__all__ = [
+    "RECOVER_LOCK_WAIT_S",
+    "mark_ended",
+    "mark_failed",
+    "read_status",
+    "recover_runs",
+    "set_status",
+    "settle_at_shutdown",
+    "settle_exited",
+]
+
+log = logging.getLogger(__name__)
+# Orphans of a backend killed just before: they finish (or are killed) within 5 s.
+RECOVER_LOCK_WAIT_S: Final = 6.0
+
+
+def set_status(run_dir: RunDir, status: str, error: str | None = None) -> None:
+    """Rewrite summary.json's status (atomically), keeping everything else; lock held."""
+    try:
+        summary = read_json(run_dir.summary_path)
+    except RunError as exc:
+        raise RunError(f"run {run_dir.root.name}: no readable summary.json") from exc
+    summary["status"] = status
+    if error is not None:
+        summary["error"] = error
+    atomic_write_json(run_dir.summary_path, summary)
+
+
+def read_status(run_dir: RunDir) -> str:
+    """summary.json's status; ``pending`` when it cannot be read."""
+    try:
+        return str(read_json(run_dir.summary_path).get("status", "pending"))
+    except (RunError, AttributeError):
+        return "pending"
+
+
+def settle_exited(run_dir: RunDir, cancelled: bool, returncode: int | None) -> str:
+    """The final status of a run whose eval process has exited (lock held): its own, or
+    ``cancelled``/``aborted`` with the summary rebuilt when it could not write it."""
+    status = read_status(run_dir)
+    if not run_dir.is_done():
+        status = "cancelled" if cancelled else "aborted"
+        mark_ended(run_dir, status, f"the eval process exited ({returncode}) before the run ended")
+        if cancelled:
+            run_dir.touch_done()
+    elif status not in TERMINAL_RUN_STATUSES:  # _DONE without a final status
+        status = "failed"
+        set_status(run_dir, status, error="the eval process ended without a final status")
+    return status
+
+
+def settle_at_shutdown(run_dir: RunDir, cancelled: bool) -> None:
+    """The backend stops: a run it did not cancel becomes ``aborted``, resumable (lock held)."""
+    if cancelled:
+        if not run_dir.is_done():
+            mark_ended(run_dir, "cancelled", None)
+            run_dir.touch_done()
+    elif read_status(run_dir) not in ("completed", "failed"):
+        mark_ended(run_dir, "aborted", "the backend stopped while it ran")
+        run_dir.done_path.unlink(missing_ok=True)
+
+
+def mark_ended(run_dir: RunDir, status: str, error: str | None) -> None:
+    """The run ended as ``status`` without writing so itself: its summary is rebuilt from
+    the episode folders (the lock is held). ``error`` is kept from the run when it has one."""
+    try:
+        run = reconcile_summary(run_dir)
+    except AgentCanvasError as exc:  # neither summary nor spec readable
+        mark_failed(run_dir, f"cannot rebuild the summary: {exc}")
+        return
+    if not (run.status == status and run.error):
+        run.error = error
+    run.status = status  # type: ignore[assignment]  # one of RunStatus, checked by callers
+    atomic_write_json(run_dir.summary_path, run.model_dump(mode="json"))
+
+
+def mark_failed(run_dir: RunDir, reason: str) -> None:
+    """``failed`` with ``reason`` and ``_DONE``, even when summary.json is unreadable."""
+    try:
+        summary = read_json(run_dir.summary_path)
+    except RunError:
+        summary = None
+    if not isinstance(summary, dict):
+        summary = {"run_id": run_dir.root.name, "episodes_total": 0, "episodes_done": 0}
+    summary.update(status="failed", error=reason)
+    atomic_write_json(run_dir.summary_path, summary)
+    run_dir.touch_done()
+
+
+def recover_runs(runs_dir: Path, enqueue: Callable[[RunDir, dict[str, Any]], Any]) -> list[str]:
+    """Re-queue queued runs (``enqueue``); mark ``running`` runs without ``_DONE`` aborted,
+    their summaries reconciled with their episode folders. Returns the re-queued run ids."""
+    requeued: list[str] = []
+    if not runs_dir.is_dir():
+        return requeued
+    deadline = time.monotonic() + RECOVER_LOCK_WAIT_S
+    for folder in sorted(p for p in runs_dir.iterdir() if p.is_dir() and _is_run_id(p.name)):
+        run_dir = RunDir(folder)
+        if not _needs_recovery(run_dir):
+            continue
+        try:
+            with hold(run_dir, wait_s=max(0.0, deadline - time.monotonic())):
+                if _recover_one(run_dir, enqueue):
+                    requeued.append(folder.name)
+        except RunLockedError as exc:  # a living process still writes it: not ours to touch
+            log.warning("run %s left as it is: %s", folder.name, exc)
+        except Exception as exc:  # one bad run folder never stops the backend
+            log.error("run %s cannot be recovered, marked failed: %s", folder.name, exc)
+            _fail_quietly(run_dir, f"could not be recovered after a restart: {exc}")
+    return requeued
+
+
+def _is_run_id(name: str) -> bool:
+    try:
+        check_name("run_id", name)
+    except AgentCanvasError:
+        return False
+    return True
+
+
+def _needs_recovery(run_dir: RunDir) -> bool:
+    if run_dir.is_done():
+        return False
+    if not run_dir.summary_path.exists():
+        return run_dir.spec_path.exists()  # submit died between its two writes
+    try:
+        status = read_json(run_dir.summary_path).get("status")
+    except (RunError, AttributeError):
+        return True  # unreadable: recovered as failed
+    return status in ("pending", "queued", "running")
+
+
+def _recover_one(run_dir: RunDir, enqueue: Callable[[RunDir, dict[str, Any]], Any]) -> bool:
+    if not run_dir.summary_path.exists():
+        spec = load_spec(run_dir)
+        _write_queued_summary(run_dir, spec)
+        enqueue(run_dir, spec)
+        return True
+    try:
+        summary = read_json(run_dir.summary_path)
+    except RunError:  # rebuilt from spec.json and the episode folders (failed if it cannot)
+        mark_ended(run_dir, "aborted", "summary.json was unreadable; rebuilt from the episodes")
+        return False
+    if not isinstance(summary, dict):
+        raise RunError(f"{run_dir.summary_path} is not a JSON object")
+    status = summary.get("status")
+    if status in ("pending", "queued"):
+        enqueue(run_dir, load_spec(run_dir))
+        return True
+    if status == "running":
+        mark_ended(run_dir, "aborted", "the backend restarted while it ran")
+    return False
+
+
+def _write_queued_summary(run_dir: RunDir, spec: dict[str, Any]) -> None:
+    config = EvalConfig.model_validate(spec["config"])
+    graph = parse_graph(spec["graph"], source=f"{run_dir.spec_path} graph")
+    run = EvalRun(
+        run_id=run_dir.root.name,
+        graph_name=config.graph_name,
+        config=config,
+        episodes_total=episodes_planned(config, graph),
+        status="queued",
+    )
+    atomic_write_json(run_dir.summary_path, run.model_dump(mode="json"))
+
+
+def _fail_quietly(run_dir: RunDir, reason: str) -> None:
+    try:
+        with hold(run_dir):
+            mark_failed(run_dir, reason)
+    except Exception:  # even this folder's files are beyond repair: log, go on
+        log.exception("run %s: could not even mark it failed", run_dir.root.name)
