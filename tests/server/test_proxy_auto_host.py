@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import pytest_asyncio
 
-from agentcanvas.errors import ServerDiedError, ServerError
+from agentcanvas.errors import RemoteError, ServerDiedError, ServerError
 from agentcanvas.nodes.base import CallContext
 from agentcanvas.nodesets.core import NODESET as CORE_NODESET
 from agentcanvas.server import wire
@@ -81,8 +81,11 @@ async def test_a_node_failure_is_data_and_the_server_lives_on(core: RemoteNodeSe
 
 
 async def test_http_errors_are_translated(core: RemoteNodeSet, core_server: LaunchedServer) -> None:
-    with pytest.raises(ServerError, match=r"core at http://127\.0\.0\.1:\d+ answered /panel"):
+    with pytest.raises(RemoteError, match=r"core at http://127\.0\.0\.1:\d+ failed /panel") as err:
         await core.panel_change("seed", 1)  # core has no panel: a server-side NodeSetError
+    assert (err.value.exc_type, err.value.exc_message) == (
+        "NodeSetError", "node set 'core' has no panel"
+    )
     async with httpx.AsyncClient() as client:
         response = await client.post(
             f"{core_server.url}/call/select", content=b"not a wire payload",

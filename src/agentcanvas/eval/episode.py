@@ -30,6 +30,7 @@ from agentcanvas.graph.loop_runner import LoopRunner
 from agentcanvas.graph.model import DEFAULT_STEP_BUDGET, Graph
 from agentcanvas.nodes.base import NodeSetHandle
 from agentcanvas.nodes.manifest import LoadInfo
+from agentcanvas.server.deadlines import reset_call_timeout, set_call_timeout
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,7 @@ async def run_episode(
         status="exception",
     )
     runner: LoopRunner | None = None
+    deadline = set_call_timeout(options.per_step_timeout_s)  # every server call's deadline
     try:
         info = await set_episode(wiring.env, graph, spec, options.render) if wiring.env else None
         if info is not None:
@@ -128,6 +130,7 @@ async def run_episode(
     finally:
         result.duration_s = round(time.perf_counter() - started, 6)
         await _evict(graph, wiring, spec.key)
+        reset_call_timeout(deadline)
     return result
 
 

@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import signal
 import socket
@@ -45,6 +46,7 @@ from agentcanvas.server.batching import policy_from_env
 from agentcanvas.server.runtime import fix_numeric_threads
 
 HOST = "127.0.0.1"
+log = logging.getLogger("agentcanvas.server")
 _WIRE_MEDIA_TYPE = wire.WIRE_CONTENT_TYPE.encode()
 
 
@@ -118,10 +120,24 @@ def create_app(instance: LocalNodeSet, tag: int | None) -> FastAPI:
 
     @app.exception_handler(AgentCanvasError)
     async def _agentcanvas_error(request: Request, exc: AgentCanvasError) -> JSONResponse:
-        status = 400 if isinstance(exc, UserInputError) else 500
-        return JSONResponse({"error": f"{type(exc).__name__}: {exc}"}, status_code=status)
+        return JSONResponse(error_body(exc), status_code=error_status(exc))
+
+    @app.exception_handler(Exception)  # then re-raised by Starlette: the log has the traceback
+    async def _any_error(request: Request, exc: Exception) -> JSONResponse:
+        return JSONResponse(error_body(exc), status_code=error_status(exc))
 
     return app
+
+
+def error_body(exc: BaseException) -> dict[str, str]:
+    """How a server reports an exception: ``{"error": "Type: message", "type", "message"}``."""
+    name = type(exc).__name__
+    return {"error": f"{name}: {exc}", "type": name, "message": str(exc)}
+
+
+def error_status(exc: BaseException) -> int:
+    """400 for bad input (UserInputError), 500 for everything else."""
+    return 400 if isinstance(exc, UserInputError) else 500
 
 
 async def call_node(
@@ -169,9 +185,10 @@ class FastCallApp:
         try:
             content = await call_node(self.instance, self.batcher, node_name, await _body(receive))
             status, media_type = 200, _WIRE_MEDIA_TYPE
-        except AgentCanvasError as exc:
-            status = 400 if isinstance(exc, UserInputError) else 500
-            content = json.dumps({"error": f"{type(exc).__name__}: {exc}"}).encode()
+        except Exception as exc:
+            if not isinstance(exc, UserInputError):
+                log.error("POST %s failed", scope["path"], exc_info=exc)
+            status, content = error_status(exc), json.dumps(error_body(exc)).encode()
             media_type = b"application/json"
         headers = [(b"content-type", media_type), (b"content-length", b"%d" % len(content))]
         await send({"type": "http.response.start", "status": status, "headers": headers})

@@ -21,18 +21,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import socket
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from agentcanvas.errors import ServerDiedError, ServerError, ServerTimeoutError, UserInputError
+from agentcanvas.errors import (
+    RemoteError,
+    ServerDiedError,
+    ServerError,
+    ServerTimeoutError,
+    UserInputError,
+)
 from agentcanvas.nodes.base import CallContext
 from agentcanvas.nodes.manifest import LoadInfo, NodeSetManifest
 from agentcanvas.server import wire
+from agentcanvas.server.deadlines import call_timeout_s
 
-DEFAULT_CALL_TIMEOUT_S = float(os.environ.get("AGENTCANVAS_CALL_TIMEOUT_S", "60"))
 CONNECT_TIMEOUT_S = 5.0
 MAX_IDLE_CONNECTIONS = 64
 _MAX_HEAD_BYTES = 64 * 1024
@@ -133,7 +138,7 @@ class _Connection:
 class _Client:
     """A pool of keep-alive connections to one server, bound to the running event loop."""
 
-    def __init__(self, name: str, url: str, timeout_s: float) -> None:
+    def __init__(self, name: str, url: str, timeout_s: float | None) -> None:
         parts = urlsplit(url)
         if parts.scheme != "http" or not parts.hostname:
             raise ServerError(f"node-set server {name}: {url!r} is not an http:// URL")
@@ -149,7 +154,7 @@ class _Client:
         timeout_s: float | None = None,
     ) -> _Response:
         """One request with a finite deadline; foreign errors become errors naming the server."""
-        timeout_s = timeout_s or self.timeout_s
+        timeout_s = timeout_s or self.timeout_s or call_timeout_s()
         where = self.where  # the server's name and URL, in every error
         try:
             async with asyncio.timeout(timeout_s):
@@ -167,6 +172,12 @@ class _Client:
         """The answer's value: wire or JSON; HTTP errors as UserInputError / ServerError."""
         if response.status == 400:
             raise UserInputError(str(_json_or_text(response).get("error", response.text())))
+        reported = _json_or_text(response)
+        if response.status != 200 and "type" in reported:
+            exc_type, exc_message = str(reported["type"]), str(reported.get("message", ""))
+            raise RemoteError(
+                f"{self.where} failed {path}: {exc_type}: {exc_message}", exc_type, exc_message
+            )
         if response.status != 200:
             raise ServerError(
                 f"{self.where} answered {path} with HTTP {response.status}: "
@@ -262,7 +273,7 @@ class RemoteNodeSet:
         self.name = name
         self.url = url.rstrip("/")
         self.manifest = manifest
-        self.timeout_s = timeout_s or DEFAULT_CALL_TIMEOUT_S
+        self.timeout_s = timeout_s  # None: the run's per-step timeout (server.deadlines)
         self._client = _Client(name, self.url, self.timeout_s)
 
     async def _post_wire(self, path: str, payload: Any) -> Any:
