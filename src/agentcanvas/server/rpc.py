@@ -27,11 +27,13 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import os
+import secrets
+import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import zmq
-import zmq.asyncio
 import zmq.utils.monitor
 
 from agentcanvas.errors import (
@@ -59,6 +61,18 @@ _EVENT_NAMES: dict[int, str] = {
 Handler = Callable[[dict[str, Any]], Awaitable[Any]]
 
 
+def _readable(sock: zmq.Socket[Any]) -> bool:
+    """Whether a message waits (the FD only signals edges; EVENTS tells the state)."""
+    return bool(int(sock.getsockopt(zmq.EVENTS)) & zmq.POLLIN)
+
+
+def _use_ipc() -> bool:
+    """Abstract unix sockets (Linux) unless ``AGENTCANVAS_CALL_TRANSPORT=tcp``."""
+    return sys.platform.startswith("linux") and (
+        os.environ.get("AGENTCANVAS_CALL_TRANSPORT", "ipc") != "tcp"
+    )
+
+
 def error_reply(exc: BaseException) -> dict[str, Any]:
     """How a server reports a handler's exception: type, message, and 400 for bad input."""
     status = 400 if isinstance(exc, UserInputError) else 500
@@ -69,26 +83,46 @@ def error_reply(exc: BaseException) -> dict[str, Any]:
 
 
 class RpcServer:
-    """A ROUTER socket on loopback; `serve` answers requests until cancelled."""
+    """A ROUTER socket; `serve` answers requests until cancelled.
+
+    The endpoint is an abstract unix socket (``ipc://@agentcanvas-...``, Linux: no file to
+    clean up) or, with ``AGENTCANVAS_CALL_TRANSPORT=tcp`` or elsewhere, ``tcp://HOST:PORT``.
+    """
 
     def __init__(self, handlers: dict[str, Handler], host: str = "127.0.0.1") -> None:
         self.handlers = handlers
-        self._context = zmq.asyncio.Context()
+        self._context = zmq.Context()
         self._socket = self._context.socket(zmq.ROUTER)
         self._socket.setsockopt(zmq.LINGER, 0)
-        port = self._socket.bind_to_random_port(f"tcp://{host}")
-        self.endpoint = f"tcp://{host}:{port}"
+        if _use_ipc():
+            self.endpoint = f"ipc://@agentcanvas-{os.getpid()}-{secrets.token_hex(6)}"
+            self._socket.bind(self.endpoint)
+        else:
+            port = self._socket.bind_to_random_port(f"tcp://{host}")
+            self.endpoint = f"tcp://{host}:{port}"
+        self._tasks: asyncio.TaskGroup | None = None
 
     async def serve(self) -> None:
         """Receive requests and answer each in its own task; returns only by cancellation."""
+        loop = asyncio.get_running_loop()
+        fd = self._socket.fileno()
         try:
             async with asyncio.TaskGroup() as tasks:
-                while True:
-                    frames = await self._socket.recv_multipart(copy=False)
-                    tasks.create_task(self._answer(frames))
+                self._tasks = tasks
+                loop.add_reader(fd, self._drain)
+                self._drain()
+                await loop.create_future()  # until cancelled
         finally:
+            self._tasks = None
+            loop.remove_reader(fd)
             self._socket.close(linger=0)
             self._context.term()
+
+    def _drain(self) -> None:
+        """Take every waiting request (the socket's FD is edge-triggered: drain it all)."""
+        while self._tasks is not None and _readable(self._socket):
+            frames = self._socket.recv_multipart(zmq.NOBLOCK, copy=False)
+            self._tasks.create_task(self._answer(frames))
 
     async def _answer(self, frames: list[zmq.Frame]) -> None:
         """One request; never raises (the TaskGroup must not end), logs nothing itself."""
@@ -111,7 +145,8 @@ class RpcServer:
                 log.error("rpc %s failed", request_id, exc_info=exc)
             out = wire.encode({"id": request_id, "err": error_reply(exc)})
         with contextlib.suppress(zmq.ZMQError):  # the client went away: nobody to answer
-            await self._socket.send_multipart([identity, *out], copy=False)
+            self._socket.send_multipart([identity, *out], zmq.NOBLOCK, copy=False)
+        self._drain()  # a send may have consumed the FD's edge for waiting requests
 
 
 # --- client ---------------------------------------------------------------------------------
@@ -122,19 +157,60 @@ class _Died(Exception):
 
 
 class _Channel:
-    """One DEALER socket and its monitor; `dead` completes when the connection is gone."""
+    """One DEALER socket and its monitor, wired into the event loop by their FDs.
 
-    def __init__(self, context: zmq.asyncio.Context, endpoint: str) -> None:
+    `dead` completes when the monitor reports the connection dropped or refused. ZeroMQ FDs
+    are edge-triggered, so every callback drains what is there and every send re-checks.
+    """
+
+    def __init__(self, context: zmq.Context[zmq.Socket[bytes]], endpoint: str) -> None:
+        self.loop = asyncio.get_running_loop()
         self.socket = context.socket(zmq.DEALER)
         self.socket.setsockopt(zmq.LINGER, 0)
         self.monitor = self.socket.get_monitor_socket(_DEATH_EVENTS)
+        self.dead: asyncio.Future[list[bytes]] = self.loop.create_future()
+        self._answer: asyncio.Future[list[zmq.Frame]] | None = None
+        self._fds = (self.socket.fileno(), self.monitor.fileno())
+        self.loop.add_reader(self._fds[0], self._on_socket)
+        self.loop.add_reader(self._fds[1], self._on_monitor)
         self.socket.connect(endpoint)
-        self.dead: asyncio.Future[list[bytes]] = asyncio.ensure_future(
-            self.monitor.recv_multipart()
-        )
 
     def usable(self) -> bool:
+        self._on_monitor()
         return not self.dead.done()
+
+    async def exchange(self, frames: list[wire.Buffer], timeout_s: float) -> list[zmq.Frame]:
+        """Send, then wait for the answer, the connection's death or the deadline."""
+        answer = self._answer = self.loop.create_future()
+        try:
+            self.socket.send_multipart(frames, zmq.NOBLOCK, copy=False)
+        except zmq.Again as exc:  # no pipe to the server: it is not there
+            raise _Died() from exc
+        self._on_socket()
+        self._on_monitor()
+        done, _ = await asyncio.wait(
+            (answer, self.dead), timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED
+        )
+        self._answer = None
+        if answer in done:
+            reply: list[zmq.Frame] = answer.result()
+            return reply
+        answer.cancel()
+        if self.dead.done():
+            raise _Died()
+        raise TimeoutError()
+
+    def _on_socket(self) -> None:
+        while _readable(self.socket):
+            frames = self.socket.recv_multipart(zmq.NOBLOCK, copy=False)
+            if self._answer is not None and not self._answer.done():
+                self._answer.set_result(frames)  # else: a late answer nobody waits for
+
+    def _on_monitor(self) -> None:
+        while _readable(self.monitor):
+            event = self.monitor.recv_multipart(zmq.NOBLOCK)
+            if not self.dead.done():
+                self.dead.set_result(event)
 
     def death(self) -> str:
         """What the monitor reported, e.g. ``disconnected``."""
@@ -145,8 +221,11 @@ class _Channel:
         return "gone"
 
     def close(self) -> None:
+        for fd in self._fds:
+            with contextlib.suppress(RuntimeError):  # RuntimeError: its event loop is closed
+                self.loop.remove_reader(fd)
         self.dead.cancel()
-        with contextlib.suppress(zmq.ZMQError, RuntimeError):
+        with contextlib.suppress(zmq.ZMQError):
             self.socket.disable_monitor()
         self.monitor.close(linger=0)
         self.socket.close(linger=0)
@@ -162,7 +241,7 @@ class RpcClient:
         self._ids = itertools.count(1)
         self._idle: list[_Channel] = []
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._context: zmq.asyncio.Context | None = None
+        self._context: zmq.Context[zmq.Socket[bytes]] | None = None
 
     async def request(self, op: str, args: dict[str, Any], what: str, timeout_s: float) -> Any:
         """Send ``op(args)`` and return the handler's value; errors as in the module doc."""
@@ -173,7 +252,7 @@ class RpcClient:
             raise UserInputError(f"cannot send {what} to {self.where}: {exc}") from exc
         channel = self._take()
         try:
-            reply = await self._exchange(channel, frames, timeout_s)
+            reply = await channel.exchange(frames, timeout_s)
         except TimeoutError as exc:
             channel.close()  # its answer may still come: the socket is no longer in step
             raise ServerTimeoutError(
@@ -188,24 +267,6 @@ class RpcClient:
             raise
         self._give_back(channel)
         return self._value(reply, request_id, what)
-
-    async def _exchange(
-        self, channel: _Channel, frames: list[wire.Buffer], timeout_s: float
-    ) -> list[zmq.Frame]:
-        await channel.socket.send_multipart(frames, copy=False)
-        answer = asyncio.ensure_future(channel.socket.recv_multipart(copy=False))
-        try:
-            done, _ = await asyncio.wait(
-                (answer, channel.dead), timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED
-            )
-        finally:
-            if not answer.done():
-                answer.cancel()
-        if answer in done:
-            return answer.result()
-        if channel.dead.done():
-            raise _Died()
-        raise TimeoutError()
 
     def _value(self, frames: list[zmq.Frame], request_id: int, what: str) -> Any:
         try:
@@ -229,7 +290,7 @@ class RpcClient:
         loop = asyncio.get_running_loop()
         if loop is not self._loop:  # sockets belong to the loop that made them
             self.close()
-            self._loop, self._context = loop, zmq.asyncio.Context.instance()
+            self._loop, self._context = loop, zmq.Context.instance()
         while self._idle:
             channel = self._idle.pop()
             if channel.usable():
