@@ -37,7 +37,7 @@ from pydantic import BaseModel, Field
 
 from agentcanvas.errors import AgentCanvasError, UserInputError, WireError
 from agentcanvas.eval.store import atomic_write_json, read_json
-from agentcanvas.nodes.base import CallContext, LocalNodeSet
+from agentcanvas.nodes.base import CallContext, LocalNodeSet, NodeSet
 from agentcanvas.nodes.registry import WorkspaceComponentRegistry
 from agentcanvas.paths import check_name
 from agentcanvas.server import procs, wire
@@ -225,11 +225,16 @@ class _Server(uvicorn.Server):
         yield
 
 
-async def serve(nodeset: str, tag: int | None, record_dir: Path | None = None) -> None:
-    """Load the node set, bind, report the port to the parent, serve until terminated."""
-    registry = WorkspaceComponentRegistry()
-    registry.scan_all()
-    instance = LocalNodeSet(registry.nodeset(nodeset))
+async def serve(
+    nodeset: str, tag: int | None, record_dir: Path | None = None, loaded: NodeSet | None = None
+) -> None:
+    """Load the node set (unless ``loaded``: a forked server got it from its template), bind,
+    report the port to the parent, serve until terminated."""
+    if loaded is None:
+        registry = WorkspaceComponentRegistry()
+        registry.scan_all()
+        loaded = registry.nodeset(nodeset)
+    instance = LocalNodeSet(loaded)
     batcher = BatchedInferenceServer(policy_from_env())
     calls = RpcServer(rpc_handlers(instance, batcher), HOST)
     sock = _bind()

@@ -58,6 +58,10 @@ class NodeSetServers:
     launcher: ServerLauncher = field(default_factory=LocalProcessLauncher)
     records: dict[str, ServerRecord] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        if isinstance(self.launcher, LocalProcessLauncher) and self.launcher.forkable is None:
+            self.launcher.forkable = lambda nodeset: self.manifests[nodeset].forkable
+
     async def start(self, nodeset: str, tag: int | None = None) -> ServerRecord:
         key = server_key(nodeset, tag)
         if key in self.records:
@@ -113,6 +117,9 @@ class NodeSetServers:
     async def stop_all(self) -> None:
         records, self.records = list(self.records.values()), {}
         await asyncio.gather(*(r.stop() for r in records), return_exceptions=True)
+        closer = getattr(self.launcher, "close", None)  # templates of forked servers
+        if closer is not None:
+            await closer()
 
     def replicated_in(self, graph: Graph) -> list[str]:
         return [n for n in graph.nodesets() if self.manifests[n].parallelism == "replicated"]
