@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import json
 import os
 import secrets
@@ -152,6 +153,8 @@ def _template(nodeset: str) -> None:
     registry = WorkspaceComponentRegistry()
     registry.scan_all()
     loaded = registry.nodeset(nodeset)
+    _preload_server_imports()
+    gc.freeze()  # the collector never writes to the template's objects: their pages stay shared
     control = f"agentcanvas-fork-{os.getpid()}-{secrets.token_hex(6)}"
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind("\0" + control)
@@ -170,6 +173,20 @@ def _template(nodeset: str) -> None:
             listener.close()
             os._exit(_forked_server(conn, request, loaded))
         conn.close()
+
+
+def _preload_server_imports() -> None:
+    """Import what uvicorn and FastAPI import lazily when a server starts (once, here)."""
+    import uvicorn
+    from fastapi import FastAPI
+
+    app = FastAPI()
+
+    @app.get("/warm")
+    async def warm() -> dict[str, Any]:  # a typed route: FastAPI's model machinery loads
+        return {}
+
+    uvicorn.Config(app, lifespan="off", log_level="warning").load()
 
 
 def _forked_server(conn: socket.socket, request: dict[str, Any], loaded: Any) -> int:

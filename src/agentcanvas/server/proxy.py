@@ -59,7 +59,9 @@ class _Http:
     def _session(self) -> httpx.AsyncClient:
         loop = asyncio.get_running_loop()
         if self._client is None or loop is not self._loop:  # connections belong to a loop
-            self._client, self._loop = httpx.AsyncClient(base_url=self.url), loop
+            # Plain http:// only (checked above): no TLS context to build, no proxy to look up.
+            self._client = httpx.AsyncClient(base_url=self.url, verify=False, trust_env=False)
+            self._loop = loop
         return self._client
 
     async def request(
