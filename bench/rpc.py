@@ -6,7 +6,7 @@ Measured in one run, on this machine, one call at a time (latency, not throughpu
 
 - ``in-process``: ``LocalNodeSet.call`` of the bench node (the floor);
 - ``proxied``: the same node served by ``auto_host`` and called through ``RemoteNodeSet``
-  (ZeroMQ DEALER -> ROUTER on loopback TCP, msgpack header + raw array frames);
+  (ZeroMQ DEALER -> ROUTER on an abstract unix socket, msgpack header + raw array frames);
 - ``AsyncVectorEnv``: ``envs.step`` of a trivial ``gymnasium.Env`` in a subprocess
   (``num_envs=1``), pickling over a pipe (``shared_memory=False``) or writing the
   observation to shared memory (``shared_memory=True``).

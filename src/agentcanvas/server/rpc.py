@@ -1,8 +1,9 @@
 """The per-call path to a node-set server: ZeroMQ ROUTER/DEALER, msgpack + raw array frames.
 
-The server binds one ROUTER socket (`RpcServer`, ``tcp://127.0.0.1:PORT``, advertised as
-``"call"`` by ``/health``) and serves every request in its own task, so a shared server (a
-batched model) takes requests from many clients at once. A client (`RpcClient`) keeps a small
+The server binds one ROUTER socket (`RpcServer`: an abstract unix socket
+``ipc://@agentcanvas-...`` on Linux, else ``tcp://127.0.0.1:PORT``; advertised as ``"call"``
+by ``/health``) and serves every request in its own task, so a shared server (a batched
+model) takes requests from many clients at once. A client (`RpcClient`) keeps a small
 pool of DEALER sockets, one request in flight on each. A request is one multipart message::
 
     [wire header {"id", "op", "args"}, array frames...]  ->  [wire header {"id", "ok" | "err"}, ...]
@@ -19,6 +20,10 @@ Every request has a finite deadline, and errors name the server::
 
 A dead server is noticed at once, not at the deadline: each DEALER has a ZeroMQ socket monitor
 whose ``DISCONNECTED`` / ``CONNECT_RETRIED`` events end the wait.
+
+Sockets are plain (synchronous) pyzmq sockets wired into the asyncio loop by their FDs and
+``EVENTS`` (pyzmq's documented event-loop integration), not ``zmq.asyncio``: on one CPU that
+halves a round trip (``bench/rpc.py``; zmq.asyncio's per-message bookkeeping cost ~150 µs there).
 """
 
 from __future__ import annotations
