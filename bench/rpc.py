@@ -6,7 +6,7 @@ Measured in one run, on this machine, one call at a time (latency, not throughpu
 
 - ``in-process``: ``LocalNodeSet.call`` of the bench node (the floor);
 - ``proxied``: the same node served by ``auto_host`` and called through ``RemoteNodeSet``
-  (HTTP/1.1 on loopback, binary wire format, keep-alive connection);
+  (ZeroMQ DEALER -> ROUTER on an abstract unix socket, msgpack header + raw array frames);
 - ``AsyncVectorEnv``: ``envs.step`` of a trivial ``gymnasium.Env`` in a subprocess
   (``num_envs=1``), pickling over a pipe (``shared_memory=False``) or writing the
   observation to shared memory (``shared_memory=True``).
@@ -16,14 +16,15 @@ and ``obs`` (a 64×64×3 uint8 observation, as a step returns it). The bench nod
 written to a temporary workspace that the server finds through ``AGENTCANVAS_HOME``.
 
 A second table splits a proxied no-op call into layers, to show where the time goes: the
-wire format alone, the server answering a pre-encoded request on a raw socket (uvicorn's HTTP
-parser + ASGI + the node), our HTTP client with a pre-encoded body, the full call, and the
-same call through ``httpx.AsyncClient`` (a general-purpose client, for comparison).
+wire format alone, the server answering a pre-encoded request on a raw DEALER socket, the rpc
+client (deadline, dead-server watch, encode/decode), the full call, and the same call over the
+server's HTTP route (uvicorn + httpx; the per-call path before ZeroMQ was HTTP, for comparison).
 
 ``--cpus same`` puts caller and callees on one CPU (the figures are then CPU cost alone);
 ``--cpus split`` puts them on two (every call then pays cross-CPU wake-ups, as parallel
 workers on their own cores do). Rows are measured in interleaved rounds, so a change of load
-during the run hits them alike. Goal (issue 3): proxied within 3x of AsyncVectorEnv per step.
+during the run hits them alike. Goal (issue 13): proxied within 2x of AsyncVectorEnv's pipe
+step (shm=False) with ``--cpus same``, within 1.3x with ``--cpus split``.
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ import asyncio
 import contextlib
 import importlib.util
 import os
-import socket
 import statistics
 import sys
 import tempfile
@@ -48,6 +48,8 @@ from typing import Any
 import gymnasium as gym
 import httpx
 import numpy as np
+import zmq
+import zmq.asyncio
 
 from agentcanvas.nodes.base import CallContext
 from agentcanvas.nodes.registry import WorkspaceComponentRegistry
@@ -82,7 +84,7 @@ NODESET_SOURCE = textwrap.dedent(
     '''
 )
 PATHS = ("in-process", "proxied", "AsyncVectorEnv shm=False", "AsyncVectorEnv shm=True")
-LAYER_PREFIXES = ("wire", "server", "+", "the same")
+LAYER_PREFIXES = ("wire", "server", "+", "HTTP")
 N_ROUNDS = 10
 CTX = CallContext("bench", 0)
 
@@ -229,40 +231,39 @@ async def bench(
 @contextlib.asynccontextmanager
 async def layer_rows(url: str, remote: RemoteNodeSet) -> AsyncIterator[dict[str, Row]]:
     """A proxied no-op call, layer by layer (see the module docstring)."""
-    call, noop = {"config": {}, "inputs": {}, "ctx": CTX.__dict__}, {"outputs": {}}
-    request, answer_bytes = wire.encode(call), len(wire.encode(noop))
-    obs = {"outputs": {"obs": np.zeros(OBS_SHAPE, np.uint8)}}
-    host, port = url.removeprefix("http://").split(":")
-    reader, writer = await asyncio.open_connection(host, int(port))
-    writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    raw = (f"POST /call/noop HTTP/1.1\r\nHost: {host}:{port}\r\n"
-           f"Content-Type: {wire.WIRE_CONTENT_TYPE}\r\nContent-Length: {len(request)}\r\n\r\n"
-           ).encode() + request
+    args = {"node": "noop", "config": {}, "inputs": {}, "ctx": CTX.__dict__}
+    call, noop = {"id": 1, "op": "call", "args": args}, {"id": 1, "ok": {"outputs": {}}}
+    obs = {"id": 1, "ok": {"outputs": {"obs": np.zeros(OBS_SHAPE, np.uint8)}}}
+    rpc = await remote._calls()  # the layer under RemoteNodeSet.call, on purpose
+    context = zmq.asyncio.Context()
+    dealer = context.socket(zmq.DEALER)
+    dealer.setsockopt(zmq.LINGER, 0)
+    dealer.connect(rpc.endpoint)
+    request = wire.encode(call)
 
-    async def raw_call() -> bytes:
-        writer.write(raw)
-        await reader.readuntil(b"\r\n\r\n")
-        return await reader.readexactly(answer_bytes)
+    async def raw_call() -> list[zmq.Frame]:
+        await dealer.send_multipart(request, copy=False)
+        return await dealer.recv_multipart(copy=False)
 
-    client = remote._client  # the layer under RemoteNodeSet.call, on purpose
-    wire_type = wire.WIRE_CONTENT_TYPE.encode()
     try:
-        async with httpx.AsyncClient() as http:
+        async with httpx.AsyncClient(base_url=url) as http:
+            http_body = wire.dumps({k: v for k, v in args.items() if k != "node"})
             yield {
                 "wire: encode + decode, request and answer": Row(
                     lambda: [wire.decode(wire.encode(x)) for x in (call, noop)], False),
                 "wire: the same for the 64x64x3 answer": Row(
                     lambda: wire.decode(wire.encode(obs)), False),
-                "server: pre-encoded request on a raw socket": Row(raw_call, True),
-                "+ our HTTP client (pre-encoded body)": Row(
-                    lambda: client.request(b"POST", "/call/noop", request, wire_type), True),
-                "+ wire = RemoteNodeSet.call": Row(lambda: remote.call("noop", {}, {}, CTX), True),
-                "the same through httpx.AsyncClient": Row(
-                    lambda: http.post(f"{url}/call/noop", content=request,
+                "server: pre-encoded request on a raw DEALER": Row(raw_call, True),
+                "+ RpcClient (deadline, death watch, wire)": Row(
+                    lambda: rpc.request("call", args, "/call/noop", 10.0), True),
+                "+ RemoteNodeSet.call": Row(lambda: remote.call("noop", {}, {}, CTX), True),
+                "HTTP /call/noop (uvicorn + httpx)": Row(
+                    lambda: http.post("/call/noop", content=http_body,
                                       headers={"content-type": wire.WIRE_CONTENT_TYPE}), True),
             }
     finally:
-        writer.close()
+        dealer.close(linger=0)
+        context.term()
 
 
 def run(n_calls: int, placement: Placement) -> dict[str, Stats]:
@@ -281,14 +282,14 @@ def print_tables(table: dict[str, Stats]) -> None:
         for path in PATHS:
             s = table[f"{path} {payload}"]
             print(f"{payload:<8} {path:<26} {s.median_us:>10.1f} {s.p99_us:>10.1f}")
-    print("\nproxied / AsyncVectorEnv (goal <= 3.0)")
+    print("\nproxied / AsyncVectorEnv (goal: <= 2.0x with --cpus same, <= 1.3x with split)")
     for payload in ("no-op", "obs"):
         proxied = table[f"proxied {payload}"]
         for shm in (False, True):
             ave = table[f"AsyncVectorEnv shm={shm} {payload}"]
             ratio, ratio_p99 = proxied.median_us / ave.median_us, proxied.p99_us / ave.p99_us
             print(f"  {payload:<6} vs shm={shm!s:<5}  median {ratio:5.2f}x   p99 {ratio_p99:5.2f}x")
-    print(f"\nwhere a proxied no-op call goes (server HTTP: {http_implementation()})")
+    print(f"\nwhere a proxied no-op call goes (ZeroMQ; HTTP: {http_implementation()})")
     print(f"  {'layer':<44} {'median µs':>10} {'p99 µs':>10}")
     for label, s in table.items():
         if label.startswith(LAYER_PREFIXES):

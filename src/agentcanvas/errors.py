@@ -13,7 +13,8 @@
     ├── NodeSetError              a node set failed to load or to start
     ├── ServerError               a node-set server is unreachable, hung or died
     │   ├── ServerDiedError       the server process is gone (supervision restarts it)
-    │   └── ServerTimeoutError    a call got no answer within its deadline (wall clock)
+    │   ├── ServerTimeoutError    a call got no answer within its deadline (wall clock)
+    │   └── RemoteError           the server raised handling a request (its type and message)
     ├── WireError                 a payload could not be encoded/decoded
     ├── StateError                a lifecycle transition was asked in the wrong state
     │   └── RunLockedError        another living process is writing that run folder
@@ -72,6 +73,15 @@ class ServerDiedError(ServerError):
 
 class ServerTimeoutError(ServerError):
     """A node-set server did not answer a call within its deadline."""
+
+
+class RemoteError(ServerError):
+    """A node-set server raised while handling a request; carries the exception's type and
+    message as the server reported them (``exc_type``, ``exc_message``)."""
+
+    def __init__(self, message: str, exc_type: str = "", exc_message: str = "") -> None:
+        super().__init__(message)
+        self.exc_type, self.exc_message = exc_type, exc_message
 
 
 class WireError(AgentCanvasError):

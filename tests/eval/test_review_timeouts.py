@@ -31,14 +31,13 @@ from agentcanvas.eval.runner import BatchEvalRunner
 from agentcanvas.eval.store import RunDir
 from agentcanvas.graph.model import Graph, parse_graph
 from agentcanvas.nodes.registry import WorkspaceComponentRegistry
-from agentcanvas.server import proxy
 from support.registry import scanned, started_registry
 from support.workspace import home_workspace
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 RUN_DEADLINE_S = 60.0  # a broken runner fails the test instead of hanging it
-CALL_DEADLINE_S = 1.0  # (b): every node-set call of its registry gets this HTTP deadline
+CALL_DEADLINE_S = 1.0  # (b): the run's per-step timeout, every node-set call's deadline
 
 RENV = textwrap.dedent(
     '''
@@ -200,7 +199,7 @@ async def test_a_step_left_running_by_a_timeout_never_touches_the_next_episode(
 ) -> None:
     graph = make_graph("late", ("ok", "slow", "after"))
     restarts_before = registry.servers.records["renv#0"].restarts
-    knobs: dict[str, Any] = {"episode_count": 1, "step_budget": 10, "per_step_timeout_s": 0.2}
+    knobs: dict[str, Any] = {"episode_count": 1, "step_budget": 10, "per_step_timeout_s": 0.5}
     summary = await run_eval(registry, graph, tmp_path / "with_slow", worker_count=1, **knobs)
     alone = await run_eval(
         registry, graph, tmp_path / "alone", worker_count=1, tasks=["after"], **knobs
@@ -210,7 +209,7 @@ async def test_a_step_left_running_by_a_timeout_never_touches_the_next_episode(
     first, slow, after = summary.episodes
     assert first.status == "completed"
     assert slow.status == "timeout"
-    assert slow.error is not None and "wall-clock timeout after 2 s" in slow.error
+    assert slow.error == "a node-set call hit its wall-clock deadline: env"  # 0.5 s per call
     # The episode after the timeout, on the same worker, is the episode run on its own.
     (reference,) = alone.episodes
     assert reference.status == "completed"
@@ -223,19 +222,18 @@ async def test_a_step_left_running_by_a_timeout_never_touches_the_next_episode(
     assert alone.determinism.guaranteed is True
 
 
-# -- (b) a call past its HTTP deadline makes the episode a timeout ---------------------------
+# -- (b) a call past its deadline makes the episode a timeout --------------------------------
 async def test_a_call_past_its_deadline_is_a_timeout_naming_the_node(
-    workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    workspace: Path, tmp_path: Path
 ) -> None:
-    # What AGENTCANVAS_CALL_TIMEOUT_S sets at import; read when each proxy is created.
-    monkeypatch.setattr(proxy, "DEFAULT_CALL_TIMEOUT_S", CALL_DEADLINE_S)
+    # The run's per-step timeout is every call's deadline (server.deadlines).
     reg = scanned(workspace)
     graph = make_graph("hangs", ("hang",))
     try:
         await reg.ensure_nodesets_for_graph(graph, worker_count=1)
-        assert reg.servers.records["renv#0"].handle.timeout_s == CALL_DEADLINE_S
         summary = await run_eval(
-            reg, graph, tmp_path / "run", episode_count=1, step_budget=8, per_step_timeout_s=5.0
+            reg, graph, tmp_path / "run", episode_count=1, step_budget=8,
+            per_step_timeout_s=CALL_DEADLINE_S,
         )
         restarts = reg.servers.records["renv#0"].restarts
     finally:
@@ -248,7 +246,7 @@ async def test_a_call_past_its_deadline_is_a_timeout_naming_the_node(
     assert "ServerTimeoutError" in ep.node_errors["env"]
     assert f"did not answer /call/step within {CALL_DEADLINE_S:g} s" in ep.node_errors["env"]
     assert ep.steps == 2  # iteration 0 observed; the first action hung
-    assert ep.duration_s < 8 * 5.0  # the call deadline ended it, not the episode's safety net
+    assert ep.duration_s < 8 * CALL_DEADLINE_S  # the call deadline ended it, not the safety net
     assert restarts == 1  # its server was replaced like after any timeout
     assert summary.determinism.guaranteed is False
     assert summary.determinism.reasons == ["wall-clock timeouts decided episodes [0]"]

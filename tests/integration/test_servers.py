@@ -338,6 +338,8 @@ PARENT = textwrap.dedent(
 
 
 def test_no_server_outlives_a_parent_killed_with_sigkill(workspace: Path) -> None:
+    pids: list[int] = []
+    family: set[int] = set()
     parent = subprocess.Popen(
         [sys.executable, "-c", PARENT], env=child_env(workspace),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -346,14 +348,17 @@ def test_no_server_outlives_a_parent_killed_with_sigkill(workspace: Path) -> Non
         pids = json.loads(read_line(parent, DEADLINE_S))
         assert len(pids) == 2
         assert all(not pid_gone(pid) for pid in pids)
-        assert set(pids) <= {p.pid for p in psutil.Process(parent.pid).children()}
+        # Spawned servers are children, forked ones grandchildren (their template's children).
+        family = {p.pid for p in psutil.Process(parent.pid).children(recursive=True)}
+        assert set(pids) <= family
     finally:
         parent.kill()
         parent.communicate(timeout=DEADLINE_S)
     try:
-        wait_until(lambda: all(pid_gone(p) for p in pids), DEADLINE_S, f"servers {pids} to exit")
+        wait_until(lambda: all(pid_gone(p) for p in family), DEADLINE_S,
+                   f"servers {pids} and their family {family} to exit")
     finally:
-        for pid in pids:  # on failure, leave no orphan behind for the next test
+        for pid in family:  # on failure, leave no orphan behind for the next test
             if not pid_gone(pid):
                 os.kill(pid, signal.SIGKILL)
 

@@ -1,4 +1,4 @@
-"""auto_host + RemoteNodeSet over real loopback HTTP: the wire, errors, the connection pool.
+"""auto_host + RemoteNodeSet over real loopback sockets: the wire, errors, the socket pool.
 
 One ``core`` server (an auto_host child of this process) serves the module; ``core.select``
 echoes its input ``a``, so whatever goes in must come back bit for bit.
@@ -16,13 +16,15 @@ import httpx
 import numpy as np
 import pytest
 import pytest_asyncio
+import zmq
+import zmq.asyncio
 
-from agentcanvas.errors import ServerDiedError, ServerError
+from agentcanvas.errors import RemoteError, ServerDiedError, ServerError
 from agentcanvas.nodes.base import CallContext
-from agentcanvas.nodesets.core import NODESET as CORE_NODESET
 from agentcanvas.server import wire
 from agentcanvas.server.launcher import LaunchedServer, LocalProcessLauncher
 from agentcanvas.server.proxy import RemoteNodeSet, fetch_manifest
+from agentcanvas.server.rpc import RpcClient
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(60)]
 
@@ -81,18 +83,21 @@ async def test_a_node_failure_is_data_and_the_server_lives_on(core: RemoteNodeSe
 
 
 async def test_http_errors_are_translated(core: RemoteNodeSet, core_server: LaunchedServer) -> None:
-    with pytest.raises(ServerError, match=r"core at http://127\.0\.0\.1:\d+ answered /panel"):
+    with pytest.raises(RemoteError, match=r"core at http://127\.0\.0\.1:\d+ failed /panel") as err:
         await core.panel_change("seed", 1)  # core has no panel: a server-side NodeSetError
+    assert (err.value.exc_type, err.value.exc_message) == (
+        "NodeSetError", "node set 'core' has no panel"
+    )
     async with httpx.AsyncClient() as client:
         response = await client.post(
             f"{core_server.url}/call/select", content=b"not a wire payload",
             headers={"content-type": wire.WIRE_CONTENT_TYPE},
         )
     assert response.status_code == 400
-    assert "not an agentcanvas wire payload" in response.json()["error"]
+    assert "garbled wire payload" in response.json()["error"]
     async with httpx.AsyncClient() as client:
         response = await client.post(
-            f"{core_server.url}/call/select", content=wire.encode({"inputs": {}}),
+            f"{core_server.url}/call/select", content=wire.dumps({"inputs": {}}),
         )
     assert response.status_code == 400
     assert "not a call payload" in response.json()["error"]
@@ -129,34 +134,46 @@ async def test_dead_and_hung_servers_become_errors_naming_them() -> None:
         await server.stop()
 
 
-async def test_a_connection_the_server_closed_while_idle_is_replaced() -> None:
-    """A server may drop an idle keep-alive connection (its timeout); the next call still works."""
-    connections = 0
-
-    async def answer_once_then_close(
-        reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
-        nonlocal connections
-        connections += 1
-        head = await reader.readuntil(b"\r\n\r\n")
-        length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                      if line.lower().startswith(b"content-length"))
-        await reader.readexactly(length)
-        body = wire.encode({"outputs": {"n": connections}})
-        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: %s\r\ncontent-length: %d\r\n\r\n"
-                     % (wire.WIRE_CONTENT_TYPE.encode(), len(body)) + body)
-        await writer.drain()
-        writer.close()  # no "connection: close" header: the client must notice by itself
-
-    listener = await asyncio.start_server(answer_once_then_close, "127.0.0.1", 0)
-    port = listener.sockets[0].getsockname()[1]
-    remote = RemoteNodeSet("closer", f"http://127.0.0.1:{port}",
-                           CORE_NODESET.manifest(), timeout_s=DEADLINE_S)
+async def test_garbage_on_the_call_socket_is_bad_input_and_the_server_lives_on(
+    core: RemoteNodeSet,
+) -> None:
+    endpoint = (await core.health())["call"]
+    context = zmq.asyncio.Context()
+    sock = context.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(endpoint)
     try:
-        answers = [await remote.call("x", {}, {}, CTX) for _ in range(3)]
+        for garbage in ([b"\xc1"], [wire.dumps([1, 2])], [wire.dumps({"id": 7, "op": "nope",
+                                                                      "args": {}})]):
+            await sock.send_multipart(garbage)
+            reply = wire.decode(await asyncio.wait_for(sock.recv_multipart(), DEADLINE_S))
+            assert isinstance(reply, dict) and reply["err"]["status"] == 400, reply
     finally:
-        await remote.close()
-        listener.close()
-        await listener.wait_closed()
-    assert [a["n"] for a in answers] == [1, 2, 3]
-    assert connections == 3
+        sock.close(linger=0)
+        context.term()
+    assert await echo(core, 5) == 5
+
+
+async def test_an_answer_that_is_not_ours_is_a_server_error_naming_it() -> None:
+    """A peer on the call endpoint that answers garbage, or another request's answer."""
+    context = zmq.asyncio.Context()
+    router = context.socket(zmq.ROUTER)
+    router.setsockopt(zmq.LINGER, 0)
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    client = RpcClient(f"tcp://127.0.0.1:{port}", "node-set server fake at http://x")
+
+    async def answer(*frames: bytes) -> None:
+        identity, *_ = await router.recv_multipart()
+        await router.send_multipart([identity, *frames])
+
+    try:
+        for frames in ([b"\xc1"], [wire.dumps({"id": 999, "ok": 1})]):
+            answering = asyncio.ensure_future(answer(*frames))
+            garbage = r"fake at http://x answered /call/x with garbage"
+            with pytest.raises(ServerError, match=garbage):
+                await client.request("call", {}, "/call/x", DEADLINE_S)
+            await answering
+    finally:
+        client.close()
+        router.close(linger=0)
+        context.term()

@@ -32,6 +32,7 @@ from agentcanvas.graph.model import DEFAULT_STEP_BUDGET, Graph
 from agentcanvas.nodes.base import NodeSetHandle
 from agentcanvas.nodes.boundary import is_in_process
 from agentcanvas.nodes.manifest import LoadInfo
+from agentcanvas.server.deadlines import reset_call_timeout, set_call_timeout
 
 
 @dataclass(frozen=True)
@@ -129,6 +130,7 @@ async def run_episode(
         status="exception",
     )
     runner: LoopRunner | None = None
+    deadline = set_call_timeout(options.per_step_timeout_s)  # every server call's deadline
     try:
         info = await _start(wiring.env, graph, spec, options) if wiring.env else None
         if info is not None:
@@ -156,6 +158,7 @@ async def run_episode(
     finally:
         result.duration_s = round(time.perf_counter() - started, 6)
         await _evict(graph, wiring, spec.key)
+        reset_call_timeout(deadline)
     return result
 
 

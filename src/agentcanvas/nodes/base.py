@@ -120,6 +120,7 @@ class NodeSet:
     version: str = "0.1.0"
     parallelism: Parallelism = "local"
     description: str = ""
+    forkable: bool = True  # False: its servers are spawned, never forked (threads, CUDA)
     state_factory: Callable[[], Any] | None = None
     panel_class: type[Panel] | None = None
     evict: Callable[[Any, str], None] | None = None
@@ -209,6 +210,7 @@ class NodeSet:
             version=self.version,
             parallelism=self.parallelism,
             description=self.description,
+            forkable=self.forkable,
             nodes=[d.spec for d in self._nodes.values()],
             panel=panel,
         )

@@ -108,6 +108,11 @@ class NodeSetManifest(_Frozen):
     version: str = "0.1.0"
     parallelism: Parallelism = "local"
     description: str = ""
+    forkable: bool = Field(
+        default=True,
+        description="Whether its servers may be forked from a loaded template process; false "
+        "for node sets whose loading starts threads or CUDA (torch models): those are spawned.",
+    )
     nodes: list[NodeTypeSpec] = Field(default_factory=list)
     panel: PanelSpec | None = None
 

@@ -3,11 +3,13 @@
     python -m agentcanvas.server.auto_host --nodeset NAME [--tag K] [--record-dir DIR]
 
 The port reaches the parent through the ready pipe (no race: the socket is bound and
-listening before the line is written). Endpoints: ``/health``, ``/manifest``,
-``/call/{node}`` (wire-encoded; served by a plain ASGI front, `FastCallApp`, as it is the hot
-path), ``/panel/*``, ``/evict``, ``/attach`` + ``/detach``, ``/stats``, ``/determinism``,
+listening before the line is written). HTTP endpoints: ``/health`` (which advertises the call
+endpoint as ``"call"``), ``/manifest``, ``/call/{node}`` (msgpack bodies, for tools),
+``/panel/*``, ``/evict``, ``/attach`` + ``/detach``, ``/stats``, ``/determinism``,
 ``/batch_audit?run=<run_id>`` (each batched function's start-up check and audit, see
-``batch_audit``; the checks run before the server reports ready).
+``batch_audit``; the checks run before the server reports ready). The hot
+path — node calls, the episode's panel round trip and evictions — is served on a ZeroMQ
+ROUTER socket (`server.rpc`), with the same handlers.
 
 SIGTERM and SIGINT stop the server gracefully, then the node set is closed. With
 ``--record-dir`` (``agentcanvas serve-nodeset``) the server records itself in
@@ -19,12 +21,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
+import logging
 import os
 import signal
 import socket
 import sys
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -34,11 +36,10 @@ import uvicorn
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
-from starlette.types import Receive, Scope, Send
 
 from agentcanvas.errors import AgentCanvasError, UserInputError, WireError
 from agentcanvas.eval.store import atomic_write_json, read_json
-from agentcanvas.nodes.base import CallContext, LocalNodeSet
+from agentcanvas.nodes.base import CallContext, LocalNodeSet, NodeSet
 from agentcanvas.nodes.registry import WorkspaceComponentRegistry
 from agentcanvas.paths import check_name
 from agentcanvas.server import procs, wire
@@ -49,56 +50,64 @@ from agentcanvas.server.batch_audit import (
 )
 from agentcanvas.server.batched_inference import BatchedInferenceServer
 from agentcanvas.server.batching import policy_from_env
+from agentcanvas.server.rpc import Handler, RpcServer
 from agentcanvas.server.runtime import fix_numeric_threads
 
 HOST = "127.0.0.1"
-_WIRE_MEDIA_TYPE = wire.WIRE_CONTENT_TYPE.encode()
+log = logging.getLogger("agentcanvas.server")
 
 
 def _wire_response(obj: Any) -> Response:
-    return Response(content=wire.encode(obj), media_type=wire.WIRE_CONTENT_TYPE)
+    return Response(content=wire.dumps(obj), media_type=wire.WIRE_CONTENT_TYPE)
 
 
-def create_app(instance: LocalNodeSet, tag: int | None) -> FastAPI:
+def _wire_body(body: bytes, path: str) -> dict[str, Any]:
+    try:
+        value = wire.loads(body)
+    except WireError as exc:
+        raise UserInputError(f"{path}: {exc}") from exc
+    if not isinstance(value, dict):
+        raise UserInputError(f"{path}: a {type(value).__name__}, not a map")
+    return value
+
+
+def create_app(
+    instance: LocalNodeSet, batcher: BatchedInferenceServer, tag: int | None, call_endpoint: str
+) -> FastAPI:
     """The node-set server's app. Node failures travel back as ``{"error": ...}`` data."""
     app = FastAPI(title=f"agentcanvas node set {instance.name}", docs_url=None, redoc_url=None)
-    policy = policy_from_env()
-    auditor = build_auditor(instance, policy.max_batch, audit_settings_from_env())
-    batcher = BatchedInferenceServer(policy, auditor=auditor)
     app.state.batcher = batcher
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
-        return {"ok": True, "nodeset": instance.name, "tag": tag, "pid": os.getpid()}
+        return {"ok": True, "nodeset": instance.name, "tag": tag, "pid": os.getpid(),
+                "call": call_endpoint}
 
     @app.get("/manifest")
     async def manifest() -> dict[str, Any]:
         return instance.manifest.model_dump(mode="json")
 
+    handlers = rpc_handlers(instance, batcher)
+
     @app.post("/call/{node_name}")
     async def call(node_name: str, request: Request) -> Response:
-        content = await call_node(instance, batcher, node_name, await request.body())
-        return Response(content=content, media_type=wire.WIRE_CONTENT_TYPE)
+        body = _wire_body(await request.body(), f"/call/{node_name}")
+        return _wire_response(await handlers["call"]({**body, "node": node_name}))
 
     @app.post("/panel/change")
     async def panel_change(request: Request) -> Response:
-        body = wire.decode(await request.body())
-        assert isinstance(body, dict)
+        body = _wire_body(await request.body(), "/panel/change")
         return _wire_response(await instance.panel_change(body["field"], body["value"]))
 
     @app.post("/panel/action")
     async def panel_action(request: Request) -> Response:
-        body = wire.decode(await request.body())
-        assert isinstance(body, dict)
+        body = _wire_body(await request.body(), "/panel/action")
         return _wire_response(await instance.panel_action(body["action"]))
 
     @app.post("/panel/episode")
     async def panel_episode(request: Request) -> Response:
-        body = wire.decode(await request.body())
-        assert isinstance(body, dict)
-        fields = [(str(name), value) for name, value in body["fields"]]
-        info = await instance.panel_episode(fields)
-        return _wire_response(info.model_dump(mode="json"))
+        body = _wire_body(await request.body(), "/panel/episode")
+        return _wire_response(await handlers["panel_episode"](body))
 
     @app.get("/panel/load")
     async def panel_load() -> dict[str, Any]:
@@ -127,79 +136,60 @@ def create_app(instance: LocalNodeSet, tag: int | None) -> FastAPI:
 
     @app.get("/batch_audit")
     async def batch_audit(run: str = "") -> dict[str, Any]:
-        return auditor.report(run)
+        return batcher.auditor.report(run) if batcher.auditor is not None else {}
 
     @app.exception_handler(AgentCanvasError)
     async def _agentcanvas_error(request: Request, exc: AgentCanvasError) -> JSONResponse:
-        status = 400 if isinstance(exc, UserInputError) else 500
-        return JSONResponse({"error": f"{type(exc).__name__}: {exc}"}, status_code=status)
+        return JSONResponse(error_body(exc), status_code=error_status(exc))
+
+    @app.middleware("http")  # not exception_handler(Exception): that one drops the connection
+    async def _any_error(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        try:
+            return await call_next(request)
+        except Exception as exc:
+            log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+            return JSONResponse(error_body(exc), status_code=error_status(exc))
 
     return app
 
 
-async def call_node(
-    instance: LocalNodeSet, batcher: BatchedInferenceServer, node_name: str, body: bytes
-) -> bytes:
-    """One ``/call/{node}``: wire payload in, wire ``{"outputs": ...}`` out.
-
-    The node's failure is returned as data (the server lives on); a payload that is not a
-    call raises UserInputError (HTTP 400).
-    """
-    try:
-        payload = wire.decode(body)
-    except WireError as exc:
-        raise UserInputError(f"/call/{node_name}: {exc}") from exc
-    try:
-        if not isinstance(payload, dict):
-            raise TypeError(f"a {type(payload).__name__}, not a dict")
-        config, inputs, ctx = payload["config"], payload["inputs"], CallContext(**payload["ctx"])
-    except (KeyError, TypeError) as exc:
-        raise UserInputError(f"/call/{node_name}: not a call payload ({exc!r})") from exc
-    try:
-        outputs = await _call(instance, batcher, node_name, config, inputs, ctx)
-    except Exception as exc:
-        outputs = {"error": f"{type(exc).__name__}: {exc}"}
-    return wire.encode({"outputs": outputs})
+def error_body(exc: BaseException) -> dict[str, str]:
+    """How a server reports an exception: ``{"error": "Type: message", "type", "message"}``."""
+    name = type(exc).__name__
+    return {"error": f"{name}: {exc}", "type": name, "message": str(exc)}
 
 
-class FastCallApp:
-    """ASGI front: ``POST /call/{node}``, the hot path, skips FastAPI's routing and models.
+def error_status(exc: BaseException) -> int:
+    """400 for bad input (UserInputError), 500 for everything else."""
+    return 400 if isinstance(exc, UserInputError) else 500
 
-    Everything else goes to the FastAPI app. Worth some 100 µs per call (``bench/rpc.py``).
-    """
 
-    def __init__(self, app: FastAPI, instance: LocalNodeSet) -> None:
-        self.app, self.instance = app, instance
-        self.batcher: BatchedInferenceServer = app.state.batcher
+def rpc_handlers(instance: LocalNodeSet, batcher: BatchedInferenceServer) -> dict[str, Handler]:
+    """The per-episode operations, served on the rpc socket (and the HTTP routes above)."""
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST" or not scope["path"].startswith(
-            "/call/"
-        ):
-            await self.app(scope, receive, send)
-            return
-        node_name = scope["path"][len("/call/") :]
+    async def call(args: dict[str, Any]) -> dict[str, Any]:
+        node_name = str(args.get("node"))
         try:
-            content = await call_node(self.instance, self.batcher, node_name, await _body(receive))
-            status, media_type = 200, _WIRE_MEDIA_TYPE
-        except AgentCanvasError as exc:
-            status = 400 if isinstance(exc, UserInputError) else 500
-            content = json.dumps({"error": f"{type(exc).__name__}: {exc}"}).encode()
-            media_type = b"application/json"
-        headers = [(b"content-type", media_type), (b"content-length", b"%d" % len(content))]
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": content})
+            config, inputs, ctx = args["config"], args["inputs"], CallContext(**args["ctx"])
+        except (KeyError, TypeError) as exc:
+            raise UserInputError(f"/call/{node_name}: not a call payload ({exc!r})") from exc
+        try:
+            outputs = await _call(instance, batcher, node_name, config, inputs, ctx)
+        except Exception as exc:  # the node's failure is data; the server lives on
+            outputs = {"error": f"{type(exc).__name__}: {exc}"}
+        return {"outputs": outputs}
 
+    async def panel_episode(args: dict[str, Any]) -> dict[str, Any]:
+        fields = [(str(name), value) for name, value in args["fields"]]
+        return (await instance.panel_episode(fields)).model_dump(mode="json")
 
-async def _body(receive: Receive) -> bytes:
-    chunks = []
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise UserInputError("the client went away mid-request")
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body", False):
-            return b"".join(chunks)
+    async def evict(args: dict[str, Any]) -> bool:
+        await instance.evict(str(args["episode_key"]))
+        return True
+
+    return {"call": call, "panel_episode": panel_episode, "evict": evict}
 
 
 async def _call(
@@ -246,15 +236,24 @@ class _Server(uvicorn.Server):
         yield
 
 
-async def serve(nodeset: str, tag: int | None, record_dir: Path | None = None) -> None:
-    """Load the node set, bind, report the port to the parent, serve until terminated."""
-    registry = WorkspaceComponentRegistry()
-    registry.scan_all()
-    instance = LocalNodeSet(registry.nodeset(nodeset))
+async def serve(
+    nodeset: str, tag: int | None, record_dir: Path | None = None, loaded: NodeSet | None = None
+) -> None:
+    """Load the node set (unless ``loaded``: a forked server got it from its template), bind,
+    report the port to the parent, serve until terminated."""
+    if loaded is None:
+        registry = WorkspaceComponentRegistry()
+        registry.scan_all()
+        loaded = registry.nodeset(nodeset)
+    instance = LocalNodeSet(loaded)
+    policy = policy_from_env()
+    auditor = build_auditor(instance, policy.max_batch, audit_settings_from_env())
+    batcher = BatchedInferenceServer(policy, auditor=auditor)
+    calls = RpcServer(rpc_handlers(instance, batcher), HOST)
     sock = _bind()
     url = f"http://{HOST}:{sock.getsockname()[1]}"
     config = uvicorn.Config(
-        FastCallApp(create_app(instance, tag), instance), log_level="warning",
+        create_app(instance, batcher, tag, calls.endpoint), log_level="warning",
         access_log=False, lifespan="off", timeout_keep_alive=300, proxy_headers=False,
         server_header=False, date_header=False,
     )
@@ -263,24 +262,34 @@ async def serve(nodeset: str, tag: int | None, record_dir: Path | None = None) -
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, server.handle_exit, signum, None)
     serving = asyncio.ensure_future(server.serve(sockets=[sock]))
+    answering = asyncio.ensure_future(calls.serve())
     record: Path | None = None
     try:
         await _until_started(server, serving)
         if record_dir is not None:
             record = write_record(record_dir, nodeset, tag, url)
-        if os.environ.get(procs.READY_FD_ENV):
-            port = sock.getsockname()[1]
-            procs.child_report_ready({"port": port, "pid": os.getpid(), "nodeset": nodeset})
-        else:
-            print(f"serving {nodeset} on {url}", flush=True)
-        await serving
+        _announce(nodeset, url, sock.getsockname()[1], calls.endpoint)
+        await asyncio.wait((serving, answering), return_when=asyncio.FIRST_COMPLETED)
     finally:
         server.should_exit = True  # when we got here by an error, uvicorn still runs
-        with contextlib.suppress(Exception):
+        answering.cancel()
+        with contextlib.suppress(BaseException):
             await serving
+        with contextlib.suppress(BaseException):
+            await answering
         if record is not None:
             remove_record(record)
         await instance.close()
+
+
+def _announce(nodeset: str, url: str, port: int, call_endpoint: str) -> None:
+    """Report the port to the parent through the ready pipe, or print where we listen."""
+    if os.environ.get(procs.READY_FD_ENV):
+        procs.child_report_ready(
+            {"port": port, "pid": os.getpid(), "nodeset": nodeset, "call": call_endpoint}
+        )
+    else:
+        print(f"serving {nodeset} on {url}", flush=True)  # calls: see /health
 
 
 async def _until_started(server: uvicorn.Server, serving: asyncio.Future[None]) -> None:

@@ -6,12 +6,15 @@ can place them elsewhere behind the same Protocol, and URL routing stays as it i
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from agentcanvas.server.forkserver import ForkTemplate
 from agentcanvas.server.procs import ChildProcess, spawn
 from agentcanvas.server.runtime import child_thread_env
 
@@ -52,28 +55,64 @@ class ProcessServer:
 
 
 class LocalProcessLauncher:
-    """Spawns ``python -m agentcanvas.server.auto_host`` children of this process.
+    """Starts auto_host servers as children of this process: forked from a loaded template
+    per node set (`server.forkserver`) when the node set is forkable, else spawned as
+    ``python -m agentcanvas.server.auto_host``.
 
     Spawn from the event loop's (long-lived) thread: the child's parent-death signal is tied
-    to the spawning thread. Logs go to ``log_dir`` when given.
+    to the spawning thread. Logs go to ``log_dir`` when given. ``forkable(nodeset)`` says
+    whether a node set may be forked (its manifest's ``forkable``; `NodeSetServers` sets it);
+    env ``AGENTCANVAS_FORK_SERVERS=0`` spawns every server. `close` stops the templates.
     """
 
     def __init__(self, log_dir: Path | None = None, env: dict[str, str] | None = None) -> None:
         self.log_dir = log_dir
         self.env = env or {}
+        self.forkable: Callable[[str], bool] | None = None
+        self._templates: dict[str, ForkTemplate] = {}
+        self._template_locks: dict[str, asyncio.Lock] = {}
 
     async def launch(self, nodeset: str, tag: int | None) -> LaunchedServer:
+        label = nodeset if tag is None else f"{nodeset}#{tag}"
+        log = self.log_dir / f"server_{label.replace('#', '_')}.log" if self.log_dir else None
+        if self._forks(nodeset):
+            template = await self._template(nodeset)
+            return await template.fork(tag, log, READY_TIMEOUT_S)
         argv = [sys.executable, "-m", "agentcanvas.server.auto_host", "--nodeset", nodeset]
-        label = nodeset
         if tag is not None:
             argv += ["--tag", str(tag)]
-            label = f"{nodeset}#{tag}"
-        env = {**os.environ, **child_thread_env(), **self.env}
-        stderr = self.log_dir / f"server_{label.replace('#', '_')}.log" if self.log_dir else None
-        child = spawn(argv, env=env, stderr_path=stderr, stdout_path=stderr)
+        child = spawn(argv, env=self._child_env(), stderr_path=log, stdout_path=log)
         try:
             info = await child.wait_ready(READY_TIMEOUT_S)
         except BaseException:
             await child.aclose(STOP_TIMEOUT_S)
             raise
         return ProcessServer(url=f"http://127.0.0.1:{info['port']}", pid=child.pid, child=child)
+
+    def _forks(self, nodeset: str) -> bool:
+        if os.environ.get("AGENTCANVAS_FORK_SERVERS", "1") == "0" or self.forkable is None:
+            return False
+        return sys.platform.startswith("linux") and self.forkable(nodeset)
+
+    def _child_env(self) -> dict[str, str]:
+        return {**os.environ, **child_thread_env(), **self.env}
+
+    async def _template(self, nodeset: str) -> ForkTemplate:
+        """The node set's template, started (or restarted, if it died) on first need."""
+        async with self._template_locks.setdefault(nodeset, asyncio.Lock()):
+            template = self._templates.get(nodeset)
+            if template is None or not template.child.is_alive():
+                if template is not None:
+                    await template.stop()
+                log = self.log_dir / f"template_{nodeset}.log" if self.log_dir else None
+                template = await ForkTemplate.start(
+                    nodeset, self._child_env(), log, READY_TIMEOUT_S
+                )
+                self._templates[nodeset] = template
+            return template
+
+    async def close(self) -> None:
+        """Stop the templates (their forked servers are stopped by their owners)."""
+        templates, self._templates = list(self._templates.values()), {}
+        for template in templates:
+            await template.stop()

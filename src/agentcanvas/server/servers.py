@@ -59,6 +59,10 @@ class NodeSetServers:
     records: dict[str, ServerRecord] = field(default_factory=dict)
     launching: dict[str, asyncio.Future[ServerRecord]] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        if isinstance(self.launcher, LocalProcessLauncher) and self.launcher.forkable is None:
+            self.launcher.forkable = lambda nodeset: self.manifests[nodeset].forkable
+
     async def start(self, nodeset: str, tag: int | None = None) -> ServerRecord:
         """The server of ``key``, launched once: concurrent callers share one launch. An
         owned server found dead is launched again (its record, refcount included, kept)."""
@@ -127,6 +131,9 @@ class NodeSetServers:
     async def stop_all(self) -> None:
         records, self.records = list(self.records.values()), {}
         await asyncio.gather(*(r.stop() for r in records), return_exceptions=True)
+        closer = getattr(self.launcher, "close", None)  # templates of forked servers
+        if closer is not None:
+            await closer()
 
     def replicated_in(self, graph: Graph) -> list[str]:
         return [n for n in graph.nodesets() if self.manifests[n].parallelism == "replicated"]

@@ -1,232 +1,246 @@
-"""Binary wire format for node-set server calls.
+"""Wire format of node-set server messages: msgpack (msgspec) plus raw numpy buffers.
 
-One payload is laid out as::
+A message is a list of frames (one ZeroMQ multipart message)::
 
-    b"ACW1" | uint32 LE header length | header (UTF-8 JSON) | buffer 0 | buffer 1 | ...
+    frame 0: msgpack of the value tree | frame 1: buffer 1 | frame 2: buffer 2 | ...
 
-The header is ``{"v": <tree>, "b": [nbytes of buffer 0, nbytes of buffer 1, ...]}``. The tree
-is plain JSON except for tagged objects, which carry the reserved key ``"$w"``:
+The tree is plain msgpack (None, bool, int, float — NaN and ±inf included —, str, bytes, lists,
+maps) plus three extension types:
 
-- ``{"$w": "nd", "dtype": "<f4", "shape": [64, 64, 3], "buf": 0}``: a numpy array whose
-  C-order bytes are buffer 0 (``"np"`` instead of ``"nd"``: a numpy scalar of that dtype);
-- ``{"$w": "bytes", "buf": 1}``: a ``bytes`` value;
-- ``{"$w": "f", "v": "nan" | "inf" | "-inf"}``: a non-finite float (the header is strict JSON);
-- ``{"$w": "dict", "v": {...}}``: a user dict that itself contains the key ``"$w"``.
+- ``EXT_ARRAY``: a numpy array, as msgpack ``[dtype.str, shape, data]`` where ``data`` is the
+  C-order bytes of a small array (inline) or the index of the frame holding them (arrays of
+  ``INLINE_MAX_BYTES`` or more travel as their own frame, never copied on the way out);
+- ``EXT_SCALAR``: a numpy scalar, ``[dtype.str, bytes]``; it decodes as a numpy scalar;
+- ``EXT_BIGINT``: an int outside msgpack's 64-bit range, as its decimal text.
 
-Arrays never pass through JSON element by element, so encode and decode cost a few
-microseconds plus one copy of the array bytes each way. Decoded arrays own their memory and
-are writable; numpy scalars decode as numpy scalars of the same dtype; tuples decode as lists.
+So an array round trip is bit-exact (dtype, shape and raw bytes) for every numeric dtype, byte
+order included. Decoded arrays own aligned, writable memory; tuples and sets decode as lists;
+subclasses of the plain types (IntEnum, StrEnum, OrderedDict) travel as plain values. A value
+that cannot travel is a WireError naming its path (e.g. ``outputs.obs[2]``); a truncated or
+garbled message is a WireError too. `dumps` / `loads` are the one-buffer form (every array
+inline) for HTTP bodies.
 """
 
 from __future__ import annotations
 
-import json
+import enum
 import math
-import struct
+import threading
+from collections.abc import Sequence
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from agentcanvas.errors import WireError
 
-__all__ = ["WIRE_CONTENT_TYPE", "decode", "encode"]
+__all__ = ["WIRE_CONTENT_TYPE", "Buffer", "decode", "dumps", "encode", "loads"]
 
-WIRE_CONTENT_TYPE = "application/x-agentcanvas-wire"
+WIRE_CONTENT_TYPE = "application/x-agentcanvas-msgpack"
+INLINE_MAX_BYTES = 1024
+EXT_ARRAY, EXT_SCALAR, EXT_BIGINT = 1, 2, 3
 
-_MAGIC = b"ACW1"
-_PREFIX = struct.Struct("<4sI")
-_TAG = "$w"
+Buffer = bytes | bytearray | memoryview
 # bool, signed and unsigned ints, floats, complex: every dtype whose bytes are its value.
 _ARRAY_KINDS = frozenset("biufc")
-_NONFINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+_PLAIN = (type(None), bool, int, float, str, bytes, bytearray)
 
 
-def encode(obj: object) -> bytes:
-    """Encode a JSON-like tree with numpy arrays and bytes into one wire payload.
+class _BigInt:
+    """Marks an int msgpack cannot hold, for the encoder's hook."""
 
-    Raises WireError naming the path (e.g. ``outputs.obs[2]``) of the first value that cannot
-    travel: arbitrary objects, non-str dict keys, arrays of non-numeric dtype.
-    """
-    buffers: list[memoryview] = []
-    try:
-        tree = _encode_node(obj, "", buffers)
-    except RecursionError as exc:
-        raise WireError("cannot encode: the value nests too deeply or contains a cycle") from exc
-    header = json.dumps(
-        {"v": tree, "b": [buf.nbytes for buf in buffers]},
-        separators=(",", ":"),
-        allow_nan=False,
-    ).encode()
-    return b"".join([_PREFIX.pack(_MAGIC, len(header)), header, *buffers])
+    __slots__ = ("value",)
+
+    def __init__(self, value: int) -> None:
+        self.value = value
 
 
-def decode(data: bytes) -> object:
-    """Decode a payload made by `encode`; raises WireError when it is truncated or garbled."""
-    view = memoryview(data).cast("B")
-    header, buffers = _split_payload(view)
-    try:
-        return _decode_node(header, buffers)
-    except (KeyError, TypeError, ValueError, IndexError, RecursionError) as exc:
-        raise WireError(f"garbled wire payload: {exc!r}") from exc
+class _Encoding(threading.local):
+    frames: list[Buffer]
+    inline_max: float
 
 
-# --- encoding -------------------------------------------------------------------------------
+_state = _Encoding()
+_packer = msgspec.msgpack.Encoder()
 
 
-def _encode_node(obj: object, path: str, buffers: list[memoryview]) -> object:
-    # Exact type checks first: the common case costs no isinstance walk over the MRO.
-    if obj is None or type(obj) is str or type(obj) is int or type(obj) is bool:
-        return obj
-    if type(obj) is float:
-        return obj if math.isfinite(obj) else {_TAG: "f", "v": str(obj)}
-    if type(obj) is dict:
-        return _encode_dict(obj, path, buffers)
-    if type(obj) is list or type(obj) is tuple:
-        return [_encode_node(item, f"{path}[{i}]", buffers) for i, item in enumerate(obj)]
+def _enc_hook(obj: Any) -> Any:
     if type(obj) is np.ndarray:
-        return _encode_array(obj, path, buffers, "nd")
-    return _encode_other(obj, path, buffers)
-
-
-def _encode_other(obj: object, path: str, buffers: list[memoryview]) -> object:
-    """Slow path: numpy scalars, bytes, array subclasses and subclasses of the plain types."""
-    if isinstance(obj, np.generic):
-        if isinstance(obj, np.str_ | np.bytes_):
-            return _encode_node(obj.item(), path, buffers)
-        return _encode_array(np.asarray(obj), path, buffers, "np")
-    if isinstance(obj, bytes | bytearray | memoryview):
-        buffers.append(memoryview(bytes(obj)))
-        return {_TAG: "bytes", "buf": len(buffers) - 1}
+        return _array_ext(obj)
+    if isinstance(obj, np.generic) and not isinstance(obj, np.str_ | np.bytes_):
+        if obj.dtype.kind not in _ARRAY_KINDS:
+            raise TypeError(f"dtype {obj.dtype}")
+        return msgspec.msgpack.Ext(EXT_SCALAR, _packer.encode([obj.dtype.str, obj.tobytes()]))
     if isinstance(obj, np.ma.MaskedArray):
-        raise WireError(f"cannot encode a masked array at {_where(path)}: send data and mask")
+        raise TypeError("masked array")
     if isinstance(obj, np.ndarray):
-        return _encode_array(np.asarray(obj), path, buffers, "nd")
-    # Subclasses of the plain types (IntEnum, StrEnum, OrderedDict, ...) travel as plain values.
-    if isinstance(obj, int):
-        return int(obj)
-    if isinstance(obj, float):
-        return _encode_node(float(obj), path, buffers)
-    if isinstance(obj, str):
-        return str(obj)
-    if isinstance(obj, dict):
-        return _encode_dict(obj, path, buffers)
-    if isinstance(obj, list | tuple):
-        return _encode_node(list(obj), path, buffers)
-    raise WireError(f"cannot encode {type(obj).__qualname__} at {_where(path)}")
+        return _array_ext(np.asarray(obj))
+    if isinstance(obj, _BigInt):
+        return msgspec.msgpack.Ext(EXT_BIGINT, str(obj.value).encode())
+    for plain in (int, float, str):  # subclasses of the plain types travel as plain values
+        if isinstance(obj, plain):
+            return plain(obj)
+    if isinstance(obj, np.str_ | np.bytes_):
+        return obj.item()
+    if isinstance(obj, memoryview):
+        return obj.tobytes()
+    raise TypeError(type(obj).__qualname__)
 
 
-def _encode_dict(obj: dict[object, object], path: str, buffers: list[memoryview]) -> object:
-    out: dict[str, object] = {}
-    for key, value in obj.items():
-        if not isinstance(key, str):
-            raise WireError(f"cannot encode dict key {key!r} at {_where(path)}: keys must be str")
-        key = key if type(key) is str else str.__str__(key)
-        out[key] = _encode_node(value, f"{path}.{key}" if path else key, buffers)
-    if _TAG in out:
-        return {_TAG: "dict", "v": out}
-    return out
-
-
-def _encode_array(
-    arr: np.ndarray[Any, Any], path: str, buffers: list[memoryview], tag: str
-) -> object:
+def _array_ext(arr: np.ndarray[Any, Any]) -> msgspec.msgpack.Ext:
     if arr.dtype.kind not in _ARRAY_KINDS:
-        raise WireError(f"cannot encode dtype {arr.dtype} at {_where(path)}: not numeric")
+        raise TypeError(f"dtype {arr.dtype}")
     # np.ascontiguousarray would turn a 0-d array into 1-d; copy(order="C") keeps the shape.
     contiguous = arr if arr.flags.c_contiguous else arr.copy(order="C")
-    buffers.append(contiguous.reshape(-1).view(np.uint8).data)
-    return {
-        _TAG: tag,
-        "dtype": arr.dtype.str,
-        "shape": list(arr.shape),
-        "buf": len(buffers) - 1,
-    }
+    data: bytes | int
+    if arr.nbytes < _state.inline_max:
+        data = contiguous.tobytes()
+    else:
+        _state.frames.append(contiguous.reshape(-1).view(np.uint8).data)
+        data = len(_state.frames) - 1
+    return msgspec.msgpack.Ext(EXT_ARRAY, _packer.encode([arr.dtype.str, arr.shape, data]))
 
 
-def _where(path: str) -> str:
-    return path or "<root>"
+_encoder = msgspec.msgpack.Encoder(enc_hook=_enc_hook)
+
+
+def encode(obj: object, inline_max_bytes: float = INLINE_MAX_BYTES) -> list[Buffer]:
+    """The frames of one message: msgpack header, then the large arrays' raw buffers."""
+    frames: list[Buffer] = [b""]
+    _state.frames, _state.inline_max = frames, inline_max_bytes
+    try:
+        frames[0] = _encoder.encode(obj)
+    except OverflowError:
+        del frames[1:]
+        frames[0] = _encoder.encode(_widen(obj))
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise _located(obj, exc) from exc
+    finally:
+        _state.frames = []
+    return frames
+
+
+def dumps(obj: object) -> bytes:
+    """One buffer: `encode` with every array inline."""
+    (frame,) = encode(obj, math.inf)
+    return bytes(frame)
+
+
+def _widen(obj: object) -> object:
+    """A copy of the tree with every int outside msgpack's range marked for EXT_BIGINT."""
+    if type(obj) is int or (isinstance(obj, int) and not isinstance(obj, bool | enum.Enum)):
+        value = int(obj)
+        return _BigInt(value) if not -(2**63) <= value < 2**64 else value
+    if isinstance(obj, dict):
+        return {k: _widen(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple | set | frozenset):
+        return [_widen(v) for v in obj]
+    return obj
+
+
+def _located(obj: object, exc: BaseException) -> WireError:
+    """The WireError for a failed encode, naming the path of the first bad value."""
+    if isinstance(exc, RecursionError):
+        return WireError("cannot encode: the value nests too deeply or contains a cycle")
+    try:
+        found = _first_bad(obj, "")
+    except RecursionError:
+        return WireError("cannot encode: the value nests too deeply or contains a cycle")
+    if found is None:
+        return WireError(f"cannot encode: {exc}")
+    path, why = found
+    hint = " (send data and mask)" if why == "masked array" else ""
+    return WireError(f"cannot encode {why} at {path or '<root>'}{hint}")
+
+
+def _first_bad(obj: object, path: str) -> tuple[str, str] | None:
+    if isinstance(obj, (*_PLAIN, enum.Enum)):
+        return None
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            if not isinstance(key, str | int | float | bool | type(None)):
+                return path, f"dict key {key!r}"
+            found = _first_bad(value, f"{path}.{key}" if path else str(key))
+            if found:
+                return found
+        return None
+    if isinstance(obj, list | tuple | set | frozenset):
+        for i, item in enumerate(obj):
+            if found := _first_bad(item, f"{path}[{i}]"):
+                return found
+        return None
+    try:
+        _enc_hook(obj)
+    except (TypeError, ValueError) as exc:
+        return path, str(exc)
+    return None
 
 
 # --- decoding -------------------------------------------------------------------------------
 
 
-def _split_payload(view: memoryview) -> tuple[object, list[memoryview]]:
-    """Check the framing and return the header tree and one view per buffer."""
-    if view.nbytes < _PREFIX.size:
-        raise WireError(f"truncated wire payload: {view.nbytes} bytes, no header")
-    magic, header_len = _PREFIX.unpack_from(view)
-    if magic != _MAGIC:
-        raise WireError(f"not an agentcanvas wire payload (magic {bytes(magic)!r})")
-    header_end = _PREFIX.size + header_len
-    if header_end > view.nbytes:
-        raise WireError(f"truncated wire payload: header needs {header_end} bytes")
-    try:
-        header = json.loads(view[_PREFIX.size : header_end].tobytes())
-        tree, sizes = header["v"], header["b"]
-    except (ValueError, TypeError, KeyError, RecursionError) as exc:
-        raise WireError(f"garbled wire header: {exc!r}") from exc
-    if not isinstance(sizes, list) or not all(_is_count(n) for n in sizes):
-        raise WireError("garbled wire header: buffer sizes are not a list of counts")
-    expected = header_end + sum(sizes)
-    if expected != view.nbytes:
-        raise WireError(f"wire payload of {view.nbytes} bytes, header announces {expected}")
-    buffers: list[memoryview] = []
-    offset = header_end
-    for size in sizes:
-        buffers.append(view[offset : offset + size])
-        offset += size
-    return tree, buffers
+class _Decoding(threading.local):
+    frames: Sequence[Buffer] = ()
 
 
-def _decode_node(node: object, buffers: list[memoryview]) -> object:
-    if type(node) is dict:
-        tag = node.get(_TAG)
-        if tag is None:
-            return {k: _decode_node(v, buffers) for k, v in node.items()}
-        return _decode_tagged(tag, node, buffers)
-    if type(node) is list:
-        return [_decode_node(item, buffers) for item in node]
-    return node
+_dstate = _Decoding()
 
 
-def _decode_tagged(tag: object, node: dict[str, Any], buffers: list[memoryview]) -> object:
-    if tag == "nd":
-        return _decode_array(node, buffers)
-    if tag == "np":
-        return _decode_array(node, buffers)[()]
-    if tag == "bytes":
-        return bytes(_buffer(node["buf"], buffers))
-    if tag == "f":
-        return _NONFINITE[node["v"]]
-    if tag == "dict":
-        inner = node["v"]
-        if type(inner) is not dict:
-            raise WireError("garbled wire payload: escaped dict is not an object")
-        return {k: _decode_node(v, buffers) for k, v in inner.items()}
-    raise WireError(f"garbled wire payload: unknown tag {tag!r}")
+def _ext_hook(code: int, data: memoryview) -> Any:
+    if code == EXT_ARRAY:
+        dtype_str, shape, raw = _unpacker.decode(data)
+        return _array(dtype_str, shape, raw)
+    if code == EXT_SCALAR:
+        dtype_str, raw = _unpacker.decode(data)
+        return _array(dtype_str, [], raw)[()]
+    if code == EXT_BIGINT:
+        return int(bytes(data))
+    raise WireError(f"garbled wire payload: unknown extension type {code}")
 
 
-def _decode_array(node: dict[str, Any], buffers: list[memoryview]) -> np.ndarray[Any, Any]:
-    dtype = np.dtype(node["dtype"])
+def _array(dtype_str: object, shape: object, raw: object) -> np.ndarray[Any, Any]:
+    if not isinstance(dtype_str, str):
+        raise WireError(f"garbled wire payload: array dtype {dtype_str!r}")
+    dtype = np.dtype(dtype_str)
     if dtype.kind not in _ARRAY_KINDS:
         raise WireError(f"garbled wire payload: array dtype {dtype} is not allowed")
-    shape = node["shape"]
-    if not isinstance(shape, list) or not all(_is_count(n) for n in shape):
+    if not isinstance(shape, list) or not all(type(n) is int and n >= 0 for n in shape):
         raise WireError(f"garbled wire payload: bad array shape {shape!r}")
-    buf = _buffer(node["buf"], buffers)
-    if buf.nbytes != dtype.itemsize * math.prod(shape):
-        raise WireError(
-            f"garbled wire payload: {buf.nbytes} bytes for an array {dtype}{tuple(shape)}"
-        )
-    # The copy makes the array own aligned, writable memory instead of pinning the payload.
+    if type(raw) is int:
+        frames = _dstate.frames
+        if not 1 <= raw < len(frames):
+            raise WireError(f"garbled wire payload: bad buffer index {raw}")
+        buf: Buffer = frames[raw]
+    elif isinstance(raw, bytes):
+        buf = raw
+    else:
+        raise WireError("garbled wire payload: array data is neither bytes nor a frame index")
+    nbytes = memoryview(buf).nbytes
+    if nbytes != dtype.itemsize * math.prod(shape):
+        raise WireError(f"garbled wire payload: {nbytes} bytes for an array {dtype}{tuple(shape)}")
+    # The copy makes the array own aligned, writable memory instead of pinning the message.
     return np.frombuffer(buf, dtype=dtype).reshape(shape).copy()
 
 
-def _buffer(index: object, buffers: list[memoryview]) -> memoryview:
-    if type(index) is not int or not 0 <= index < len(buffers):
-        raise WireError(f"garbled wire payload: bad buffer index {index!r}")
-    return buffers[index]
+_unpacker = msgspec.msgpack.Decoder()
+_decoder = msgspec.msgpack.Decoder(ext_hook=_ext_hook)
 
 
-def _is_count(value: object) -> bool:
-    return type(value) is int and value >= 0
+def decode(frames: Sequence[Buffer]) -> object:
+    """Decode the frames made by `encode`; WireError when truncated or garbled."""
+    if not frames:
+        raise WireError("empty wire message: no header frame")
+    _dstate.frames = frames
+    try:
+        return _decoder.decode(frames[0])
+    except msgspec.DecodeError as exc:
+        raise WireError(f"garbled wire payload: {exc}") from exc
+    except (TypeError, ValueError) as exc:  # a bad dtype string, a header of the wrong shape
+        raise WireError(f"garbled wire payload: {exc!r}") from exc
+    finally:
+        _dstate.frames = ()
+
+
+def loads(data: Buffer) -> object:
+    """Decode one buffer made by `dumps`."""
+    return decode([data])

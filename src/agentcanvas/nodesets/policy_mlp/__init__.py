@@ -39,6 +39,7 @@ NODESET = NodeSet(
     version="0.1.0",
     parallelism="shared",
     description="MLP policy for CartPole-v1 (PyTorch), batch-invariant.",
+    forkable=False,  # torch: spawned, never forked from a template
     state_factory=PolicyState,
     determinism=lambda state: {
         "act": state.mode if state.report.ok else f"{state.mode} (check failed)"

@@ -55,6 +55,7 @@ NODESET = NodeSet(
     version="0.1.0",
     parallelism="shared",
     description="all-MiniLM-L6-v2 sentence embeddings (offline, batch-invariant).",
+    forkable=False,  # torch: spawned, never forked from a template
     state_factory=EncoderState,
     evict=_evict,
     determinism=_modes,
