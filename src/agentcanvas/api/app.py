@@ -25,9 +25,8 @@ from agentcanvas.scheduler.resources import default_samplers
 from agentcanvas.scheduler.settings import AdmissionSettings
 from agentcanvas.state import ProcessServices
 
-from . import downloads
+from . import downloads, misc
 from . import eval as eval_api
-from . import misc
 from .error_handlers import install_error_handlers
 from .limits import BodyLimitMiddleware
 from .progress import POLL_S
