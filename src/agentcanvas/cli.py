@@ -237,11 +237,12 @@ def _load_extensions() -> None:
     """Sub-command modules register themselves here (kept apart to keep modules small)."""
     if _EXTENSIONS:
         return
-    from agentcanvas import cli_backend, cli_eval, cli_servers
+    from agentcanvas import cli_backend, cli_eval, cli_export, cli_servers
 
     _EXTENSIONS.extend(
         [cli_eval.extend_parser, cli_servers.extend_parser, cli_backend.extend_parser]
     )
+    _EXTENSIONS.append(cli_export.extend_parser)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -12,7 +12,9 @@ Screenshots go to ``test-artifacts/screenshots/`` and the measured load times to
 
 from __future__ import annotations
 
+import csv
 import importlib.util
+import io
 import json
 import os
 import random
@@ -399,6 +401,13 @@ def test_finished_run_page(live_backend: Backend, finished_runs: dict[str, str],
     for which in ("stdout", "stderr"):
         href = page.get_attribute(f".run-header a:text('{which}.log')", "href")
         assert httpx.get(live_backend.url + href, timeout=10).status_code == 200
+    with page.expect_download() as download:  # a real download of the episodes CSV
+        page.click(".run-header a[data-download='episodes.csv']")
+    assert download.value.suggested_filename == f"{run_a}_episodes.csv"
+    csv_text = Path(download.value.path()).read_text(encoding="utf-8")
+    assert [r["index"] for r in csv.DictReader(io.StringIO(csv_text))] == list("012345")
+    href = page.get_attribute(".run-header a[data-download='summary.json']", "href")
+    assert len(httpx.get(live_backend.url + href, timeout=10).json()["episodes"]) == 6
     page.click("#episode-table button[data-sort=steps]")  # ascending
     page.click("#episode-table button[data-sort=steps]")  # descending
     page.wait_for_selector("#episode-table th[aria-sort=descending] button[data-sort=steps]")

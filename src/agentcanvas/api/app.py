@@ -25,8 +25,8 @@ from agentcanvas.scheduler.resources import default_samplers
 from agentcanvas.scheduler.settings import AdmissionSettings
 from agentcanvas.state import ProcessServices
 
+from . import downloads, misc
 from . import eval as eval_api
-from . import misc
 from .error_handlers import install_error_handlers
 from .limits import BodyLimitMiddleware
 from .progress import POLL_S
@@ -166,6 +166,7 @@ def create_app(
     app.add_middleware(BodyLimitMiddleware)
     app.add_middleware(GuardMiddleware, allowed_hosts=allowed_hosts or set(), token=token)
     app.include_router(eval_api.router)
+    app.include_router(downloads.router)
     app.include_router(misc.router)
     install_error_handlers(app)
     if WEB_DIR.is_dir():

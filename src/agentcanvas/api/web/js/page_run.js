@@ -29,11 +29,17 @@ function runHeader(ctx, runId, onAction) {
     href: withToken(`${runApi(runId)}/logs/${which}`), target: "_blank", rel: "noopener",
     text: `${which}.log`,
   }));
+  // Downloads: the summary with every record, and one CSV row per episode.
+  const downloads = [["summary.json", "summary.json"], ["episodes.csv", "episodes CSV"]].map(
+    ([file, text]) => h("a", {
+      href: withToken(`${runApi(runId)}/${file}`), download: `${runId}_${file}`, text,
+      class: "download", dataset: { download: file },
+    }));
   const compare = h("a", { href: `#/compare?a=${enc(runId)}`, text: "compare with…" });
   const el = h("header", { class: "run-header" },
     h("div", { class: "title-row" }, h("h1", {}, `Run ${runId}`), status, actions),
     h("div", { class: "progress-row" }, progress, eta,
-      h("span", { class: "links" }, logs, compare)),
+      h("span", { class: "links" }, logs, downloads, compare)),
     facts, problem);
   return {
     el,
