@@ -34,6 +34,7 @@ from agentcanvas.eval.config import (
     EvalConfig,
     EvalRun,
 )
+from agentcanvas.eval.dispatch import WorkStealingDispatcher
 from agentcanvas.eval.episode import (
     EpisodeOptions,
     EpisodeSpec,
@@ -150,16 +151,18 @@ class BatchEvalRunner:
         self.save()
         env_ns = self.graph.env.nodeset if self.graph.env else None
         replicated = self.registry.servers.replicated_in(self.graph)
-        chunks = partition_contiguous(todo, self.config.worker_count)
+        dispatcher = WorkStealingDispatcher(
+            partition_contiguous(todo, self.config.worker_count),
+            {s.index: s.task for s in self.specs},
+        )
+        self.run.workers = dispatcher.stats  # updated in place as episodes are handed out
         pool = EnvWorkerPool(self.registry, self.config.worker_count, env_ns, replicated)
         async with pool, asyncio.TaskGroup() as group:
             aggregator = group.create_task(self._live_aggregates())
-            workers = []
-            for worker_id, chunk in enumerate(chunks):
-                queue: asyncio.Queue[int] = asyncio.Queue()
-                for index in chunk:
-                    queue.put_nowait(index)
-                workers.append(group.create_task(self._worker(pool, worker_id, queue)))
+            workers = [
+                group.create_task(self._worker(pool, worker_id, dispatcher))
+                for worker_id in range(self.config.worker_count)
+            ]
             if workers:  # a worker's failure aborts the group (and this wait) with it
                 await asyncio.wait(workers)
             aggregator.cancel()  # the final summary recomputes every aggregate
@@ -181,15 +184,17 @@ class BatchEvalRunner:
         )
         return self.run
 
-    async def _worker(self, pool: EnvWorkerPool, worker_id: int, queue: asyncio.Queue[int]) -> None:
+    async def _worker(
+        self, pool: EnvWorkerPool, worker_id: int, dispatcher: WorkStealingDispatcher
+    ) -> None:
         client = f"{self.run.run_id}/w{worker_id}"
         shared = [self.registry.bound(n) for n in self.registry.servers.shared_in(self.graph)]
         async with pool.acquire_specific(worker_id) as handle:
             await _set_attached(shared, client, attach=True)
             recording: asyncio.Future[None] | None = None  # owned here, awaited in turn
             try:
-                while not queue.empty():
-                    spec = self.specs[queue.get_nowait()]
+                while (index := dispatcher.next_for(worker_id)) is not None:
+                    spec = self.specs[index]
                     result = await self._run_one_episode(pool, handle, spec, client)
                     if recording is not None:
                         await recording
