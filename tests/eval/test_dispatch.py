@@ -91,3 +91,11 @@ def test_bad_input_is_refused() -> None:
     dispatcher = WorkStealingDispatcher([[0], [1]])
     with pytest.raises(StateError, match="no worker 2"):
         dispatcher.next_for(2)
+
+
+def test_without_stealing_each_worker_only_gets_its_own_chunk() -> None:
+    dispatcher = WorkStealingDispatcher([[0, 1], [2, 3, 4]], steal=False)
+    assert drain(dispatcher, 0) == [0, 1]
+    assert dispatcher.remaining == 3
+    assert drain(dispatcher, 1) == [2, 3, 4]
+    assert [s.steals for s in dispatcher.stats] == [0, 0]

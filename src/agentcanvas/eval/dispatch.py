@@ -25,13 +25,20 @@ class WorkStealingDispatcher:
     """Hands out episode indices: own chunk from its head, then steals from the longest tail."""
 
     def __init__(
-        self, chunks: Sequence[Sequence[int]], tasks: Mapping[int, str] | None = None
+        self,
+        chunks: Sequence[Sequence[int]],
+        tasks: Mapping[int, str] | None = None,
+        *,
+        steal: bool = True,
     ) -> None:
+        """``tasks``: each index's task (for the task-switch count); ``steal=False``: fixed
+        contiguous chunks, each worker only ever gets its own (what the dispatch used to be)."""
         seen = [i for chunk in chunks for i in chunk]
         if len(set(seen)) != len(seen):
             raise StateError("dispatcher chunks repeat an episode index")
         self._chunks = [deque(chunk) for chunk in chunks]
         self._tasks = dict(tasks or {})
+        self._steal = steal
         self._last_task: list[str | None] = [None] * len(chunks)
         self.stats = [WorkerStats(worker_id=k) for k in range(len(chunks))]
 
@@ -47,7 +54,7 @@ class WorkStealingDispatcher:
         own = self._chunks[worker_id]
         if own:
             return self._hand_out(worker_id, own.popleft(), stolen=False)
-        victim = self._longest_chunk()
+        victim = self._longest_chunk() if self._steal else None
         if victim is None:
             return None
         return self._hand_out(worker_id, self._chunks[victim].pop(), stolen=True)

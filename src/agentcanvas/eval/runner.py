@@ -1,6 +1,9 @@
 """BatchEvalRunner: one graph × many episodes on N workers, bit-identical at any N.
 
-Results are keyed by episode index. What an episode boundary costs does not grow with the
+Results are keyed by episode index. Which worker runs which episode is decided by a
+:class:`~agentcanvas.eval.dispatch.WorkStealingDispatcher` (own contiguous chunk first, then
+the tail of the longest remaining chunk); its per-worker stats are the summary's ``workers``.
+What an episode boundary costs does not grow with the
 run (issue 13): the episode's episode.json is written, its record appended to
 ``episodes.jsonl`` (see :mod:`agentcanvas.eval.records`), the counts updated in place, and
 summary.json rewritten atomically — bounded: counts, status counts and the latest aggregates,
@@ -23,7 +26,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from agentcanvas.errors import ConfigError, ServerDiedError
 from agentcanvas.eval import health, metrics, records
@@ -90,6 +93,10 @@ class _EpisodeLog:
 class BatchEvalRunner:
     """Runs a frozen graph over the planned episodes with an EnvWorkerPool."""
 
+    # Dispatch policy: idle workers steal from the longest remaining chunk. False gives
+    # fixed contiguous chunks (bench/scaling.py measures both); results are the same.
+    work_stealing: ClassVar[bool] = True
+
     def __init__(
         self,
         registry: WorkspaceComponentRegistry,
@@ -154,6 +161,7 @@ class BatchEvalRunner:
         dispatcher = WorkStealingDispatcher(
             partition_contiguous(todo, self.config.worker_count),
             {s.index: s.task for s in self.specs},
+            steal=self.work_stealing,
         )
         self.run.workers = dispatcher.stats  # updated in place as episodes are handed out
         pool = EnvWorkerPool(self.registry, self.config.worker_count, env_ns, replicated)
