@@ -420,8 +420,10 @@ def _aggregates(
 
 
 def _in_field_order(data: dict[str, Any], episodes: list[dict[str, Any]]) -> dict[str, Any]:
-    """The summary's fields in EvalRun's order, with ``episodes`` (dumped once) in its place."""
-    names = [name for name in EvalRun.model_fields if name == "episodes" or name in data]
+    """The summary's fields in EvalRun's order, with ``episodes`` (dumped once) in its place;
+    computed fields (``health``) last, as ``model_dump`` puts them."""
+    fields = [*EvalRun.model_fields, *EvalRun.model_computed_fields]
+    names = [name for name in fields if name == "episodes" or name in data]
     return {name: episodes if name == "episodes" else data[name] for name in names}
 
 
