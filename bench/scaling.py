@@ -1,6 +1,7 @@
 """Batch-eval scaling with workers on a latency-bound env, next to Gymnasium ``AsyncVectorEnv``.
 
-    .venv/bin/python bench/scaling.py [--quick] [--episodes N] [--latency-ms MS]
+    .venv/bin/python bench/scaling.py [--quick] [--episodes N] [--workers 1,2,4,8]
+                                      [--latency-ms MS]
 
 Both sides run the same episodes: the BabyAI levels of ``babyai_oracle``, the episode seeds
 of ``agentcanvas.eval.seeding.episode_seed``, the same BFS policy
@@ -8,13 +9,19 @@ of ``agentcanvas.eval.seeding.episode_seed``, the same BFS policy
 simulated renderer latency (``time.sleep`` per action, inside the env process):
 
 - ours: ``run_foreground`` of a copy of ``babyai_oracle`` whose ``env.fields`` set the panel
-  field ``step_latency_ms``, at W workers (W tagged ``env_minigrid`` servers);
-- ``AsyncVectorEnv``: ``num_envs = W`` subprocess envs, each running the same contiguous chunk
-  of episodes one after another (same-step autoreset), the policy in the main process.
+  field ``step_latency_ms``, at W workers (W tagged ``env_minigrid`` servers), once with the
+  work-stealing dispatch (the default) and once with fixed contiguous chunks
+  (``BatchEvalRunner.work_stealing = False``, what the dispatch was before);
+- ``AsyncVectorEnv``: ``num_envs = W`` subprocess envs used the way a user would: on
+  (same-step) autoreset each env slot takes the next pending episode from a shared counter;
+  the policy runs in the main process.
 
 Wall time is the episodes only; start-up (spawning servers or vector-env workers) is shown
-apart. ``ideal`` is the speedup the chunking allows (total env steps / steps of the longest
-chunk). Goal (issue 4): speedup >= 0.8 x W up to W = 8, and no slower than AsyncVectorEnv.
+apart. ``ideal`` is the speedup each policy allows given the episode lengths (total env steps
+/ steps of the busiest worker, simulated with every action costing the same): fixed
+contiguous chunks, work stealing (the real ``WorkStealingDispatcher``), and next-pending (the
+AsyncVectorEnv side). Goal (issue 15): work stealing >= 0.9 x W at W = 8 with >= 24 episodes
+per worker (``--episodes 192``), and no slower than AsyncVectorEnv.
 """
 
 from __future__ import annotations
@@ -22,14 +29,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import heapq
 import io
 import json
+import multiprocessing
 import os
 import tempfile
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +46,10 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode
 
-from agentcanvas.eval.config import EvalConfig
+from agentcanvas.eval.config import EvalConfig, WorkerStats
+from agentcanvas.eval.dispatch import WorkStealingDispatcher
 from agentcanvas.eval.foreground import run_foreground
+from agentcanvas.eval.runner import BatchEvalRunner
 from agentcanvas.eval.seeding import episode_seed
 from agentcanvas.eval.worker_pool import partition_contiguous
 from agentcanvas.gridnav import LEFT, shortest_plan
@@ -51,7 +62,7 @@ TASKS = ["BabyAI-GoToObj-v0", "BabyAI-GoToLocal-v0"]  # the levels of babyai_ora
 RUN_SEED = 0
 MAX_SIDE = 32  # grids are padded to MAX_SIDE x MAX_SIDE in the vector env's observation
 MAX_TARGETS = 8
-HEADER_LEN = 8  # active, width, height, x, y, dir, mode, n_targets
+HEADER_LEN = 9  # active, episode, width, height, x, y, dir, mode, n_targets
 OBS_LEN = HEADER_LEN + 2 * MAX_TARGETS + MAX_SIDE * MAX_SIDE * 3
 
 
@@ -71,6 +82,7 @@ class Timing:
     wall_s: float
     steps: dict[int, int]
     successes: int
+    workers: list[WorkerStats] | None = None  # ours: the summary's per-worker stats
 
 
 def plan(n_per_task: int) -> list[Episode]:
@@ -114,14 +126,20 @@ def write_graph(workspace: Path, name: str, latency_ms: float) -> None:
 # -- ours ---------------------------------------------------------------------------------------
 
 
-async def run_ours(workspace: Path, name: str, n_per_task: int, workers: int) -> Timing:
+async def run_ours(
+    workspace: Path, name: str, n_per_task: int, workers: int, steal: bool = True
+) -> Timing:
     registry = WorkspaceComponentRegistry(workspace=workspace)
     registry.scan_all()
     graph = registry.load_graph(name)
     config = EvalConfig(graph_name=name, episode_count=n_per_task, worker_count=workers,
                         seed=RUN_SEED)
     called = time.time()
-    run = await run_foreground(registry, graph, config)
+    BatchEvalRunner.work_stealing = steal
+    try:
+        run = await run_foreground(registry, graph, config)
+    finally:
+        BatchEvalRunner.work_stealing = True
     summary = run.summary
     if summary.status_counts != {"completed": summary.episodes_total}:
         raise RuntimeError(f"ours at W={workers}: {summary.status_counts}")
@@ -132,24 +150,26 @@ async def run_ours(workspace: Path, name: str, n_per_task: int, workers: int) ->
         wall_s=finished - started,
         steps={e.index: int(e.metrics["steps"] or 0) for e in summary.episodes},
         successes=sum(int(e.metrics["success"] or 0) for e in summary.episodes),
+        workers=summary.workers,
     )
 
 
 # -- AsyncVectorEnv -----------------------------------------------------------------------------
 
 
-class ChunkEnv(gym.Env[np.ndarray, int]):
-    """Plays a fixed list of (level, seed) episodes in order, then idles.
+class PendingEnv(gym.Env[np.ndarray, int]):
+    """On each reset takes the next pending (level, seed) episode from a shared counter, the
+    way a user feeds a vector env a list of episodes; idles once none is left.
 
     The simulator is agentcanvas's own ``MiniGridState`` (same level construction, reset and
     ground-truth targets as the env_minigrid node set); each action sleeps ``latency_s``.
     """
 
-    def __init__(self, episodes: list[tuple[str, int]], latency_s: float) -> None:
+    def __init__(self, episodes: list[tuple[str, int]], counter: Any, latency_s: float) -> None:
         self.episodes = episodes
+        self.counter = counter  # a multiprocessing.Value shared by every env process
         self.latency_s = latency_s
-        self.cursor = 0
-        self.active = False
+        self.current = -1
         self.sim = MiniGridState()
         self.observation_space = gym.spaces.Box(-1, 255, shape=(OBS_LEN,), dtype=np.int16)
         self.action_space = gym.spaces.Discrete(7)
@@ -157,16 +177,18 @@ class ChunkEnv(gym.Env[np.ndarray, int]):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
-        self.active = self.cursor < len(self.episodes)
-        if self.active:
-            level, level_seed = self.episodes[self.cursor]
-            self.cursor += 1
+        with self.counter.get_lock():
+            taken = int(self.counter.value)
+            self.counter.value = taken + 1
+        self.current = taken if taken < len(self.episodes) else -1
+        if self.current >= 0:
+            level, level_seed = self.episodes[self.current]
             with contextlib.redirect_stdout(io.StringIO()):  # BabyAI's "Sampling rejected"
                 self.sim.start(level, level_seed)
         return self._obs(), {}
 
     def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
-        if not self.active:
+        if self.current < 0:
             return self._obs(), 0.0, False, False, {}
         time.sleep(self.latency_s)
         _, reward, terminated, truncated, _ = self.sim.env.step(int(action))
@@ -174,13 +196,14 @@ class ChunkEnv(gym.Env[np.ndarray, int]):
 
     def _obs(self) -> np.ndarray:
         obs = np.full(OBS_LEN, -1, dtype=np.int16)
-        obs[0] = int(self.active)
-        if not self.active:
+        obs[0] = int(self.current >= 0)
+        if self.current < 0:
             return obs
         grid = self.sim.grid()
         cells, mode = self.sim.targets()
         width, height = grid.shape[:2]
-        obs[1:8] = [width, height, *self.sim.agent_state(), int(mode == "face"), len(cells)]
+        obs[1:9] = [self.current, width, height, *self.sim.agent_state(), int(mode == "face"),
+                    len(cells)]
         obs[HEADER_LEN : HEADER_LEN + 2 * len(cells)] = np.asarray(cells).reshape(-1)
         padded = np.zeros((MAX_SIDE, MAX_SIDE, 3), dtype=np.int16)
         padded[:width, :height] = grid
@@ -195,7 +218,7 @@ def bfs_action(obs: np.ndarray) -> int:
     """The planner node's rule: first action of a BFS plan to the true target, else LEFT."""
     if obs[0] != 1:
         return LEFT
-    width, height, x, y, d, face, n_targets = (int(v) for v in obs[1:8])
+    width, height, x, y, d, face, n_targets = (int(v) for v in obs[2:9])
     flat = obs[HEADER_LEN : HEADER_LEN + 2 * n_targets]
     cells = [(int(flat[2 * i]), int(flat[2 * i + 1])) for i in range(n_targets)]
     padded = obs[HEADER_LEN + 2 * MAX_TARGETS :].reshape(MAX_SIDE, MAX_SIDE, 3)
@@ -205,58 +228,90 @@ def bfs_action(obs: np.ndarray) -> int:
 
 
 def run_ave(episodes: list[Episode], workers: int, latency_s: float) -> Timing:
-    chunks = partition_contiguous([e.index for e in episodes], workers)
-    fns = [partial(ChunkEnv, [(episodes[i].task, episodes[i].seed) for i in chunk], latency_s)
-           for chunk in chunks]
+    counter = multiprocessing.get_context("fork").Value("l", 0)
+    plays = [(e.task, e.seed) for e in episodes]
+
+    def make() -> PendingEnv:
+        return PendingEnv(plays, counter, latency_s)
+
     called = time.perf_counter()
-    envs = AsyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
+    envs = AsyncVectorEnv([make] * workers, autoreset_mode=AutoresetMode.SAME_STEP,
+                          context="fork")
     started = time.perf_counter()
     try:
-        steps, successes = _drive(envs, chunks)
+        steps, successes = _drive(envs, len(episodes))
     finally:
         finished = time.perf_counter()
         envs.close()
     return Timing(started - called, finished - started, steps, successes)
 
 
-def _drive(envs: AsyncVectorEnv, chunks: list[list[int]]) -> tuple[dict[int, int], int]:
+def _drive(envs: AsyncVectorEnv, n_episodes: int) -> tuple[dict[int, int], int]:
     obs, _ = envs.reset()
-    done_in_chunk = [0] * len(chunks)
-    length = [0] * len(chunks)
+    current = [int(i) for i in obs[:, 1]]  # the episode each slot plays (-1: none left)
+    length = [0] * len(current)
     steps: dict[int, int] = {}
     successes = 0
-    while sum(done_in_chunk) < sum(map(len, chunks)):
+    while len(steps) < n_episodes:
         actions = np.array([bfs_action(o) for o in obs])
         active = obs[:, 0] == 1
         obs, rewards, terminated, truncated, _ = envs.step(actions)
         for k in np.flatnonzero(active):
             length[k] += 1
             if terminated[k] or truncated[k]:
-                steps[chunks[k][done_in_chunk[k]]] = length[k]
+                steps[current[k]] = length[k]
                 successes += int(bool(terminated[k]) and rewards[k] > 0)  # as env_minigrid
-                done_in_chunk[k] += 1
-                length[k] = 0
+                current[k], length[k] = int(obs[k, 1]), 0  # autoreset took the next one
     return steps, successes
 
 
 # -- the table ----------------------------------------------------------------------------------
 
 
-def ideal_speedup(steps: dict[int, int], workers: int) -> float:
+def simulated_speedup(
+    steps: dict[int, int], workers: int, next_for: Callable[[int], int | None]
+) -> float:
+    """Total actions / the busiest worker's, every action costing the same, when an idle
+    worker (the earliest free, lowest id on a tie) gets ``next_for(worker)``."""
+    free = [(0, w) for w in range(workers)]
+    makespan = 0
+    while free:
+        at, worker = heapq.heappop(free)
+        index = next_for(worker)
+        if index is None:
+            makespan = max(makespan, at)
+        else:
+            heapq.heappush(free, (at + steps[index], worker))
+    return sum(steps.values()) / makespan
+
+
+def ideal_speedups(steps: dict[int, int], workers: int) -> dict[str, float]:
+    """What the episode lengths allow: contiguous chunks, work stealing, next pending."""
     chunks = partition_contiguous(sorted(steps), workers)
-    longest = max(sum(steps[i] for i in chunk) for chunk in chunks)
-    return sum(steps.values()) / longest
+    pending = iter(sorted(steps))
+    return {
+        "contiguous": simulated_speedup(
+            steps, workers, WorkStealingDispatcher(chunks, steal=False).next_for
+        ),
+        "stealing": simulated_speedup(steps, workers, WorkStealingDispatcher(chunks).next_for),
+        "pending": simulated_speedup(steps, workers, lambda w: next(pending, None)),
+    }
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="16 episodes, W = 1, 2, 4")
     parser.add_argument("--episodes", type=int, help="episodes in all (default 48; quick 16)")
+    parser.add_argument("--workers", help="comma-separated W, 1 first (default 1,2,4,8)")
     parser.add_argument("--latency-ms", type=float, default=20.0, help="per action (default 20)")
     args = parser.parse_args()
     n_total = args.episodes or (16 if args.quick else 48)
     n_per_task = max(1, n_total // len(TASKS))
     worker_counts = [1, 2, 4] if args.quick else [1, 2, 4, 8]
+    if args.workers:
+        worker_counts = [int(w) for w in args.workers.split(",")]
+    if worker_counts[0] != 1:
+        parser.error("--workers: the first W must be 1 (speedups are relative to it)")
     episodes = plan(n_per_task)
     warnings.filterwarnings("ignore")
 
@@ -265,15 +320,18 @@ def main() -> int:
         os.environ["AGENTCANVAS_HOME"] = str(workspace)
         write_graph(workspace, GRAPH_NAME, args.latency_ms)
         write_graph(workspace, NO_LATENCY_GRAPH, 0.0)
-        ours: dict[int, Timing] = {}
-        ave: dict[int, Timing] = {}
+        sides: dict[str, dict[int, Timing]] = {"steal": {}, "chunks": {}, "ave": {}}
         for w in worker_counts:
-            ours[w] = asyncio.run(run_ours(workspace, GRAPH_NAME, n_per_task, w))
-            ave[w] = run_ave(episodes, w, args.latency_ms / 1000.0)
+            sides["steal"][w] = asyncio.run(run_ours(workspace, GRAPH_NAME, n_per_task, w))
+            sides["chunks"][w] = (  # at W = 1 both policies are one chunk in order
+                sides["steal"][w] if w == 1
+                else asyncio.run(run_ours(workspace, GRAPH_NAME, n_per_task, w, steal=False))
+            )
+            sides["ave"][w] = run_ave(episodes, w, args.latency_ms / 1000.0)
         # The same episodes without latency, one worker: what each side adds to the env.
         bare = (asyncio.run(run_ours(workspace, NO_LATENCY_GRAPH, n_per_task, 1)),
                 run_ave(episodes, 1, 0.0))
-    _print_table(episodes, worker_counts, ours, ave, args.latency_ms)
+    _print_table(episodes, worker_counts, sides, args.latency_ms)
     _print_overhead(episodes, *bare)
     return 0
 
@@ -281,36 +339,45 @@ def main() -> int:
 def _print_table(
     episodes: list[Episode],
     worker_counts: list[int],
-    ours: dict[int, Timing],
-    ave: dict[int, Timing],
+    sides: dict[str, dict[int, Timing]],
     latency_ms: float,
 ) -> None:
-    reference = ours[worker_counts[0]].steps
-    agree = all(t.steps == reference for t in [*ours.values(), *ave.values()])
+    steal, chunks, ave = sides["steal"], sides["chunks"], sides["ave"]
+    reference = steal[1].steps
+    agree = all(t.steps == reference for side in sides.values() for t in side.values())
     total_steps = sum(reference.values())
     print(f"{len(episodes)} episodes of {', '.join(TASKS)}; {total_steps} actions in all, "
           f"{latency_ms:g} ms simulated latency each "
           f"(serial floor {total_steps * latency_ms / 1000:.2f} s); "
-          f"same per-episode action counts on both sides at every W: {agree}; "
-          f"successes ours {ours[1].successes}, AsyncVectorEnv {ave[1].successes}")
-    head = (f"{'W':>2} | {'ours wall s':>11} {'speedup':>7} {'/W':>5} | {'AVE wall s':>10} "
-            f"{'speedup':>7} | {'ours/AVE':>8} | {'ideal':>5} | {'ours ms/act':>11} "
-            f"{'AVE ms/act':>10} | {'ours start s':>12} {'AVE start s':>11}")
+          f"same per-episode action counts on every side at every W: {agree}; "
+          f"successes ours {steal[1].successes}, AsyncVectorEnv {ave[1].successes}")
+    head = (f"{'W':>2} | {'steal wall s':>12} {'/W':>5} {'steals':>6} | {'chunks wall s':>13} "
+            f"{'/W':>5} | {'AVE wall s':>10} {'/W':>5} | {'steal/AVE':>9} | "
+            f"{'ideal chunks':>12} {'steal':>5} {'AVE':>5} | {'start s ours':>12} "
+            f"{'AVE':>5}")
     print(head)
     print("-" * len(head))
     for w in worker_counts:
-        o, a = ours[w], ave[w]
-        crit = total_steps / ideal_speedup(reference, w)  # actions on the longest chunk
-        print(f"{w:>2} | {o.wall_s:>11.2f} {ours[1].wall_s / o.wall_s:>7.2f} "
-              f"{ours[1].wall_s / o.wall_s / w:>5.2f} | {a.wall_s:>10.2f} "
-              f"{ave[1].wall_s / a.wall_s:>7.2f} | {o.wall_s / a.wall_s:>8.2f} | "
-              f"{ideal_speedup(reference, w):>5.2f} | {1000 * o.wall_s / crit:>11.1f} "
-              f"{1000 * a.wall_s / crit:>10.1f} | {o.startup_s:>12.2f} {a.startup_s:>11.2f}")
-    print("speedup: wall(W=1) / wall(W) on the same side; /W: our parallel efficiency "
-          "(goal >= 0.8); ours/AVE: wall-time ratio (goal <= 1); ideal: total actions / "
-          "actions of the longest contiguous chunk; ms/act: wall / actions on the longest chunk "
-          f"(the floor is {latency_ms:g} ms); start: servers or vector-env workers, "
-          "not in wall.")
+        s, c, a = steal[w], chunks[w], ave[w]
+        ideal = ideal_speedups(reference, w)
+        n_steals = sum(x.steals for x in s.workers or [])
+        print(f"{w:>2} | {s.wall_s:>12.2f} {steal[1].wall_s / s.wall_s / w:>5.2f} "
+              f"{n_steals:>6} | {c.wall_s:>13.2f} {chunks[1].wall_s / c.wall_s / w:>5.2f} | "
+              f"{a.wall_s:>10.2f} {ave[1].wall_s / a.wall_s / w:>5.2f} | "
+              f"{s.wall_s / a.wall_s:>9.2f} | {ideal['contiguous'] / w:>12.2f} "
+              f"{ideal['stealing'] / w:>5.2f} {ideal['pending'] / w:>5.2f} | "
+              f"{s.startup_s:>12.2f} {a.startup_s:>5.2f}")
+    print("steal: ours, work-stealing dispatch; chunks: ours, fixed contiguous chunks; AVE: "
+          "AsyncVectorEnv, each slot takes the next pending episode on autoreset. /W: "
+          "wall(W=1) / wall(W) / W on the same side (parallel efficiency; goal for steal "
+          ">= 0.9 at W = 8); steals: episodes taken from another worker's chunk; steal/AVE: "
+          "wall-time ratio (goal <= 1); ideal: the efficiency each policy allows given the "
+          "episode lengths (total actions / the busiest worker's, over W); start: servers or "
+          "vector-env workers, not in wall.")
+    for w in worker_counts[1:]:
+        per_worker = ", ".join(f"w{x.worker_id} {x.episodes} ep/{x.task_switches} sw/"
+                               f"{x.steals} st" for x in steal[w].workers or [])
+        print(f"  W = {w} steal per worker (episodes/task switches/steals): {per_worker}")
 
 
 def _print_overhead(episodes: list[Episode], ours: Timing, ave: Timing) -> None:

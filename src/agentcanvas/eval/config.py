@@ -156,6 +156,17 @@ class DeterminismInfo(BaseModel):
     seed_function: str = "sha256(agentcanvas-v1|run_seed|task|episode_index) mod 2**31"
 
 
+class WorkerStats(BaseModel):
+    """How one worker's share of a run went (timing-dependent, never part of the results)."""
+
+    worker_id: int
+    episodes: int = Field(default=0, description="Episodes this worker was handed.")
+    task_switches: int = Field(
+        default=0, description="Times its next episode was of another task than its previous."
+    )
+    steals: int = Field(default=0, description="Episodes it took from another worker's chunk.")
+
+
 class EvalRun(BaseModel):
     """The run summary (summary.json)."""
 
@@ -181,6 +192,11 @@ class EvalRun(BaseModel):
     timings: dict[str, float | None] = Field(default_factory=dict)
     determinism: DeterminismInfo = Field(default_factory=DeterminismInfo)
     error: str | None = None
+    workers: list[WorkerStats] = Field(
+        default_factory=list,
+        description="Per worker of the last execution: episodes, task switches, steals "
+        "(timing-dependent; not part of the per-episode records).",
+    )
 
     @computed_field  # type: ignore[prop-decorator]
     @property

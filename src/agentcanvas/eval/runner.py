@@ -1,6 +1,9 @@
 """BatchEvalRunner: one graph × many episodes on N workers, bit-identical at any N.
 
-Results are keyed by episode index. What an episode boundary costs does not grow with the
+Results are keyed by episode index. Which worker runs which episode is decided by a
+:class:`~agentcanvas.eval.dispatch.WorkStealingDispatcher` (own contiguous chunk first, then
+the tail of the longest remaining chunk); its per-worker stats are the summary's ``workers``.
+What an episode boundary costs does not grow with the
 run (issue 13): the episode's episode.json is written, its record appended to
 ``episodes.jsonl`` (see :mod:`agentcanvas.eval.records`), the counts updated in place, and
 summary.json rewritten atomically — bounded: counts, status counts and the latest aggregates,
@@ -23,7 +26,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from agentcanvas.errors import ConfigError, ServerDiedError, ServerError
 from agentcanvas.eval import health, metrics, records
@@ -35,6 +38,7 @@ from agentcanvas.eval.config import (
     EvalRun,
 )
 from agentcanvas.eval.determinism import finish_determinism
+from agentcanvas.eval.dispatch import WorkStealingDispatcher
 from agentcanvas.eval.episode import (
     EpisodeOptions,
     EpisodeSpec,
@@ -89,6 +93,10 @@ class _EpisodeLog:
 
 class BatchEvalRunner:
     """Runs a frozen graph over the planned episodes with an EnvWorkerPool."""
+
+    # Dispatch policy: idle workers steal from the longest remaining chunk. False gives
+    # fixed contiguous chunks (bench/scaling.py measures both); results are the same.
+    work_stealing: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -151,16 +159,19 @@ class BatchEvalRunner:
         self.save()
         env_ns = self.graph.env.nodeset if self.graph.env else None
         replicated = self.registry.servers.replicated_in(self.graph)
-        chunks = partition_contiguous(todo, self.config.worker_count)
+        dispatcher = WorkStealingDispatcher(
+            partition_contiguous(todo, self.config.worker_count),
+            {s.index: s.task for s in self.specs},
+            steal=self.work_stealing,
+        )
+        self.run.workers = dispatcher.stats  # updated in place as episodes are handed out
         pool = EnvWorkerPool(self.registry, self.config.worker_count, env_ns, replicated)
         async with pool, asyncio.TaskGroup() as group:
             aggregator = group.create_task(self._live_aggregates())
-            workers = []
-            for worker_id, chunk in enumerate(chunks):
-                queue: asyncio.Queue[int] = asyncio.Queue()
-                for index in chunk:
-                    queue.put_nowait(index)
-                workers.append(group.create_task(self._worker(pool, worker_id, queue)))
+            workers = [
+                group.create_task(self._worker(pool, worker_id, dispatcher))
+                for worker_id in range(self.config.worker_count)
+            ]
             if workers:  # a worker's failure aborts the group (and this wait) with it
                 await asyncio.wait(workers)
             aggregator.cancel()  # the final summary recomputes every aggregate
@@ -188,7 +199,9 @@ class BatchEvalRunner:
         )
         return self.run
 
-    async def _worker(self, pool: EnvWorkerPool, worker_id: int, queue: asyncio.Queue[int]) -> None:
+    async def _worker(
+        self, pool: EnvWorkerPool, worker_id: int, dispatcher: WorkStealingDispatcher
+    ) -> None:
         client = f"{self.run.run_id}/w{worker_id}"
         shared = [self.registry.bound(n) for n in self.registry.servers.shared_in(self.graph)]
         async with pool.acquire_specific(worker_id) as handle:
@@ -197,8 +210,10 @@ class BatchEvalRunner:
             try:
                 # Cancelled: episodes not started yet are left missing, never written one
                 # by one as "cancelled" records (the run's summary counts them).
-                while not queue.empty() and not self.cancel_event.is_set():
-                    spec = self.specs[queue.get_nowait()]
+                while not self.cancel_event.is_set() and (
+                    (index := dispatcher.next_for(worker_id)) is not None
+                ):
+                    spec = self.specs[index]
                     result = await self._run_one_episode(pool, handle, spec, client)
                     if recording is not None:
                         await recording
@@ -430,8 +445,10 @@ def _aggregates(
 
 
 def _in_field_order(data: dict[str, Any], episodes: list[dict[str, Any]]) -> dict[str, Any]:
-    """The summary's fields in EvalRun's order, with ``episodes`` (dumped once) in its place."""
-    names = [name for name in EvalRun.model_fields if name == "episodes" or name in data]
+    """The summary's fields in EvalRun's order, with ``episodes`` (dumped once) in its place;
+    computed fields (``health``) last, as ``model_dump`` puts them."""
+    fields = [*EvalRun.model_fields, *EvalRun.model_computed_fields]
+    names = [name for name in fields if name == "episodes" or name in data]
     return {name: episodes if name == "episodes" else data[name] for name in names}
 
 

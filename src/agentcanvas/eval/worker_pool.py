@@ -2,8 +2,9 @@
 
 Each slot is a WorkerHandle carrying ``env_panel_overrides`` and ``server_url_overrides`` for
 its own tagged servers (``env_x#k``). Episodes are split into contiguous chunks (numpy
-``array_split``) and chunk k only ever runs on slot k (``acquire_specific``), which bounds
-task switches per simulator process. At worker_count = 1 it is the same path with one slot.
+``array_split``); worker k holds slot k (``acquire_specific``) and starts on chunk k, which
+bounds task switches per simulator process, then steals from the others' tails
+(:mod:`agentcanvas.eval.dispatch`). At worker_count = 1 it is the same path with one slot.
 """
 
 from __future__ import annotations
