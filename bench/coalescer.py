@@ -65,8 +65,16 @@ AUDIT_OFF = "ours_audit_off"
 WORKER_COUNTS = (1, 2, 4, 8)
 MAX_BATCH = 8
 WARMUP_STEPS = 3
-TEXTS = ["go to the red ball", "go to the blue key", "go to a purple box", "go to the grey door",
-         "go to the green ball", "go to a yellow key", "go to the red box", "go to a blue ball"]
+TEXTS = [
+    "go to the red ball",
+    "go to the blue key",
+    "go to a purple box",
+    "go to the grey door",
+    "go to the green ball",
+    "go to a yellow key",
+    "go to the red box",
+    "go to a blue ball",
+]
 
 
 @dataclass(frozen=True)
@@ -123,10 +131,15 @@ class Server:
 async def start(label: str, workspace: Path) -> Server:
     """A text_encoder server; ``label`` is its flush policy, or AUDIT_OFF (ours, audit off)."""
     policy = "ours" if label == AUDIT_OFF else label
-    env = {"AGENTCANVAS_FLUSH_POLICY": policy, "AGENTCANVAS_MAX_BATCH": str(MAX_BATCH),
-           "AGENTCANVAS_HOME": str(workspace), "HF_HUB_DISABLE_PROGRESS_BARS": "1",
-           "AGENTCANVAS_AUDIT_RATE": "0" if label == AUDIT_OFF else
-           os.environ.get("AGENTCANVAS_AUDIT_RATE", "")}
+    env = {
+        "AGENTCANVAS_FLUSH_POLICY": policy,
+        "AGENTCANVAS_MAX_BATCH": str(MAX_BATCH),
+        "AGENTCANVAS_HOME": str(workspace),
+        "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+        "AGENTCANVAS_AUDIT_RATE": "0"
+        if label == AUDIT_OFF
+        else os.environ.get("AGENTCANVAS_AUDIT_RATE", ""),
+    }
     process = await LocalProcessLauncher(env=env).launch("text_encoder", None)
     handle = RemoteNodeSet("text_encoder", process.url, await fetch_manifest(process.url))
     server = Server(label, process, handle)
@@ -168,13 +181,18 @@ async def measure(server: Server, k: int, pattern: Pattern, cell_s: float, cell:
         await server.handle.attach(client)
     try:
         warm: list[float] = []
-        await asyncio.gather(*(client_loop(server, c, PATTERNS[0], 0.0, warm)
-                               for c in clients for _ in range(WARMUP_STEPS)))
+        await asyncio.gather(
+            *(
+                client_loop(server, c, PATTERNS[0], 0.0, warm)
+                for c in clients
+                for _ in range(WARMUP_STEPS)
+            )
+        )
         before = await server.stats()
         started = time.perf_counter()
-        counts = await asyncio.gather(*(
-            client_loop(server, c, pattern, started + cell_s, cell.latencies_s) for c in clients
-        ))
+        counts = await asyncio.gather(
+            *(client_loop(server, c, pattern, started + cell_s, cell.latencies_s) for c in clients)
+        )
         elapsed = time.perf_counter() - started
         after = await server.stats()
     finally:
@@ -196,19 +214,22 @@ AUDIT = "audit"  # the pattern-name prefix of the audit section's cells
 
 async def run(cell_s: float, repeats: int, audit_repeats: int) -> dict[CellKey, Cell]:
     cells = {(pat.name, k, p): Cell() for pat in PATTERNS for k in WORKER_COUNTS for p in POLICIES}
-    cells |= {(f"{AUDIT}/{pat.name}", 8, p): Cell()
-              for pat in PATTERNS for p in ("ours", AUDIT_OFF)}
+    cells |= {
+        (f"{AUDIT}/{pat.name}", 8, p): Cell() for pat in PATTERNS for p in ("ours", AUDIT_OFF)
+    }
     labels = (*POLICIES, AUDIT_OFF)
     with tempfile.TemporaryDirectory(prefix="agentcanvas-bench-") as workspace:
-        print(f"starting {len(labels)} text_encoder servers (each checks its invariance) ...",
-              flush=True)
+        print(
+            f"starting {len(labels)} text_encoder servers (each checks its invariance) ...",
+            flush=True,
+        )
         started = time.perf_counter()
         servers = await asyncio.gather(*(start(p, Path(workspace)) for p in labels))
         print(f"  started in {time.perf_counter() - started:.1f} s", flush=True)
         by_label = {server.policy: server for server in servers}
         try:
             for repeat in range(repeats):
-                order = [by_label[p] for p in POLICIES[repeat % 3:] + POLICIES[:repeat % 3]]
+                order = [by_label[p] for p in POLICIES[repeat % 3 :] + POLICIES[: repeat % 3]]
                 for pattern in PATTERNS:
                     for k in WORKER_COUNTS:
                         for server in order:
@@ -220,7 +241,7 @@ async def run(cell_s: float, repeats: int, audit_repeats: int) -> dict[CellKey, 
             audit_cell_s = max(cell_s, 2.5)
             for repeat in range(audit_repeats):
                 for pattern in PATTERNS:
-                    for server in pair[repeat % 2:] + pair[:repeat % 2]:
+                    for server in pair[repeat % 2 :] + pair[: repeat % 2]:
                         key = (f"{AUDIT}/{pattern.name}", 8, server.policy)
                         await measure(server, 8, pattern, audit_cell_s, cells[key])
             print(f"  audit on/off: {audit_repeats} alternating repeat(s) done", flush=True)
@@ -233,62 +254,93 @@ async def run(cell_s: float, repeats: int, audit_repeats: int) -> dict[CellKey, 
 
 def print_table(cells: dict[CellKey, Cell], pattern: str) -> None:
     print(f"\n{pattern}")
-    print(f"{'K':>2}  {'policy':<18} {'fwd/step':>9} {'steps/s':>9} {'mean batch':>11} "
-          f"{'p50 call ms':>12} {'steps':>7}")
+    print(
+        f"{'K':>2}  {'policy':<18} {'fwd/step':>9} {'steps/s':>9} {'mean batch':>11} "
+        f"{'p50 call ms':>12} {'steps':>7}"
+    )
     for k in WORKER_COUNTS:
         for policy in POLICIES:
             c = cells[(pattern, k, policy)]
-            print(f"{k:>2}  {policy:<18} {c.passes_per_step:>9.3f} {c.median_steps_per_s:>9.1f} "
-                  f"{1 / c.passes_per_step:>11.2f} "
-                  f"{statistics.median(c.latencies_s) * 1e3:>12.1f} {c.steps:>7}")
-    print(f"{'K':>2}  {'fwd/step ours/none':>19} {'steps/s ours/none':>18} "
-          f"{'steps/s ours/restart':>21}")
+            print(
+                f"{k:>2}  {policy:<18} {c.passes_per_step:>9.3f} {c.median_steps_per_s:>9.1f} "
+                f"{1 / c.passes_per_step:>11.2f} "
+                f"{statistics.median(c.latencies_s) * 1e3:>12.1f} {c.steps:>7}"
+            )
+    print(
+        f"{'K':>2}  {'fwd/step ours/none':>19} {'steps/s ours/none':>18} "
+        f"{'steps/s ours/restart':>21}"
+    )
     for k in WORKER_COUNTS:
-        ours, none, restart = (cells[(pattern, k, p)] for p in ("ours", "none",
-                                                                 "restart_on_submit"))
-        print(f"{k:>2}  {ours.passes_per_step / none.passes_per_step:>19.3f} "
-              f"{ours.median_steps_per_s / none.median_steps_per_s:>18.2f} "
-              f"{ours.median_steps_per_s / restart.median_steps_per_s:>21.2f}")
+        ours, none, restart = (
+            cells[(pattern, k, p)] for p in ("ours", "none", "restart_on_submit")
+        )
+        print(
+            f"{k:>2}  {ours.passes_per_step / none.passes_per_step:>19.3f} "
+            f"{ours.median_steps_per_s / none.median_steps_per_s:>18.2f} "
+            f"{ours.median_steps_per_s / restart.median_steps_per_s:>21.2f}"
+        )
 
 
 def print_audit_table(cells: dict[CellKey, Cell]) -> list[tuple[str, bool]]:
     """Steps/s of ``ours`` at K = 8 with the audit on and off, side by side; the goal lines."""
     print("\nbatch audit at K=8 (ours): steps/s with the audit on vs off, same run")
-    print(f"{'pattern':<9} {'audit off':>10} {'audit on':>10} {'on/off':>7} "
-          f"{'pairwise on/off':>16} {'audit passes/step':>18} {'fwd/step on':>12} "
-          f"{'audit/fwd':>10}")
+    print(
+        f"{'pattern':<9} {'audit off':>10} {'audit on':>10} {'on/off':>7} "
+        f"{'pairwise on/off':>16} {'audit passes/step':>18} {'fwd/step on':>12} "
+        f"{'audit/fwd':>10}"
+    )
     goals = []
     for pattern in PATTERNS:
         key = f"{AUDIT}/{pattern.name}"
         on, off = cells[(key, 8, "ours")], cells[(key, 8, AUDIT_OFF)]
         assert off.audit_passes == 0, "the audit-off server audited"
         ratio = on.median_steps_per_s / off.median_steps_per_s
-        pairwise = statistics.median(a / b for a, b in zip(on.steps_per_s, off.steps_per_s,
-                                                              strict=True))
-        print(f"{pattern.name:<9} {off.median_steps_per_s:>10.1f} {on.median_steps_per_s:>10.1f} "
-              f"{ratio:>7.2f} {pairwise:>16.2f} {on.audit_passes / on.steps:>18.3f} "
-              f"{on.passes_per_step:>12.3f} {on.audit_passes / on.forward_passes:>10.3f}")
-        print(f"{'':<9} per pair, off: {' '.join(f'{v:.1f}' for v in off.steps_per_s)}; "
-              f"on: {' '.join(f'{v:.1f}' for v in on.steps_per_s)}")
-        goals.append((f"{pattern.name}, K=8: steps/s audit on/off = {pairwise:.2f} "
-                      f"(pairwise median; >= 0.85)", pairwise >= 0.85))
+        pairwise = statistics.median(
+            a / b for a, b in zip(on.steps_per_s, off.steps_per_s, strict=True)
+        )
+        print(
+            f"{pattern.name:<9} {off.median_steps_per_s:>10.1f} {on.median_steps_per_s:>10.1f} "
+            f"{ratio:>7.2f} {pairwise:>16.2f} {on.audit_passes / on.steps:>18.3f} "
+            f"{on.passes_per_step:>12.3f} {on.audit_passes / on.forward_passes:>10.3f}"
+        )
+        print(
+            f"{'':<9} per pair, off: {' '.join(f'{v:.1f}' for v in off.steps_per_s)}; "
+            f"on: {' '.join(f'{v:.1f}' for v in on.steps_per_s)}"
+        )
+        goals.append(
+            (
+                f"{pattern.name}, K=8: steps/s audit on/off = {pairwise:.2f} "
+                f"(pairwise median; >= 0.85)",
+                pairwise >= 0.85,
+            )
+        )
     return goals
 
 
 def goal_lines(cells: dict[CellKey, Cell], pattern: str) -> list[tuple[str, bool]]:
-    one = (cells[(pattern, 1, "ours")].median_steps_per_s
-           / cells[(pattern, 1, "none")].median_steps_per_s)
+    one = (
+        cells[(pattern, 1, "ours")].median_steps_per_s
+        / cells[(pattern, 1, "none")].median_steps_per_s
+    )
     eight = {p: cells[(pattern, 8, p)] for p in POLICIES}
     fewer = eight["ours"].passes_per_step / eight["none"].passes_per_step
-    faster = min(eight["ours"].median_steps_per_s / eight[p].median_steps_per_s
-                 for p in ("none", "restart_on_submit"))
+    faster = min(
+        eight["ours"].median_steps_per_s / eight[p].median_steps_per_s
+        for p in ("none", "restart_on_submit")
+    )
     return [
-        (f"{pattern}, K=1: ours/none steps/s = {one:.2f} (no slower, within noise: >= 0.90)",
-         one >= 0.90),
-        (f"{pattern}, K=8: ours/none forward passes per step = {fewer:.3f} (<= 0.25)",
-         fewer <= 0.25),
-        (f"{pattern}, K=8: ours steps/s over the better of the others = {faster:.2f}x (> 1)",
-         faster > 1.0),
+        (
+            f"{pattern}, K=1: ours/none steps/s = {one:.2f} (no slower, within noise: >= 0.90)",
+            one >= 0.90,
+        ),
+        (
+            f"{pattern}, K=8: ours/none forward passes per step = {fewer:.3f} (<= 0.25)",
+            fewer <= 0.25,
+        ),
+        (
+            f"{pattern}, K=8: ours steps/s over the better of the others = {faster:.2f}x (> 1)",
+            faster > 1.0,
+        ),
     ]
 
 
@@ -301,8 +353,10 @@ def main(argv: list[str] | None = None) -> int:
     cell_s = args.cell_s or (1.2 if args.quick else 3.0)
     repeats = args.repeats or (1 if args.quick else 2)
     audit_repeats = 5 if args.quick else 10
-    print(f"bench/coalescer.py: text_encoder.embed, max_batch {MAX_BATCH}, K = {WORKER_COUNTS}, "
-          f"{cell_s:g} s per cell, {repeats} repeat(s); python {sys.version.split()[0]}")
+    print(
+        f"bench/coalescer.py: text_encoder.embed, max_batch {MAX_BATCH}, K = {WORKER_COUNTS}, "
+        f"{cell_s:g} s per cell, {repeats} repeat(s); python {sys.version.split()[0]}"
+    )
     cells = asyncio.run(run(cell_s, repeats, audit_repeats))
     goals = []
     for pattern in PATTERNS:

@@ -186,8 +186,10 @@ def vector_envs(placement: Placement) -> Iterator[dict[str, Any]]:
     """The four AsyncVectorEnvs, forked before any event loop or server exists."""
     envs = {
         f"AsyncVectorEnv shm={shm} {payload}": gym.vector.AsyncVectorEnv(
-            [lambda shape=shape: ObsEnv(shape)], shared_memory=shm, context="fork")
-        for shm in (False, True) for payload, shape in (("no-op", ()), ("obs", OBS_SHAPE))
+            [lambda shape=shape: ObsEnv(shape)], shared_memory=shm, context="fork"
+        )
+        for shm in (False, True)
+        for payload, shape in (("no-op", ()), ("obs", OBS_SHAPE))
     }
     try:
         for env in envs.values():
@@ -219,7 +221,8 @@ async def bench(
         for label, handle in (("in-process", local), ("proxied", remote)):
             rows[f"{label} no-op"] = Row(lambda h=handle: h.call("noop", {}, {}, CTX), True)
             rows[f"{label} obs"] = Row(
-                lambda h=handle: h.call("step", {}, {"action": 0}, CTX), True)
+                lambda h=handle: h.call("step", {}, {"action": 0}, CTX), True
+            )
         async with layer_rows(server.url, remote) as layers:
             return await measure(rows | layers, n_calls)
     finally:
@@ -250,16 +253,24 @@ async def layer_rows(url: str, remote: RemoteNodeSet) -> AsyncIterator[dict[str,
             http_body = wire.dumps({k: v for k, v in args.items() if k != "node"})
             yield {
                 "wire: encode + decode, request and answer": Row(
-                    lambda: [wire.decode(wire.encode(x)) for x in (call, noop)], False),
+                    lambda: [wire.decode(wire.encode(x)) for x in (call, noop)], False
+                ),
                 "wire: the same for the 64x64x3 answer": Row(
-                    lambda: wire.decode(wire.encode(obs)), False),
+                    lambda: wire.decode(wire.encode(obs)), False
+                ),
                 "server: pre-encoded request on a raw DEALER": Row(raw_call, True),
                 "+ RpcClient (deadline, death watch, wire)": Row(
-                    lambda: rpc.request("call", args, "/call/noop", 10.0), True),
+                    lambda: rpc.request("call", args, "/call/noop", 10.0), True
+                ),
                 "+ RemoteNodeSet.call": Row(lambda: remote.call("noop", {}, {}, CTX), True),
                 "HTTP /call/noop (uvicorn + httpx)": Row(
-                    lambda: http.post("/call/noop", content=http_body,
-                                      headers={"content-type": wire.WIRE_CONTENT_TYPE}), True),
+                    lambda: http.post(
+                        "/call/noop",
+                        content=http_body,
+                        headers={"content-type": wire.WIRE_CONTENT_TYPE},
+                    ),
+                    True,
+                ),
             }
     finally:
         dealer.close(linger=0)
@@ -268,8 +279,10 @@ async def layer_rows(url: str, remote: RemoteNodeSet) -> AsyncIterator[dict[str,
 
 def run(n_calls: int, placement: Placement) -> dict[str, Stats]:
     placement.pin_caller()
-    with tempfile.TemporaryDirectory(prefix="agentcanvas-bench-") as tmp, \
-            vector_envs(placement) as envs:
+    with (
+        tempfile.TemporaryDirectory(prefix="agentcanvas-bench-") as tmp,
+        vector_envs(placement) as envs,
+    ):
         package = Path(tmp) / "graph_nodes" / NODESET_NAME
         package.mkdir(parents=True)
         (package / "__init__.py").write_text(NODESET_SOURCE)
@@ -305,13 +318,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="few calls, for a smoke run")
     parser.add_argument("--calls", type=int, default=None, help="timed calls per row")
-    parser.add_argument("--cpus", choices=["any", "same", "split"], default="any",
-                        help="CPU placement of caller and callees (see Placement)")
+    parser.add_argument(
+        "--cpus",
+        choices=["any", "same", "split"],
+        default="any",
+        help="CPU placement of caller and callees (see Placement)",
+    )
     args = parser.parse_args(argv)
     n_calls = args.calls or (300 if args.quick else 5000)
     warnings.simplefilter("ignore")
-    print(f"bench/rpc.py: {n_calls} timed calls per row in {N_ROUNDS} interleaved rounds, "
-          f"--cpus {args.cpus}; python {sys.version.split()[0]}, {os.cpu_count()} CPUs\n")
+    print(
+        f"bench/rpc.py: {n_calls} timed calls per row in {N_ROUNDS} interleaved rounds, "
+        f"--cpus {args.cpus}; python {sys.version.split()[0]}, {os.cpu_count()} CPUs\n"
+    )
     print_tables(run(n_calls, Placement.named(args.cpus)))
     return 0
 

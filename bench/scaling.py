@@ -132,8 +132,9 @@ async def run_ours(
     registry = WorkspaceComponentRegistry(workspace=workspace)
     registry.scan_all()
     graph = registry.load_graph(name)
-    config = EvalConfig(graph_name=name, episode_count=n_per_task, worker_count=workers,
-                        seed=RUN_SEED)
+    config = EvalConfig(
+        graph_name=name, episode_count=n_per_task, worker_count=workers, seed=RUN_SEED
+    )
     called = time.time()
     BatchEvalRunner.work_stealing = steal
     try:
@@ -202,8 +203,14 @@ class PendingEnv(gym.Env[np.ndarray, int]):
         grid = self.sim.grid()
         cells, mode = self.sim.targets()
         width, height = grid.shape[:2]
-        obs[1:9] = [self.current, width, height, *self.sim.agent_state(), int(mode == "face"),
-                    len(cells)]
+        obs[1:9] = [
+            self.current,
+            width,
+            height,
+            *self.sim.agent_state(),
+            int(mode == "face"),
+            len(cells),
+        ]
         obs[HEADER_LEN : HEADER_LEN + 2 * len(cells)] = np.asarray(cells).reshape(-1)
         padded = np.zeros((MAX_SIDE, MAX_SIDE, 3), dtype=np.int16)
         padded[:width, :height] = grid
@@ -235,8 +242,7 @@ def run_ave(episodes: list[Episode], workers: int, latency_s: float) -> Timing:
         return PendingEnv(plays, counter, latency_s)
 
     called = time.perf_counter()
-    envs = AsyncVectorEnv([make] * workers, autoreset_mode=AutoresetMode.SAME_STEP,
-                          context="fork")
+    envs = AsyncVectorEnv([make] * workers, autoreset_mode=AutoresetMode.SAME_STEP, context="fork")
     started = time.perf_counter()
     try:
         steps, successes = _drive(envs, len(episodes))
@@ -324,13 +330,16 @@ def main() -> int:
         for w in worker_counts:
             sides["steal"][w] = asyncio.run(run_ours(workspace, GRAPH_NAME, n_per_task, w))
             sides["chunks"][w] = (  # at W = 1 both policies are one chunk in order
-                sides["steal"][w] if w == 1
+                sides["steal"][w]
+                if w == 1
                 else asyncio.run(run_ours(workspace, GRAPH_NAME, n_per_task, w, steal=False))
             )
             sides["ave"][w] = run_ave(episodes, w, args.latency_ms / 1000.0)
         # The same episodes without latency, one worker: what each side adds to the env.
-        bare = (asyncio.run(run_ours(workspace, NO_LATENCY_GRAPH, n_per_task, 1)),
-                run_ave(episodes, 1, 0.0))
+        bare = (
+            asyncio.run(run_ours(workspace, NO_LATENCY_GRAPH, n_per_task, 1)),
+            run_ave(episodes, 1, 0.0),
+        )
     _print_table(episodes, worker_counts, sides, args.latency_ms)
     _print_overhead(episodes, *bare)
     return 0
@@ -346,46 +355,58 @@ def _print_table(
     reference = steal[1].steps
     agree = all(t.steps == reference for side in sides.values() for t in side.values())
     total_steps = sum(reference.values())
-    print(f"{len(episodes)} episodes of {', '.join(TASKS)}; {total_steps} actions in all, "
-          f"{latency_ms:g} ms simulated latency each "
-          f"(serial floor {total_steps * latency_ms / 1000:.2f} s); "
-          f"same per-episode action counts on every side at every W: {agree}; "
-          f"successes ours {steal[1].successes}, AsyncVectorEnv {ave[1].successes}")
-    head = (f"{'W':>2} | {'steal wall s':>12} {'/W':>5} {'steals':>6} | {'chunks wall s':>13} "
-            f"{'/W':>5} | {'AVE wall s':>10} {'/W':>5} | {'steal/AVE':>9} | "
-            f"{'ideal chunks':>12} {'steal':>5} {'AVE':>5} | {'start s ours':>12} "
-            f"{'AVE':>5}")
+    print(
+        f"{len(episodes)} episodes of {', '.join(TASKS)}; {total_steps} actions in all, "
+        f"{latency_ms:g} ms simulated latency each "
+        f"(serial floor {total_steps * latency_ms / 1000:.2f} s); "
+        f"same per-episode action counts on every side at every W: {agree}; "
+        f"successes ours {steal[1].successes}, AsyncVectorEnv {ave[1].successes}"
+    )
+    head = (
+        f"{'W':>2} | {'steal wall s':>12} {'/W':>5} {'steals':>6} | {'chunks wall s':>13} "
+        f"{'/W':>5} | {'AVE wall s':>10} {'/W':>5} | {'steal/AVE':>9} | "
+        f"{'ideal chunks':>12} {'steal':>5} {'AVE':>5} | {'start s ours':>12} "
+        f"{'AVE':>5}"
+    )
     print(head)
     print("-" * len(head))
     for w in worker_counts:
         s, c, a = steal[w], chunks[w], ave[w]
         ideal = ideal_speedups(reference, w)
         n_steals = sum(x.steals for x in s.workers or [])
-        print(f"{w:>2} | {s.wall_s:>12.2f} {steal[1].wall_s / s.wall_s / w:>5.2f} "
-              f"{n_steals:>6} | {c.wall_s:>13.2f} {chunks[1].wall_s / c.wall_s / w:>5.2f} | "
-              f"{a.wall_s:>10.2f} {ave[1].wall_s / a.wall_s / w:>5.2f} | "
-              f"{s.wall_s / a.wall_s:>9.2f} | {ideal['contiguous'] / w:>12.2f} "
-              f"{ideal['stealing'] / w:>5.2f} {ideal['pending'] / w:>5.2f} | "
-              f"{s.startup_s:>12.2f} {a.startup_s:>5.2f}")
-    print("steal: ours, work-stealing dispatch; chunks: ours, fixed contiguous chunks; AVE: "
-          "AsyncVectorEnv, each slot takes the next pending episode on autoreset. /W: "
-          "wall(W=1) / wall(W) / W on the same side (parallel efficiency; goal for steal "
-          ">= 0.9 at W = 8); steals: episodes taken from another worker's chunk; steal/AVE: "
-          "wall-time ratio (goal <= 1); ideal: the efficiency each policy allows given the "
-          "episode lengths (total actions / the busiest worker's, over W); start: servers or "
-          "vector-env workers, not in wall.")
+        print(
+            f"{w:>2} | {s.wall_s:>12.2f} {steal[1].wall_s / s.wall_s / w:>5.2f} "
+            f"{n_steals:>6} | {c.wall_s:>13.2f} {chunks[1].wall_s / c.wall_s / w:>5.2f} | "
+            f"{a.wall_s:>10.2f} {ave[1].wall_s / a.wall_s / w:>5.2f} | "
+            f"{s.wall_s / a.wall_s:>9.2f} | {ideal['contiguous'] / w:>12.2f} "
+            f"{ideal['stealing'] / w:>5.2f} {ideal['pending'] / w:>5.2f} | "
+            f"{s.startup_s:>12.2f} {a.startup_s:>5.2f}"
+        )
+    print(
+        "steal: ours, work-stealing dispatch; chunks: ours, fixed contiguous chunks; AVE: "
+        "AsyncVectorEnv, each slot takes the next pending episode on autoreset. /W: "
+        "wall(W=1) / wall(W) / W on the same side (parallel efficiency; goal for steal "
+        ">= 0.9 at W = 8); steals: episodes taken from another worker's chunk; steal/AVE: "
+        "wall-time ratio (goal <= 1); ideal: the efficiency each policy allows given the "
+        "episode lengths (total actions / the busiest worker's, over W); start: servers or "
+        "vector-env workers, not in wall."
+    )
     for w in worker_counts[1:]:
-        per_worker = ", ".join(f"w{x.worker_id} {x.episodes} ep/{x.task_switches} sw/"
-                               f"{x.steals} st" for x in steal[w].workers or [])
+        per_worker = ", ".join(
+            f"w{x.worker_id} {x.episodes} ep/{x.task_switches} sw/{x.steals} st"
+            for x in steal[w].workers or []
+        )
         print(f"  W = {w} steal per worker (episodes/task switches/steals): {per_worker}")
 
 
 def _print_overhead(episodes: list[Episode], ours: Timing, ave: Timing) -> None:
     n_actions = sum(ours.steps.values())
-    print(f"without latency, W = 1: ours {ours.wall_s:.2f} s, AsyncVectorEnv {ave.wall_s:.2f} s "
-          f"for {len(episodes)} episodes / {n_actions} actions: wall per episode ours "
-          f"{1000 * ours.wall_s / len(episodes):.1f} ms, AsyncVectorEnv "
-          f"{1000 * ave.wall_s / len(episodes):.1f} ms (ratio {ours.wall_s / ave.wall_s:.1f}x)")
+    print(
+        f"without latency, W = 1: ours {ours.wall_s:.2f} s, AsyncVectorEnv {ave.wall_s:.2f} s "
+        f"for {len(episodes)} episodes / {n_actions} actions: wall per episode ours "
+        f"{1000 * ours.wall_s / len(episodes):.1f} ms, AsyncVectorEnv "
+        f"{1000 * ave.wall_s / len(episodes):.1f} ms (ratio {ours.wall_s / ave.wall_s:.1f}x)"
+    )
 
 
 if __name__ == "__main__":

@@ -62,9 +62,14 @@ class Backend:
         env = {**os.environ, "AGENTCANVAS_HOME": str(workspace), "HF_HUB_OFFLINE": "1"}
         env.pop("AGENTCANVAS_EVAL_SUBPROCESS", None)
         with self.log.open("ab") as out:
-            self.proc = subprocess.Popen([*COMMAND, "serve", "--port", "0"], cwd=workspace,
-                                         env=env, stdin=subprocess.DEVNULL, stdout=out,
-                                         stderr=out)
+            self.proc = subprocess.Popen(
+                [*COMMAND, "serve", "--port", "0"],
+                cwd=workspace,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=out,
+            )
         deadline = time.monotonic() + START_DEADLINE_S
         while (found := ANNOUNCE.search(self.log.read_text())) is None:
             if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -105,8 +110,10 @@ def _finished(backend: Backend, run_id: str, deadline: float) -> dict[str, Any]:
         summary: dict[str, Any] = backend.http.get(f"/api/eval/v2/status/{run_id}").json()
         listing = backend.http.get("/api/eval/v2/queue").json()
         active = {e["run_id"] for e in [*listing["queued"], *listing["running"]]}
-        if summary["status"] in ("completed", "failed", "cancelled", "aborted") and \
-                run_id not in active:
+        if (
+            summary["status"] in ("completed", "failed", "cancelled", "aborted")
+            and run_id not in active
+        ):
             if summary["status"] != "completed":
                 raise SystemExit(f"{run_id} ended {summary['status']}: {summary.get('error')}")
             return summary
@@ -116,8 +123,13 @@ def _finished(backend: Backend, run_id: str, deadline: float) -> dict[str, Any]:
 
 def measure(backend: Backend, runs_dir: Path, graph: str, workers: int) -> Sample:
     """Submit one run of ``workers`` episodes on ``workers`` workers and time its phases."""
-    body = {"graph_name": graph, "episode_count": workers, "worker_count": workers,
-            "step_budget": STEP_BUDGET, "tasks": None}
+    body = {
+        "graph_name": graph,
+        "episode_count": workers,
+        "worker_count": workers,
+        "step_budget": STEP_BUDGET,
+        "tasks": None,
+    }
     submitted_at = time.time()
     response = backend.http.post("/api/eval/v2/start", json=body)
     response.raise_for_status()
@@ -125,17 +137,20 @@ def measure(backend: Backend, runs_dir: Path, graph: str, workers: int) -> Sampl
     deadline = time.monotonic() + RUN_DEADLINE_S
     spawned_at = _spawned_at(backend, run_id, deadline)
     t = _finished(backend, run_id, deadline)["timings"]
-    first_episode_at = min(p.stat().st_mtime
-                           for p in (runs_dir / run_id / "episodes").glob("ep*/episode.json"))
-    return Sample({
-        "submit→spawn": spawned_at - submitted_at,
-        "python": t["main_started_at"] - spawned_at,
-        "scan": t["registry_scanned_at"] - t["main_started_at"],
-        "borrow": t["shared_borrowed_at"] - t["registry_scanned_at"],
-        "N servers": t["servers_ready_at"] - t["shared_borrowed_at"],
-        "cold start": t["servers_ready_at"] - spawned_at,
-        "→1st ep": first_episode_at - submitted_at,
-    })
+    first_episode_at = min(
+        p.stat().st_mtime for p in (runs_dir / run_id / "episodes").glob("ep*/episode.json")
+    )
+    return Sample(
+        {
+            "submit→spawn": spawned_at - submitted_at,
+            "python": t["main_started_at"] - spawned_at,
+            "scan": t["registry_scanned_at"] - t["main_started_at"],
+            "borrow": t["shared_borrowed_at"] - t["registry_scanned_at"],
+            "N servers": t["servers_ready_at"] - t["shared_borrowed_at"],
+            "cold start": t["servers_ready_at"] - spawned_at,
+            "→1st ep": first_episode_at - submitted_at,
+        }
+    )
 
 
 def _median(samples: list[Sample], phase: str) -> float:
@@ -144,8 +159,10 @@ def _median(samples: list[Sample], phase: str) -> float:
 
 def print_table(results: dict[int, list[Sample]], graph: str) -> None:
     repeats = len(next(iter(results.values())))
-    print(f"graph {graph}, step budget {STEP_BUDGET}, one episode per worker; "
-          f"median of {repeats} run(s) per N; {os.cpu_count()} CPU(s); times in seconds")
+    print(
+        f"graph {graph}, step budget {STEP_BUDGET}, one episode per worker; "
+        f"median of {repeats} run(s) per N; {os.cpu_count()} CPU(s); times in seconds"
+    )
     head = "  N | " + " ".join(f"{p:>12}" for p in PHASES)
     print(head)
     print("-" * len(head))
@@ -156,10 +173,14 @@ def print_table(results: dict[int, list[Sample]], graph: str) -> None:
     ratio_phases = ("N servers", "cold start", "→1st ep")
     print("  N | " + " ".join(f"{p:>12}" for p in ratio_phases))
     for workers, samples in results.items():
-        print(f"{workers:>3} | " + " ".join(
-            f"{_median(samples, p) / _median(base, p):>11.2f}x" for p in ratio_phases))
-    print("\npython: spawn → main() (interpreter + imports); cold start: spawn → N env servers "
-          "ready (python + scan + borrow + N servers)")
+        print(
+            f"{workers:>3} | "
+            + " ".join(f"{_median(samples, p) / _median(base, p):>11.2f}x" for p in ratio_phases)
+        )
+    print(
+        "\npython: spawn → main() (interpreter + imports); cold start: spawn → N env servers "
+        "ready (python + scan + borrow + N servers)"
+    )
 
 
 def main() -> int:
@@ -180,8 +201,10 @@ def main() -> int:
                 if manifest["name"] in used and manifest["parallelism"] == "shared":
                     backend.http.post(f"/api/nodesets/{manifest['name']}/load").raise_for_status()
             measure(backend, runs_dir, args.graph, 1)  # warm-up: disk caches, first imports
-            results = {w: [measure(backend, runs_dir, args.graph, w) for _ in range(repeats)]
-                       for w in WORKER_COUNTS}
+            results = {
+                w: [measure(backend, runs_dir, args.graph, w) for _ in range(repeats)]
+                for w in WORKER_COUNTS
+            }
         finally:
             backend.close()
     print_table(results, args.graph)

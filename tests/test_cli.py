@@ -46,17 +46,29 @@ BAD_FILES = {
     "graph_nodes/broken/__init__.py": "raise RuntimeError('boom at import')\n",
     "graphs/malformed.json": '{"version": 1,\n  "name": "malformed",\n  "nodes": [,]\n}\n',
     "graphs/bad_schema.json": json.dumps(
-        {"version": 1, "name": "bad_schema", "step_budget": 0,
-         "nodes": [{"id": "my node", "type": "core.constant"}]}),
+        {
+            "version": 1,
+            "name": "bad_schema",
+            "step_budget": 0,
+            "nodes": [{"id": "my node", "type": "core.constant"}],
+        }
+    ),
     "graphs/no_nodes.json": json.dumps({"version": 1, "name": "no_nodes"}),
     "graphs/unknown_refs.json": _graph(
         "unknown_refs",
-        [{"id": "c", "type": "core.constant"}, ARITH_P, {"id": "x", "type": "nosuch.node"},
-         {"id": "y", "type": "core.nope"}],
-        [{"source": "c.nope", "target": "p.a"}, {"source": "c.value", "target": "p.nope"}]),
+        [
+            {"id": "c", "type": "core.constant"},
+            ARITH_P,
+            {"id": "x", "type": "nosuch.node"},
+            {"id": "y", "type": "core.nope"},
+        ],
+        [{"source": "c.nope", "target": "p.a"}, {"source": "c.value", "target": "p.nope"}],
+    ),
     "graphs/loop.json": _graph(
-        "loop", [ARITH_P, ARITH_Q],
-        [{"source": "p.out", "target": "q.a"}, {"source": "q.out", "target": "p.a"}]),
+        "loop",
+        [ARITH_P, ARITH_Q],
+        [{"source": "p.out", "target": "q.a"}, {"source": "q.out", "target": "p.a"}],
+    ),
     "graphs/uses_broken.json": _graph("uses_broken", [{"id": "b1", "type": "broken.thing"}], []),
 }
 
@@ -103,8 +115,10 @@ def _user_error(run: Run) -> str:
 
 
 def test_play_babyai_oracle_prints_success_and_spl_and_repeats_exactly(workspace: Path) -> None:
-    runs = [agentcanvas(workspace, "play", "babyai_oracle", "--episode", "0", "--json")
-            for _ in range(2)]
+    runs = [
+        agentcanvas(workspace, "play", "babyai_oracle", "--episode", "0", "--json")
+        for _ in range(2)
+    ]
     records = []
     for run in runs:
         assert run.returncode == 0, run.stderr
@@ -151,9 +165,15 @@ def test_play_a_workspace_graph_with_a_user_node_set(workspace: Path) -> None:
     goal = int(record["instruction"].rsplit(" ", 1)[1])
     assert record["status"] == "completed"
     assert (record["task"], record["episode_id"], record["step_budget"]) == (
-        "line-5", "line-5/2", 10)
-    assert record["metrics"] == {"success": 1, "moves": math.ceil(goal / 2),
-                                 "cells_visited": math.ceil(goal / 2) + 1}
+        "line-5",
+        "line-5/2",
+        10,
+    )
+    assert record["metrics"] == {
+        "success": 1,
+        "moves": math.ceil(goal / 2),
+        "cells_visited": math.ceil(goal / 2) + 1,
+    }
 
 
 def test_graph_listing_shows_origins_and_format_errors(workspace: Path) -> None:
@@ -175,7 +195,10 @@ def test_active_workspace_graph_overrides_the_workspace_graph(
     assert run.returncode == 0, run.stderr
     record = run.json()
     assert (record["task"], record["episode_id"], record["step_budget"]) == (
-        "line-21", "line-21/0", 42)
+        "line-21",
+        "line-21/0",
+        42,
+    )
     assert record["metrics"]["success"] == 1
 
 
@@ -194,7 +217,8 @@ def test_schema_violations_name_each_field(workspace: Path) -> None:
     assert "field 'step_budget'" in message and "must be >= 1" in message
     assert "field 'nodes.0.id'" in message
     assert "field 'nodes': Field required" in _user_error(
-        agentcanvas(workspace, "play", "no_nodes"))
+        agentcanvas(workspace, "play", "no_nodes")
+    )
 
 
 def test_unknown_graph(workspace: Path) -> None:

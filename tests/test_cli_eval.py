@@ -24,18 +24,31 @@ def agentcanvas_cli(*args: str, workspace: Path) -> subprocess.CompletedProcess[
 
 def test_eval_json_prints_only_the_final_summary_on_stdout(tmp_path: Path) -> None:
     proc = agentcanvas_cli(
-        "eval", "babyai_oracle", "-n", "2", "-w", "2", "--tasks", TASK, "--start-index", "5",
-        "--seed", "7", "--step-budget", "40", "--json", workspace=tmp_path,
+        "eval",
+        "babyai_oracle",
+        "-n",
+        "2",
+        "-w",
+        "2",
+        "--tasks",
+        TASK,
+        "--start-index",
+        "5",
+        "--seed",
+        "7",
+        "--step-budget",
+        "40",
+        "--json",
+        workspace=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     summary = json.loads(proc.stdout)  # the whole of stdout is one JSON document
     assert summary["status"] == "completed"
     assert summary["episodes_done"] == summary["episodes_total"] == 2
     assert summary["config"]["worker_count"] == 2 and summary["config"]["seed"] == 7
-    assert [(e["task"], e["episode_index"], e["seed"], e["step_budget"])
-            for e in summary["episodes"]] == [
-        (TASK, 5, episode_seed(7, TASK, 5), 40), (TASK, 6, episode_seed(7, TASK, 6), 40)
-    ]
+    assert [
+        (e["task"], e["episode_index"], e["seed"], e["step_budget"]) for e in summary["episodes"]
+    ] == [(TASK, 5, episode_seed(7, TASK, 5), 40), (TASK, 6, episode_seed(7, TASK, 6), 40)]
     assert summary["aggregate_metrics"]["success"]["n"] == 2
     run_dir = tmp_path / "outputs" / "eval_runs" / summary["run_id"]
     assert read_json(run_dir / "summary.json") == summary

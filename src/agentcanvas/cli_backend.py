@@ -46,9 +46,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     port = sock.getsockname()[1]
     url = f"http://{args.host}:{port}"
     hosts = allowed_hosts(args.host, args.allow_host or [])
-    app = create_app(
-        workspace_dir(), url, token=token, allowed_hosts=hosts, admission=admission
-    )
+    app = create_app(workspace_dir(), url, token=token, allowed_hosts=hosts, admission=admission)
     print(
         f"agentcanvas backend on {url} (workspace {workspace_dir()})", file=sys.stderr, flush=True
     )

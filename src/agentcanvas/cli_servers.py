@@ -64,8 +64,13 @@ def probe(path: Path) -> RecordedServer | None:
         return None
     status: ServerStatus = "up" if _answers_health(record) else "unresponsive"
     return RecordedServer(
-        nodeset=record.nodeset, tag=record.tag, url=record.url, pid=record.pid,
-        started_at=record.started_at.isoformat(), status=status, record=str(path),
+        nodeset=record.nodeset,
+        tag=record.tag,
+        url=record.url,
+        pid=record.pid,
+        started_at=record.started_at.isoformat(),
+        status=status,
+        record=str(path),
     )
 
 

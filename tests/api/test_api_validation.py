@@ -39,10 +39,18 @@ def _write_finished_run(workspace: Path, outside: Path) -> None:
     assets = run / "episodes" / "ep0000" / "assets"
     assets.mkdir(parents=True)
     config = EvalConfig(graph_name="babyai_oracle", episode_count=1)
-    episode = EpisodeResult(index=0, episode_index=0, seed=1, status="completed",
-                            task="BabyAI-GoToObj-v0")
-    summary = EvalRun(run_id=RUN_ID, status="completed", graph_name="babyai_oracle",
-                      config=config, episodes_total=1, episodes_done=1, episodes=[episode])
+    episode = EpisodeResult(
+        index=0, episode_index=0, seed=1, status="completed", task="BabyAI-GoToObj-v0"
+    )
+    summary = EvalRun(
+        run_id=RUN_ID,
+        status="completed",
+        graph_name="babyai_oracle",
+        config=config,
+        episodes_total=1,
+        episodes_done=1,
+        episodes=[episode],
+    )
     (run / "summary.json").write_text(summary.model_dump_json())
     (run / "spec.json").write_text(json.dumps({"note": SECRET}))
     (run / "_DONE").write_text("")
@@ -87,15 +95,20 @@ def test_openapi_lists_the_endpoints(server: Server) -> None:
     assert status == 200
     paths = spec["paths"]
     for path, method in [
-        ("/api/eval/v2/start", "post"), ("/api/eval/v2/status/{run_id}", "get"),
-        ("/api/eval/v2/queue", "get"), ("/api/eval/v2/cancel/{run_id}", "post"),
-        ("/api/eval/v2/resume/{run_id}", "post"), ("/api/eval/v2/runs", "get"),
+        ("/api/eval/v2/start", "post"),
+        ("/api/eval/v2/status/{run_id}", "get"),
+        ("/api/eval/v2/queue", "get"),
+        ("/api/eval/v2/cancel/{run_id}", "post"),
+        ("/api/eval/v2/resume/{run_id}", "post"),
+        ("/api/eval/v2/runs", "get"),
         ("/api/eval/v2/runs/{run_id}/episodes", "get"),
         ("/api/eval/v2/runs/{run_id}/episodes/{index}", "get"),
         ("/api/eval/v2/runs/{run_id}/episodes/{index}/log", "get"),
         ("/api/eval/v2/runs/{run_id}/episodes/{index}/assets/{name}", "get"),
-        ("/api/nodesets", "get"), ("/api/nodesets/{name}/load", "post"),
-        ("/api/nodesets/{name}/unload", "post"), ("/api/canvas/play", "post"),
+        ("/api/nodesets", "get"),
+        ("/api/nodesets/{name}/load", "post"),
+        ("/api/nodesets/{name}/unload", "post"),
+        ("/api/canvas/play", "post"),
         ("/api/graphs", "get"),
     ]:
         assert method in paths.get(path, {}), f"{method.upper()} {path} missing from OpenAPI"
@@ -105,32 +118,45 @@ def test_openapi_lists_the_endpoints(server: Server) -> None:
 
 
 # -- run ids ---------------------------------------------------------------------------------
-RUN_ENDPOINTS = [("GET", "/api/eval/v2/status/{}"), ("POST", "/api/eval/v2/cancel/{}"),
-                 ("POST", "/api/eval/v2/resume/{}"), ("GET", "/api/eval/v2/runs/{}/episodes"),
-                 ("GET", "/api/eval/v2/runs/{}/graph"), ("GET", "/api/eval/v2/runs/{}/logs/stdout")]
+RUN_ENDPOINTS = [
+    ("GET", "/api/eval/v2/status/{}"),
+    ("POST", "/api/eval/v2/cancel/{}"),
+    ("POST", "/api/eval/v2/resume/{}"),
+    ("GET", "/api/eval/v2/runs/{}/episodes"),
+    ("GET", "/api/eval/v2/runs/{}/graph"),
+    ("GET", "/api/eval/v2/runs/{}/logs/stdout"),
+]
 
 
-@pytest.mark.parametrize(("raw_id", "code", "words"), [
-    ("..", 422, ("path.run_id", "does not match the pattern")),
-    ("%2e%2e", 422, ("path.run_id", "'..'")),
-    ("%2E%2E", 422, ("run_id",)),
-    (f"{RUN_ID}%00", 422, ("run_id",)),
-    ("run-1", 422, ("run_id", "[0-9]{8}_[0-9]{6}")),
-    ("20261129_000000", 404, ("no run",)),
-    (f"{RUN_ID}/../{RUN_ID}", NO_ROUTE, ()),
-    (f"{RUN_ID}%2F..%2F{RUN_ID}", NO_ROUTE, ()),
-    ("..%2F..%2F..%2Fsecret.txt", NO_ROUTE, ()),
-])
-def test_hostile_run_ids_are_refused(server: Server, raw_id: str, code: int,
-                                     words: tuple[str, ...]) -> None:
+@pytest.mark.parametrize(
+    ("raw_id", "code", "words"),
+    [
+        ("..", 422, ("path.run_id", "does not match the pattern")),
+        ("%2e%2e", 422, ("path.run_id", "'..'")),
+        ("%2E%2E", 422, ("run_id",)),
+        (f"{RUN_ID}%00", 422, ("run_id",)),
+        ("run-1", 422, ("run_id", "[0-9]{8}_[0-9]{6}")),
+        ("20261129_000000", 404, ("no run",)),
+        (f"{RUN_ID}/../{RUN_ID}", NO_ROUTE, ()),
+        (f"{RUN_ID}%2F..%2F{RUN_ID}", NO_ROUTE, ()),
+        ("..%2F..%2F..%2Fsecret.txt", NO_ROUTE, ()),
+    ],
+)
+def test_hostile_run_ids_are_refused(
+    server: Server, raw_id: str, code: int, words: tuple[str, ...]
+) -> None:
     for method, template in RUN_ENDPOINTS:
         status, body = server.request(method, template.format(raw_id))
         _assert_refused(status, body, code, *words)
 
 
 def test_static_files_do_not_escape_their_folder(server: Server) -> None:
-    for raw in ("/../../secret.txt", "/%2e%2e/%2e%2e/secret.txt", "/..%2F..%2Fsecret.txt",
-                "/../workspace/outputs/eval_runs/20260101_000000/spec.json"):
+    for raw in (
+        "/../../secret.txt",
+        "/%2e%2e/%2e%2e/secret.txt",
+        "/..%2F..%2Fsecret.txt",
+        "/../workspace/outputs/eval_runs/20260101_000000/spec.json",
+    ):
         status, body = server.request("GET", raw)
         assert status == 404, (raw, status)
         assert SECRET not in str(body)
@@ -157,28 +183,32 @@ def test_episode_indexes_and_asset_names_stay_inside_the_run(server: Server) -> 
 ORACLE = {"graph_name": "babyai_oracle"}
 
 
-@pytest.mark.parametrize(("body", "code", "words"), [
-    ({"graph_name": "../secrets"}, 422, ("body.graph_name", "'../secrets'")),
-    ({"graph_name": "a/b"}, 422, ("graph_name", "does not match the pattern")),
-    ({"graph_name": "no_such_graph"}, 404, ("unknown graph", "babyai_oracle")),
-    ({**ORACLE, "bogus": 1}, 422, ("bogus", "Extra inputs")),
-    ({**ORACLE, "episode_count": -1}, 422, ("episode_count", "greater than or equal to 1")),
-    ({**ORACLE, "episode_count": 0}, 422, ("episode_count",)),
-    ({**ORACLE, "worker_count": 0}, 422, ("worker_count",)),
-    ({**ORACLE, "worker_count": 65}, 422, ("worker_count", "less than or equal to 64")),
-    ({**ORACLE, "seed": -5}, 422, ("seed",)),
-    ({**ORACLE, "episode_count": "ten"}, 422, ("episode_count", "integer")),
-    ({**ORACLE, "episode_count": 2.5}, 422, ("episode_count",)),
-    ({**ORACLE, "tasks": []}, 422, ("tasks", "at least 1 item")),
-    ({**ORACLE, "tasks": [" "]}, 422, ("tasks",)),
-    ({**ORACLE, "priority": 1000}, 422, ("priority",)),
-    ({"graph_name": 5}, 422, ("graph_name", "string")),
-    ({"graph_name": ""}, 422, ("graph_name",)),
-    ({}, 422, ("graph_name", "required")),
-    ([], 422, ()),
-])
-def test_malformed_start_requests_are_refused(server: Server, body: Any, code: int,
-                                              words: tuple[str, ...]) -> None:
+@pytest.mark.parametrize(
+    ("body", "code", "words"),
+    [
+        ({"graph_name": "../secrets"}, 422, ("body.graph_name", "'../secrets'")),
+        ({"graph_name": "a/b"}, 422, ("graph_name", "does not match the pattern")),
+        ({"graph_name": "no_such_graph"}, 404, ("unknown graph", "babyai_oracle")),
+        ({**ORACLE, "bogus": 1}, 422, ("bogus", "Extra inputs")),
+        ({**ORACLE, "episode_count": -1}, 422, ("episode_count", "greater than or equal to 1")),
+        ({**ORACLE, "episode_count": 0}, 422, ("episode_count",)),
+        ({**ORACLE, "worker_count": 0}, 422, ("worker_count",)),
+        ({**ORACLE, "worker_count": 65}, 422, ("worker_count", "less than or equal to 64")),
+        ({**ORACLE, "seed": -5}, 422, ("seed",)),
+        ({**ORACLE, "episode_count": "ten"}, 422, ("episode_count", "integer")),
+        ({**ORACLE, "episode_count": 2.5}, 422, ("episode_count",)),
+        ({**ORACLE, "tasks": []}, 422, ("tasks", "at least 1 item")),
+        ({**ORACLE, "tasks": [" "]}, 422, ("tasks",)),
+        ({**ORACLE, "priority": 1000}, 422, ("priority",)),
+        ({"graph_name": 5}, 422, ("graph_name", "string")),
+        ({"graph_name": ""}, 422, ("graph_name",)),
+        ({}, 422, ("graph_name", "required")),
+        ([], 422, ()),
+    ],
+)
+def test_malformed_start_requests_are_refused(
+    server: Server, body: Any, code: int, words: tuple[str, ...]
+) -> None:
     _assert_refused(*server.post_json("/api/eval/v2/start", body), code, *words)
 
 
@@ -197,19 +227,21 @@ def test_refused_requests_queue_nothing(server: Server, workspace: Path) -> None
 def test_query_parameters_are_validated(server: Server) -> None:
     _assert_refused(*server.request("GET", "/api/eval/v2/runs?limit=0"), 422, "limit")
     _assert_refused(*server.request("GET", "/api/eval/v2/runs?offset=-1"), 422, "offset")
-    _assert_refused(*server.request("GET", f"/api/eval/v2/runs/{RUN_ID}/episodes?sort=secret"),
-                    422, "sort")
-    _assert_refused(*server.request("GET", f"/api/eval/v2/runs/{RUN_ID}/logs/passwd"),
-                    422, "path.which")
+    _assert_refused(
+        *server.request("GET", f"/api/eval/v2/runs/{RUN_ID}/episodes?sort=secret"), 422, "sort"
+    )
+    _assert_refused(
+        *server.request("GET", f"/api/eval/v2/runs/{RUN_ID}/logs/passwd"), 422, "path.which"
+    )
 
 
 def test_node_set_names_are_checked(server: Server) -> None:
     _assert_refused(*server.request("POST", "/api/nodesets/Bad-Name/load"), 422, "path.name")
     _assert_refused(*server.request("POST", "/api/nodesets/%2e%2e/unload"), 422, "path.name")
-    _assert_refused(*server.request("POST", "/api/nodesets/no_such_set/load"), 404,
-                    "unknown node set")
-    _assert_refused(*server.request("POST", "/api/nodesets/env_minigrid/load"), 409,
-                    "not shared")
+    _assert_refused(
+        *server.request("POST", "/api/nodesets/no_such_set/load"), 404, "unknown node set"
+    )
+    _assert_refused(*server.request("POST", "/api/nodesets/env_minigrid/load"), 409, "not shared")
     _assert_refused(*server.request("POST", "/api/nodesets/..%2F..%2Fx/load"), NO_ROUTE)
 
 
@@ -217,21 +249,28 @@ def test_node_set_names_are_checked(server: Server) -> None:
 def test_foreign_host_and_origin_are_refused(server: Server) -> None:
     path = "/api/eval/v2/queue"
     for host in ("evil.example", f"evil.example:{server.port}", "127.0.0.1.evil.example"):
-        _assert_refused(*server.request("GET", path, headers={"Host": host}), 403,
-                        "DNS rebinding")
+        _assert_refused(*server.request("GET", path, headers={"Host": host}), 403, "DNS rebinding")
     for origin in ("http://evil.example", f"http://localhost.evil.example:{server.port}"):
         _assert_refused(*server.request("GET", path, headers={"Origin": origin}), 403, "Origin")
     # The controls: our own names pass.
-    for headers in ({"Host": f"localhost:{server.port}"},
-                    {"Origin": f"http://127.0.0.1:{server.port}"},
-                    {"Origin": f"http://localhost:{server.port}"}):
+    for headers in (
+        {"Host": f"localhost:{server.port}"},
+        {"Origin": f"http://127.0.0.1:{server.port}"},
+        {"Origin": f"http://localhost:{server.port}"},
+    ):
         assert server.request("GET", path, headers=headers)[0] == 200, headers
 
 
 def test_serve_off_loopback_without_a_token_is_refused(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "AGENTCANVAS_TOKEN"}
-    done = subprocess.run([*COMMAND, "serve", "--host", "0.0.0.0", "--port", "0"], cwd=tmp_path,
-                          env=env, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [*COMMAND, "serve", "--host", "0.0.0.0", "--port", "0"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
     assert done.returncode == 1, done
     assert "--token" in done.stderr and "Traceback" not in done.stderr, done.stderr
@@ -250,14 +289,21 @@ def test_serve_off_loopback_with_a_token(tmp_path: Path) -> None:
         path = "/api/eval/v2/queue"
         bearer = {"Authorization": f"Bearer {TOKEN}"}
         _assert_refused(*off_loopback.request("GET", path), 403, "token")
-        _assert_refused(*off_loopback.request("GET", path, headers={
-            "Authorization": "Bearer wrong"}), 403, "token")
+        _assert_refused(
+            *off_loopback.request("GET", path, headers={"Authorization": "Bearer wrong"}),
+            403,
+            "token",
+        )
         assert off_loopback.request("GET", path, headers=bearer)[0] == 200
         assert off_loopback.request("GET", f"{path}?token={TOKEN}")[0] == 200
-        _assert_refused(*off_loopback.request("GET", path, headers={
-            **bearer, "Host": "evil.example"}), 403, "DNS rebinding")
+        _assert_refused(
+            *off_loopback.request("GET", path, headers={**bearer, "Host": "evil.example"}),
+            403,
+            "DNS rebinding",
+        )
         address = _non_loopback_address()
         if address is not None:  # how a client elsewhere reaches it
-            status, body = off_loopback.request("GET", path, headers={
-                **bearer, "Host": f"{address}:{off_loopback.port}"})
+            status, body = off_loopback.request(
+                "GET", path, headers={**bearer, "Host": f"{address}:{off_loopback.port}"}
+            )
             assert status == 200, body

@@ -21,14 +21,21 @@ def runs_dir(tmp_path: Path) -> Path:
     return folder
 
 
-def write_summary(runs_dir: Path, run_id: str, status: str, success: float | None = None,
-                  n_episodes: int = 3) -> Path:
+def write_summary(
+    runs_dir: Path, run_id: str, status: str, success: float | None = None, n_episodes: int = 3
+) -> Path:
     summary: dict[str, Any] = {
-        "version": 1, "run_id": run_id, "status": status, "graph_name": "nav",
-        "episodes_total": n_episodes, "episodes_done": n_episodes,
+        "version": 1,
+        "run_id": run_id,
+        "status": status,
+        "graph_name": "nav",
+        "episodes_total": n_episodes,
+        "episodes_done": n_episodes,
         "aggregate_metrics": {} if success is None else {"success": {"mean": success}},
-        "episodes": [{"index": i, "status": "completed", "metrics": {"success": 1.0}}
-                     for i in range(n_episodes)],
+        "episodes": [
+            {"index": i, "status": "completed", "metrics": {"success": 1.0}}
+            for i in range(n_episodes)
+        ],
     }
     path = runs_dir / run_id / "summary.json"
     path.parent.mkdir(exist_ok=True)

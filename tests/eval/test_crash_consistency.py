@@ -65,20 +65,22 @@ def assert_summary_matches_folders(run_dir: RunDir) -> dict[str, Any]:
     listed = {e["index"]: e for e in summary["episodes"]}
     assert sorted(listed) == sorted(on_disk), (summary["status"], sorted(listed), sorted(on_disk))
     for index, record in on_disk.items():
-        assert EpisodeResult.model_validate(record) == EpisodeResult.model_validate(
-            listed[index]
-        )
+        assert EpisodeResult.model_validate(record) == EpisodeResult.model_validate(listed[index])
     finished = [e for e in listed.values() if e["status"] != "cancelled"]
     assert summary["episodes_done"] == len(finished)
     return summary
 
 
-def kill_at_random_point(proc: subprocess.Popen[bytes], run_dir: RunDir, rng: random.Random,
-                         at_least: int) -> None:
+def kill_at_random_point(
+    proc: subprocess.Popen[bytes], run_dir: RunDir, rng: random.Random, at_least: int
+) -> None:
     """SIGKILL ``proc``'s group once ``at_least`` + a random number of episodes are on disk."""
     target = at_least + rng.randint(1, TOTAL // 4)
-    poll_until(lambda: len(episode_files(run_dir)) >= target or proc.poll() is not None,
-               f"{target} episodes on disk", DEADLINE_S)
+    poll_until(
+        lambda: len(episode_files(run_dir)) >= target or proc.poll() is not None,
+        f"{target} episodes on disk",
+        DEADLINE_S,
+    )
     time.sleep(rng.uniform(0.0, 0.05))
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(30)
@@ -87,10 +89,20 @@ def kill_at_random_point(proc: subprocess.Popen[bytes], run_dir: RunDir, rng: ra
 
 def spawn_eval_process(run_dir: RunDir, workspace: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "agentcanvas.eval_subprocess_main", "--run-dir",
-         str(run_dir.root), "--backend-url", "http://127.0.0.1:9"],
-        cwd=workspace, env={**os.environ, "AGENTCANVAS_HOME": str(workspace)},
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        [
+            sys.executable,
+            "-m",
+            "agentcanvas.eval_subprocess_main",
+            "--run-dir",
+            str(run_dir.root),
+            "--backend-url",
+            "http://127.0.0.1:9",
+        ],
+        cwd=workspace,
+        env={**os.environ, "AGENTCANVAS_HOME": str(workspace)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
 
 
@@ -107,19 +119,30 @@ def test_summary_equals_episode_folders_after_sigkill_at_random_points(
     # The same run unbroken, on one worker, in a workspace of its own (meanwhile).
     clean_ws = tmp_path / "clean"
     clean_ws.mkdir()
-    clean = subprocess.Popen([*COMMAND, *base, "-w", "1"], cwd=clean_ws,
-                             env={**os.environ, "AGENTCANVAS_HOME": str(clean_ws)},
-                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                             start_new_session=True)
+    clean = subprocess.Popen(
+        [*COMMAND, *base, "-w", "1"],
+        cwd=clean_ws,
+        env={**os.environ, "AGENTCANVAS_HOME": str(clean_ws)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     procs.append(clean)
-    cli = subprocess.Popen([*COMMAND, *base, "-w", str(WORKERS)], cwd=workspace, env=env,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                           start_new_session=True)
+    cli = subprocess.Popen(
+        [*COMMAND, *base, "-w", str(WORKERS)],
+        cwd=workspace,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     procs.append(cli)
-    run_dir = RunDir(poll_until(lambda: next(iter(runs_dir.glob("*/")), None),
-                                "the run folder", DEADLINE_S))
-    scheduler = JobScheduler(runs_dir, "http://127.0.0.1:9", [],
-                             CalibrationStore(workspace / "calibration.json"))
+    run_dir = RunDir(
+        poll_until(lambda: next(iter(runs_dir.glob("*/")), None), "the run folder", DEADLINE_S)
+    )
+    scheduler = JobScheduler(
+        runs_dir, "http://127.0.0.1:9", [], CalibrationStore(workspace / "calibration.json")
+    )
 
     kill_at_random_point(cli, run_dir, rng, at_least=0)
     scheduler.recover()

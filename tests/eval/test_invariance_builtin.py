@@ -57,8 +57,15 @@ def test_builtin_graph_is_invariant_at_several_worker_counts(
     counts = WORKER_COUNTS.get(name, [1, 2, 4])
     n_episodes = EPISODES.get(name, N_EPISODES)
     proc = agentcanvas_cli(
-        "verify-invariance", name, "-n", n_episodes, "--step-budget", STEP_BUDGET,
-        "--workers", ",".join(map(str, counts)), workspace=tmp_path,
+        "verify-invariance",
+        name,
+        "-n",
+        n_episodes,
+        "--step-budget",
+        STEP_BUDGET,
+        "--workers",
+        ",".join(map(str, counts)),
+        workspace=tmp_path,
     )
     assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-4000:]}"
     for count in counts[1:]:

@@ -169,8 +169,9 @@ def episode_length(seed: int) -> int:
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     # AGENTCANVAS_HOME: the auto_host children find renv here
-    yield from home_workspace(tmp_path_factory, "review_timeouts_ws",
-                              {"renv": RENV, "rglue": RGLUE})
+    yield from home_workspace(
+        tmp_path_factory, "review_timeouts_ws", {"renv": RENV, "rglue": RGLUE}
+    )
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -232,7 +233,11 @@ async def test_a_call_past_its_deadline_is_a_timeout_naming_the_node(
     try:
         await reg.ensure_nodesets_for_graph(graph, worker_count=1)
         summary = await run_eval(
-            reg, graph, tmp_path / "run", episode_count=1, step_budget=8,
+            reg,
+            graph,
+            tmp_path / "run",
+            episode_count=1,
+            step_budget=8,
             per_step_timeout_s=CALL_DEADLINE_S,
         )
         restarts = reg.servers.records["renv#0"].restarts

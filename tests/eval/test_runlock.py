@@ -109,9 +109,20 @@ def test_a_held_folder_is_refused_by_a_second_eval_resume_and_recover(
     lock = RunLock(run_dir).acquire()  # this test process is the writer now
     try:
         second = subprocess.run(
-            [sys.executable, "-m", "agentcanvas.eval_subprocess_main", "--run-dir",
-             str(run_dir.root), "--backend-url", "http://127.0.0.1:9"],
-            capture_output=True, text=True, timeout=DEADLINE_S, cwd=workspace, check=False,
+            [
+                sys.executable,
+                "-m",
+                "agentcanvas.eval_subprocess_main",
+                "--run-dir",
+                str(run_dir.root),
+                "--backend-url",
+                "http://127.0.0.1:9",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=DEADLINE_S,
+            cwd=workspace,
+            check=False,
             env={**os.environ, "AGENTCANVAS_HOME": str(workspace)},
         )
         assert second.returncode == 1, second.stderr
@@ -140,8 +151,11 @@ def test_a_foreground_eval_holds_its_folder_for_its_whole_life(
     runs_dir = workspace / "outputs" / "eval_runs"
     cli = subprocess.Popen(
         [*COMMAND, "eval", "babyai_oracle", "-n", "3000", "-w", "2", "--json"],
-        cwd=workspace, env={**os.environ, "AGENTCANVAS_HOME": str(workspace)},
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        cwd=workspace,
+        env={**os.environ, "AGENTCANVAS_HOME": str(workspace)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
     procs.append(cli)
 

@@ -104,24 +104,26 @@ TENV = textwrap.dedent(
 
 
 def make_graph(name: str = "tgraph", label: str = "v1", latency_ms: float = 15.0) -> Graph:
-    return parse_graph({
-        "version": 1,
-        "name": name,
-        "env": {"nodeset": "tenv", "fields": {"step_latency_ms": latency_ms}, "tasks": TASKS},
-        "nodes": [
-            {"id": "act", "type": "core.constant", "config": {"value": 1}},
-            {"id": "label", "type": "core.constant", "config": {"value": label}},
-            {"id": "facts", "type": "core.graphIn"},
-            {"id": "env", "type": "tenv.step"},
-            {"id": "out", "type": "core.graphOut"},
-        ],
-        "edges": [
-            {"source": "act.value", "target": "env.action"},
-            {"source": "env.metrics", "target": "out.metrics"},
-            {"source": "facts.seed", "target": "out.seed"},
-            {"source": "label.value", "target": "out.label"},
-        ],
-    })
+    return parse_graph(
+        {
+            "version": 1,
+            "name": name,
+            "env": {"nodeset": "tenv", "fields": {"step_latency_ms": latency_ms}, "tasks": TASKS},
+            "nodes": [
+                {"id": "act", "type": "core.constant", "config": {"value": 1}},
+                {"id": "label", "type": "core.constant", "config": {"value": label}},
+                {"id": "facts", "type": "core.graphIn"},
+                {"id": "env", "type": "tenv.step"},
+                {"id": "out", "type": "core.graphOut"},
+            ],
+            "edges": [
+                {"source": "act.value", "target": "env.action"},
+                {"source": "env.metrics", "target": "out.metrics"},
+                {"source": "facts.seed", "target": "out.seed"},
+                {"source": "label.value", "target": "out.label"},
+            ],
+        }
+    )
 
 
 @pytest.fixture(scope="module")
@@ -160,10 +162,17 @@ async def run_at(
 ) -> tuple[EvalRun, Recorder]:
     run_dir = RunDir(root)
     recorder = Recorder(run_dir)
-    config = EvalConfig(graph_name="tgraph", episode_count=N_PER_TASK, worker_count=workers,
-                        seed=11)
-    runner = BatchEvalRunner(registry, registry.load_graph("tgraph"), config, run_dir,
-                             run_id="20260101_000000", broadcast=recorder)
+    config = EvalConfig(
+        graph_name="tgraph", episode_count=N_PER_TASK, worker_count=workers, seed=11
+    )
+    runner = BatchEvalRunner(
+        registry,
+        registry.load_graph("tgraph"),
+        config,
+        run_dir,
+        run_id="20260101_000000",
+        broadcast=recorder,
+    )
     summary = await asyncio.wait_for(runner.execute(), RUN_DEADLINE_S)
     assert summary.status_counts == {"completed": N_TOTAL}
     return summary, recorder
@@ -190,9 +199,7 @@ async def test_seeds_come_from_episode_identity_never_the_worker_slot(
     one_worker: tuple[EvalRun, Recorder], three_workers: tuple[EvalRun, Recorder]
 ) -> None:
     (w1, _), (w3, _) = one_worker, three_workers
-    expected = [
-        (t, i, episode_seed(11, t, i)) for t in TASKS for i in range(N_PER_TASK)
-    ]
+    expected = [(t, i, episode_seed(11, t, i)) for t in TASKS for i in range(N_PER_TASK)]
     for summary in (w1, w3):
         assert [(e.task, e.episode_index, e.seed) for e in summary.episodes] == expected
         for ep in summary.episodes:
@@ -206,9 +213,11 @@ async def test_plan_is_a_function_of_the_config_not_the_worker_count() -> None:
     graph = make_graph()
     plans = [
         plan_episodes(
-            EvalConfig(graph_name="tgraph", episode_count=4, worker_count=w, seed=7,
-                       start_index=100),
-            graph, "run",
+            EvalConfig(
+                graph_name="tgraph", episode_count=4, worker_count=w, seed=7, start_index=100
+            ),
+            graph,
+            "run",
         )
         for w in (1, 3, 8)
     ]
@@ -229,8 +238,9 @@ async def test_summary_is_rewritten_at_every_episode_boundary(
 ) -> None:
     _, recorder = three_workers
     assert [s.episodes_done for s in recorder.on_disk] == list(range(1, N_TOTAL + 1))
-    boundaries = zip(recorder.on_disk, recorder.index_lines, recorder.completion_order(),
-                     strict=True)
+    boundaries = zip(
+        recorder.on_disk, recorder.index_lines, recorder.completion_order(), strict=True
+    )
     for on_disk, lines, index in boundaries:
         assert on_disk.status == "running"
         # The bounded summary: no records while the run goes; the index has them.
@@ -243,8 +253,12 @@ async def test_summary_is_rewritten_at_every_episode_boundary(
         assert on_disk.aggregate_by_task == metrics.aggregate_by_task(covered)
     progress = [e["episodes_done"] for e in recorder.events if e["type"] == "eval_progress"]
     assert progress == list(range(1, N_TOTAL + 1))
-    assert recorder.events[-1] == {"type": "eval_complete", "source": "eval",
-                                   "run_id": "20260101_000000", "status": "completed"}
+    assert recorder.events[-1] == {
+        "type": "eval_complete",
+        "source": "eval",
+        "run_id": "20260101_000000",
+        "status": "completed",
+    }
     assert all(e["source"] == "eval" for e in recorder.events)
 
 
@@ -341,10 +355,16 @@ async def test_an_episode_is_reconstructible_from_its_own_folder(
         folder = foreground.run_dir.episode_dir(record.index)
         episode = read_json(folder / "episode.json")
         assert episode["run_id"] == foreground.run_id and episode["graph_name"] == "tgraph"
-        assert {k: episode[k] for k in ("index", "task", "episode_index", "seed", "metrics",
-                                        "steps", "status")} == {
-            "index": record.index, "task": record.task, "episode_index": record.episode_index,
-            "seed": record.seed, "metrics": record.metrics, "steps": record.steps,
+        assert {
+            k: episode[k]
+            for k in ("index", "task", "episode_index", "seed", "metrics", "steps", "status")
+        } == {
+            "index": record.index,
+            "task": record.task,
+            "episode_index": record.episode_index,
+            "seed": record.seed,
+            "metrics": record.metrics,
+            "steps": record.steps,
             "status": "completed",
         }
         log = read_jsonl(folder / "log.jsonl")
@@ -402,7 +422,8 @@ async def test_graph_json_is_frozen_at_construction(
 
 
 async def test_a_resumed_runner_runs_only_the_missing_episodes_and_ends_equal(
-    registry: WorkspaceComponentRegistry, three_workers: tuple[EvalRun, Recorder],
+    registry: WorkspaceComponentRegistry,
+    three_workers: tuple[EvalRun, Recorder],
     tmp_path: Path,
 ) -> None:
     uninterrupted, _ = three_workers
@@ -410,8 +431,15 @@ async def test_a_resumed_runner_runs_only_the_missing_episodes_and_ends_equal(
     run_dir = RunDir(tmp_path)
     recorder = Recorder(run_dir)
     config = EvalConfig(graph_name="tgraph", episode_count=N_PER_TASK, worker_count=2, seed=11)
-    runner = BatchEvalRunner(registry, registry.load_graph("tgraph"), config, run_dir,
-                             run_id="20260101_000000", broadcast=recorder, previous=kept)
+    runner = BatchEvalRunner(
+        registry,
+        registry.load_graph("tgraph"),
+        config,
+        run_dir,
+        run_id="20260101_000000",
+        broadcast=recorder,
+        previous=kept,
+    )
     # The index starts with the kept results, sorted by index.
     assert [r["index"] for r in read_jsonl(run_dir.episodes_index_path).records] == [0, 2, 4]
     resumed = await asyncio.wait_for(runner.execute(), RUN_DEADLINE_S)

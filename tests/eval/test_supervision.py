@@ -94,21 +94,22 @@ TENV = textwrap.dedent(
 
 
 def make_graph(latency_ms: float) -> Graph:
-    return parse_graph({
-        "version": 1,
-        "name": "supervised",
-        "env": {"nodeset": "tenv", "fields": {"step_latency_ms": latency_ms},
-                "tasks": ["ok"]},
-        "nodes": [
-            {"id": "act", "type": "core.constant", "config": {"value": 1}},
-            {"id": "env", "type": "tenv.step"},
-            {"id": "out", "type": "core.graphOut"},
-        ],
-        "edges": [
-            {"source": "act.value", "target": "env.action"},
-            {"source": "env.metrics", "target": "out.metrics"},
-        ],
-    })
+    return parse_graph(
+        {
+            "version": 1,
+            "name": "supervised",
+            "env": {"nodeset": "tenv", "fields": {"step_latency_ms": latency_ms}, "tasks": ["ok"]},
+            "nodes": [
+                {"id": "act", "type": "core.constant", "config": {"value": 1}},
+                {"id": "env", "type": "tenv.step"},
+                {"id": "out", "type": "core.graphOut"},
+            ],
+            "edges": [
+                {"source": "act.value", "target": "env.action"},
+                {"source": "env.metrics", "target": "out.metrics"},
+            ],
+        }
+    )
 
 
 @pytest.fixture(scope="module")
@@ -125,10 +126,12 @@ async def registry(workspace: Path) -> AsyncIterator[WorkspaceComponentRegistry]
 def new_runner(
     registry: WorkspaceComponentRegistry, root: Path, episode_count: int = N_EPISODES
 ) -> BatchEvalRunner:
-    config = EvalConfig(graph_name="supervised", episode_count=episode_count,
-                        worker_count=N_WORKERS, max_attempts=2)
-    return BatchEvalRunner(registry, make_graph(30.0), config, RunDir(root),
-                           run_id="20260101_000000")
+    config = EvalConfig(
+        graph_name="supervised", episode_count=episode_count, worker_count=N_WORKERS, max_attempts=2
+    )
+    return BatchEvalRunner(
+        registry, make_graph(30.0), config, RunDir(root), run_id="20260101_000000"
+    )
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -167,8 +170,11 @@ async def wait_dead(registry: WorkspaceComponentRegistry, key: str) -> None:
 def assert_recovered(summary: EvalRun, baseline: EvalRun, chunk: range) -> EpisodeResult:
     """The run completed, one episode of worker 0's chunk ran twice, results are unchanged."""
     assert summary.status == "completed"
-    failed = [(e.index, e.status, e.attempts, e.error, e.node_errors)
-              for e in summary.episodes if e.status != "completed"]
+    failed = [
+        (e.index, e.status, e.attempts, e.error, e.node_errors)
+        for e in summary.episodes
+        if e.status != "completed"
+    ]
     assert summary.status_counts == {"completed": N_EPISODES}, failed
     retried = [e for e in summary.episodes if e.attempts != 1]
     assert len(retried) == 1, [(e.index, e.attempts) for e in summary.episodes]

@@ -155,9 +155,7 @@ def make_graph(
         nodes.append({"id": "out", "type": "core.graphOut"})
         edges.append({"source": "env.metrics", "target": "out.metrics"})
     env = {"nodeset": "tenv", "fields": fields or {}, "tasks": list(tasks)}
-    return parse_graph(
-        {"version": 1, "name": name, "env": env, "nodes": nodes, "edges": edges}
-    )
+    return parse_graph({"version": 1, "name": name, "env": env, "nodes": nodes, "edges": edges})
 
 
 def episode_length(seed: int) -> int:
@@ -231,7 +229,12 @@ async def test_timeout_keeps_partial_steps_and_withdraws_the_guarantee(
     graph = make_graph("naps", act={"nap_at": 2, "nap_s": 60.0})
     # The episode's limit (0.5 s) ends the nap before the call's own deadline (30 s) does.
     run = Run(
-        registry, graph, tmp_path, episode_count=1, step_budget=4, per_step_timeout_s=30.0,
+        registry,
+        graph,
+        tmp_path,
+        episode_count=1,
+        step_budget=4,
+        per_step_timeout_s=30.0,
         episode_timeout_s=0.5,
     )
     started = time.perf_counter()

@@ -32,8 +32,11 @@ def write_latency_graph(workspace: Path) -> str:
     source = Path(agentcanvas.graphs.__file__).parent / "babyai_oracle.json"
     graph = json.loads(source.read_text(encoding="utf-8"))
     graph["name"] = "oracle_latency"
-    graph["env"]["fields"] = {"dataset": "minigrid", "split": "Empty",
-                              "step_latency_ms": LATENCY_MS}
+    graph["env"]["fields"] = {
+        "dataset": "minigrid",
+        "split": "Empty",
+        "step_latency_ms": LATENCY_MS,
+    }
     graph["env"]["tasks"] = ["MiniGrid-Empty-5x5-v0", "MiniGrid-Empty-8x8-v0"]
     (workspace / "graphs").mkdir()
     (workspace / "graphs" / "oracle_latency.json").write_text(json.dumps(graph), "utf-8")
@@ -45,8 +48,14 @@ def test_unequal_episode_lengths_make_a_worker_steal_and_records_do_not_change(
 ) -> None:
     name = write_latency_graph(tmp_path)
     proc = run_cli(
-        "verify-invariance", name, "-n", N_PER_TASK, "--workers", "1,2",
-        workspace=tmp_path, timeout_s=CLI_TIMEOUT_S,
+        "verify-invariance",
+        name,
+        "-n",
+        N_PER_TASK,
+        "--workers",
+        "1,2",
+        workspace=tmp_path,
+        timeout_s=CLI_TIMEOUT_S,
     )
     assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-4000:]}"
     assert "identical (workers 1 vs 2)" in proc.stdout

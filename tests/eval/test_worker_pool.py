@@ -54,8 +54,14 @@ TENV = textwrap.dedent(
 
 @pytest.mark.parametrize(
     ("n_items", "n_chunks", "sizes"),
-    [(10, 4, [3, 3, 2, 2]), (8, 2, [4, 4]), (7, 3, [3, 2, 2]), (3, 5, [1, 1, 1, 0, 0]),
-     (5, 1, [5]), (0, 3, [0, 0, 0])],
+    [
+        (10, 4, [3, 3, 2, 2]),
+        (8, 2, [4, 4]),
+        (7, 3, [3, 2, 2]),
+        (3, 5, [1, 1, 1, 0, 0]),
+        (5, 1, [5]),
+        (0, 3, [0, 0, 0]),
+    ],
 )
 def test_partition_is_contiguous_like_numpy_array_split(
     n_items: int, n_chunks: int, sizes: list[int]
@@ -126,10 +132,14 @@ async def test_acquire_specific_refuses_a_slot_that_does_not_exist(tmp_path: Pat
 
 
 def env_graph() -> Graph:
-    return parse_graph({
-        "version": 1, "name": "tiny", "env": {"nodeset": "tenv", "tasks": ["ok"]},
-        "nodes": [{"id": "env", "type": "tenv.step"}],
-    })
+    return parse_graph(
+        {
+            "version": 1,
+            "name": "tiny",
+            "env": {"nodeset": "tenv", "tasks": ["ok"]},
+            "nodes": [{"id": "env", "type": "tenv.step"}],
+        }
+    )
 
 
 @pytest.fixture

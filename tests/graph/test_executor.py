@@ -214,8 +214,12 @@ async def test_independent_async_nodes_run_concurrently(
             "joined": "core.select",
             "out": "core.graphOut",
         },
-        [("a.met", "joined.cond"), ("a.met", "joined.a"), ("b.met", "joined.b"),
-         ("joined.out", "out.both_met")],
+        [
+            ("a.met", "joined.cond"),
+            ("a.met", "joined.a"),
+            ("b.met", "joined.b"),
+            ("joined.out", "out.both_met"),
+        ],
         step_budget=2,
     )
     log = ListLog()
@@ -306,8 +310,11 @@ async def test_node_errors_go_to_the_ledger_and_end_the_run_with_status_error(
 async def test_an_error_output_port_is_a_value_not_a_failure(
     registry: WorkspaceComponentRegistry,
 ) -> None:
-    graph = _graph({"soft": "probe.soft_fail", "out": "core.graphOut"},
-                   [("soft.error", "out.message")], step_budget=2)
+    graph = _graph(
+        {"soft": "probe.soft_fail", "out": "core.graphOut"},
+        [("soft.error", "out.message")],
+        step_budget=2,
+    )
     result = await _run(_executor(registry, graph))
     assert (result.status, result.node_errors) == ("completed", {})
     assert result.metrics == {"message": "just a value"}
@@ -319,13 +326,23 @@ async def test_an_error_output_port_is_a_value_not_a_failure(
 async def test_graph_out_is_snapshotted_after_the_terminal_iteration(
     registry: WorkspaceComponentRegistry,
 ) -> None:
-    graph = parse_graph({
-        "version": 1, "name": "t", "step_budget": 4, "scopes": [{"id": "group"}],
-        "nodes": [{"id": "n", "type": "core.counter"}, {"id": "out", "type": "core.graphOut"},
-                  {"id": "hidden", "type": "core.graphOut", "scope": "group"}],
-        "edges": [{"source": "n.count", "target": "out.count"},
-                  {"source": "n.count", "target": "hidden.inner_count"}],
-    })
+    graph = parse_graph(
+        {
+            "version": 1,
+            "name": "t",
+            "step_budget": 4,
+            "scopes": [{"id": "group"}],
+            "nodes": [
+                {"id": "n", "type": "core.counter"},
+                {"id": "out", "type": "core.graphOut"},
+                {"id": "hidden", "type": "core.graphOut", "scope": "group"},
+            ],
+            "edges": [
+                {"source": "n.count", "target": "out.count"},
+                {"source": "n.count", "target": "hidden.inner_count"},
+            ],
+        }
+    )
     executor = _executor(registry, graph)
     result = await _run(executor)
     assert result.metrics == {"count": 4.0}  # the last iteration's value; scoped sink ignored
@@ -336,8 +353,12 @@ async def test_graph_out_is_snapshotted_after_the_terminal_iteration(
 async def test_metrics_dict_is_flattened_and_scalar_ports_are_kept(
     registry: WorkspaceComponentRegistry,
 ) -> None:
-    nested = {"success": 1, "spl": 0.5, "detail": {"a": True, "deeper": {"b": "x"}},
-              "ignored_list": [1, 2]}
+    nested = {
+        "success": 1,
+        "spl": 0.5,
+        "detail": {"a": True, "deeper": {"b": "x"}},
+        "ignored_list": [1, 2],
+    }
     graph = _graph(
         {
             "m": ("core.constant", {"value": nested}),
@@ -346,22 +367,33 @@ async def test_metrics_dict_is_flattened_and_scalar_ports_are_kept(
             "vector": ("core.constant", {"value": [1, 2, 3]}),
             "out": "core.graphOut",
         },
-        [("m.value", "out.metrics"), ("score.value", "out.score"),
-         ("label.value", "out.label"), ("vector.value", "out.vector")],
+        [
+            ("m.value", "out.metrics"),
+            ("score.value", "out.score"),
+            ("label.value", "out.label"),
+            ("vector.value", "out.vector"),
+        ],
         step_budget=1,
     )
     result = await _run(_executor(registry, graph))
     assert result.metrics == {
-        "success": 1, "spl": 0.5, "detail.a": True, "detail.deeper.b": "x",
-        "score": 7, "label": "hello",
+        "success": 1,
+        "spl": 0.5,
+        "detail.a": True,
+        "detail.deeper.b": "x",
+        "score": 7,
+        "label": "hello",
     }
 
 
 async def test_numpy_values_in_a_metrics_dict_become_plain_numbers(
     registry: WorkspaceComponentRegistry,
 ) -> None:
-    graph = _graph({"np": "probe.numpy_out", "out": "core.graphOut"},
-                   [("np.metrics", "out.metrics"), ("np.image", "out.image")], step_budget=1)
+    graph = _graph(
+        {"np": "probe.numpy_out", "out": "core.graphOut"},
+        [("np.metrics", "out.metrics"), ("np.image", "out.image")],
+        step_budget=1,
+    )
     result = await _run(_executor(registry, graph))
     assert result.metrics == {"i64": 3, "arr1": 2.5, "nan": None}
     assert type(result.metrics["i64"]) is int and type(result.metrics["arr1"]) is float
@@ -375,8 +407,11 @@ def _accumulator(initial: Any) -> Graph:
     if initial is not None:
         loop["initial"] = initial
     return _graph(
-        {"one": ("core.constant", {"value": 1}), "acc": ("core.arith", {"op": "add"}),
-         "out": "core.graphOut"},
+        {
+            "one": ("core.constant", {"value": 1}),
+            "acc": ("core.arith", {"op": "add"}),
+            "out": "core.graphOut",
+        },
         [("one.value", "acc.a"), loop, ("acc.out", "out.total")],
         step_budget=3,
     )
@@ -425,10 +460,18 @@ async def test_done_port_ends_the_loop_after_that_iteration(
     registry: WorkspaceComponentRegistry,
 ) -> None:
     graph = _graph(
-        {**COUNTING, "three": ("core.constant", {"value": 3}),
-         "reached": ("core.compare", {"op": "ge"}), "stop": "core.stopWhen"},
-        [*COUNTING_EDGES, ("n.count", "reached.a"), ("three.value", "reached.b"),
-         ("reached.out", "stop.cond")],
+        {
+            **COUNTING,
+            "three": ("core.constant", {"value": 3}),
+            "reached": ("core.compare", {"op": "ge"}),
+            "stop": "core.stopWhen",
+        },
+        [
+            *COUNTING_EDGES,
+            ("n.count", "reached.a"),
+            ("three.value", "reached.b"),
+            ("reached.out", "stop.cond"),
+        ],
         step_budget=50,
     )
     result = await _run(_executor(registry, graph))
@@ -447,7 +490,11 @@ async def test_env_panel_overrides_route_every_call_to_the_override_handle(
     result = await _run(_executor(registry, graph, env_panel_overrides={"probe": override}))
     assert result.status == "completed"
     assert [(c.node_id, c.step) for c in override.state.calls] == [
-        ("a", 0), ("b", 0), ("a", 1), ("b", 1)]
+        ("a", 0),
+        ("b", 0),
+        ("a", 1),
+        ("b", 1),
+    ]
     assert registry.local_instance("probe").state.calls == []
 
 
@@ -487,16 +534,22 @@ async def test_server_url_overrides_reach_the_resolver_for_every_node_set_call(
 async def test_every_call_gets_the_episode_context(registry: WorkspaceComponentRegistry) -> None:
     episode = EpisodeContext(key="ep-7", seed=1234, task="t1", asset_dir="/tmp/assets")
     override = LocalNodeSet(registry.nodeset("probe"))
-    graph = _graph({"r": "probe.record", "facts": "core.graphIn", "out": "core.graphOut"},
-                   [("facts.seed", "out.seed"), ("facts.step", "out.step"),
-                    ("facts.task", "out.task")], step_budget=3)
-    executor = _executor(registry, graph, episode=episode,
-                         env_panel_overrides={"probe": override})
+    graph = _graph(
+        {"r": "probe.record", "facts": "core.graphIn", "out": "core.graphOut"},
+        [("facts.seed", "out.seed"), ("facts.step", "out.step"), ("facts.task", "out.task")],
+        step_budget=3,
+    )
+    executor = _executor(registry, graph, episode=episode, env_panel_overrides={"probe": override})
     result = await _run(executor)
     assert [c.step for c in override.state.calls] == [0, 1, 2]
     for ctx in override.state.calls:
         assert (ctx.node_id, ctx.episode_key, ctx.episode_seed, ctx.task, ctx.asset_dir) == (
-            "r", "ep-7", 1234, "t1", "/tmp/assets")
+            "r",
+            "ep-7",
+            1234,
+            "t1",
+            "/tmp/assets",
+        )
     assert result.metrics == {"seed": 1234, "step": 2, "task": "t1"}
 
 
@@ -520,16 +573,29 @@ async def test_suppress_nav_events(registry: WorkspaceComponentRegistry, suppres
     assert [e["step"] for e in events if e["type"] == "nav_step"] == [0, 1]
     firings = [e for e in events if "node" in e]  # one per node firing
     assert [(e["step"], e["node"], e["status"]) for e in firings] == [
-        (0, "n", "ok"), (0, "out", "ok"), (1, "n", "ok"), (1, "out", "ok")]
+        (0, "n", "ok"),
+        (0, "out", "ok"),
+        (1, "n", "ok"),
+        (1, "out", "ok"),
+    ]
 
 
 async def test_firing_log_records_every_firing(registry: WorkspaceComponentRegistry) -> None:
     log = ListLog()
-    graph = _graph({"np": "probe.numpy_out", "bad": "probe.needs", "out": "core.graphOut"},
-                   [("np.image", "out.image")], step_budget=2)
+    graph = _graph(
+        {"np": "probe.numpy_out", "bad": "probe.needs", "out": "core.graphOut"},
+        [("np.image", "out.image")],
+        step_budget=2,
+    )
     await _run(_executor(registry, graph, log=log))
     assert [(e["step"], e["node"]) for e in log.entries] == [
-        (0, "bad"), (0, "np"), (0, "out"), (1, "bad"), (1, "np"), (1, "out")]
+        (0, "bad"),
+        (0, "np"),
+        (0, "out"),
+        (1, "bad"),
+        (1, "np"),
+        (1, "out"),
+    ]
     for entry in log.entries:
         assert {"step", "node", "type", "status", "latency_ms", "inputs", "outputs"} <= set(entry)
         assert entry["latency_ms"] >= 0.0
@@ -566,12 +632,14 @@ async def test_loop_runner_carries_its_overrides_into_each_executor(
     registry: WorkspaceComponentRegistry,
 ) -> None:
     override = LocalNodeSet(registry.nodeset("probe"))
-    runner = LoopRunner(registry, env_panel_overrides={"probe": override},
-                        principles=ExecutionPrinciples(suppress_nav_events=True))
+    runner = LoopRunner(
+        registry,
+        env_panel_overrides={"probe": override},
+        principles=ExecutionPrinciples(suppress_nav_events=True),
+    )
     graph = _graph({"r": "probe.record"}, [], step_budget=2)
     for key in ("e1", "e2"):
-        result = await asyncio.wait_for(runner.run(graph, EpisodeContext(key=key)),
-                                        RUN_DEADLINE_S)
+        result = await asyncio.wait_for(runner.run(graph, EpisodeContext(key=key)), RUN_DEADLINE_S)
         assert result.status == "completed"
     assert runner.executor is not None and runner.executor.principles.suppress_nav_events
     assert [c.episode_key for c in override.state.calls] == ["e1", "e1", "e2", "e2"]
@@ -582,5 +650,6 @@ async def test_loop_runner_step_budget_override_wins(registry: WorkspaceComponen
     runner = LoopRunner(registry)
     graph = _graph(COUNTING, COUNTING_EDGES, step_budget=10)
     result = await asyncio.wait_for(
-        runner.run(graph, EpisodeContext(key="k"), step_budget_override=2), RUN_DEADLINE_S)
+        runner.run(graph, EpisodeContext(key="k"), step_budget_override=2), RUN_DEADLINE_S
+    )
     assert result.steps == 2

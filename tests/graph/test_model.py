@@ -102,8 +102,11 @@ def test_env_binding_parses_fields_and_tasks() -> None:
         ({"version": 2}, "version", ""),
         ({"name": "has space"}, "name", "pattern"),
         ({"edges": [{"source": "onevalue", "target": "acc.a"}]}, "edges.0.source", "node.port"),
-        ({"edges": [{"source": "one.value", "target": "acc.a", "initial": 3}]}, "edges.0",
-         "next_iteration"),
+        (
+            {"edges": [{"source": "one.value", "target": "acc.a", "initial": 3}]},
+            "edges.0",
+            "next_iteration",
+        ),
         ({"edges": [{"source": "one.value"}]}, "edges.0.target", "required"),
         ({"env": {"fields": {}}}, "env.nodeset", "required"),
     ],

@@ -20,8 +20,7 @@ def _edge(source: str, target: str, *, loop: bool = False) -> dict[str, Any]:
     return {"source": f"{source}.out", "target": f"{target}.a", "next_iteration": loop}
 
 
-DIAMOND = [_edge("a", "b"), _edge("a", "c"), _edge("b", "d"),
-           {"source": "c.out", "target": "d.b"}]
+DIAMOND = [_edge("a", "b"), _edge("a", "c"), _edge("b", "d"), {"source": "c.out", "target": "d.b"}]
 
 
 def test_deps_follow_same_iteration_edges_only() -> None:

@@ -28,8 +28,13 @@ TASK = "BabyAI-GoToObj-v0"  # one episode per run
 
 @pytest.fixture
 def backend(tmp_path: Path) -> Iterator[Backend]:
-    server = Backend(tmp_path, "--vram-capacity-mb", "1000",
-                     "--cpu-oversubscription", f"{SLOTS / cpu_cores():.6f}")
+    server = Backend(
+        tmp_path,
+        "--vram-capacity-mb",
+        "1000",
+        "--cpu-oversubscription",
+        f"{SLOTS / cpu_cores():.6f}",
+    )
     try:
         yield server
     finally:
@@ -44,13 +49,18 @@ def test_vram_capacity_and_cpu_slots_hold_runs_back_until_earlier_ones_finish(
     backend: Backend,
 ) -> None:
     too_big = backend.start_run("babyai_oracle", 1, 1, marginal_vram_mb=5_000.0)
-    poll_until(lambda: queued_entries(backend)[too_big]["waiting_reason"] == VRAM_REASON,
-               "the 5000 MB run to wait for VRAM", 30.0)
+    poll_until(
+        lambda: queued_entries(backend)[too_big]["waiting_reason"] == VRAM_REASON,
+        "the 5000 MB run to wait for VRAM",
+        30.0,
+    )
     vram = queued_entries(backend)[too_big]["estimates"]["vram"]  # type: ignore[index]
     assert vram["source"] == "declared" and vram["value"] == 5_000.0
 
-    runs = [backend.start_run("babyai_oracle", 1, 1, marginal_vram_mb=100.0, tasks=[TASK])
-            for _ in range(2)]
+    runs = [
+        backend.start_run("babyai_oracle", 1, 1, marginal_vram_mb=100.0, tasks=[TASK])
+        for _ in range(2)
+    ]
     most_running = 0
     waited_for_cpu: set[str] = set()
 
@@ -62,7 +72,8 @@ def test_vram_capacity_and_cpu_slots_hold_runs_back_until_earlier_ones_finish(
             if CPU_REASON.match(entry["waiting_reason"]):
                 waited_for_cpu.add(entry["run_id"])
         return all(backend.status(r)["status"] == "completed" for r in runs) and not any(
-            backend.is_active(r) for r in runs)
+            backend.is_active(r) for r in runs
+        )
 
     poll_until(all_completed, "the two runs to complete one after the other", RUN_DEADLINE_S)
 

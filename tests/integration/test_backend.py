@@ -61,8 +61,11 @@ def backend(workspace: Path) -> Iterator[Backend]:
 def huge_run(backend: Backend) -> Iterator[str]:
     """A queued run that can never be admitted (RAM): cancelled after the test."""
     run_id = backend.start_run("babyai_oracle", 1, HUGE_WORKERS)
-    poll_until(lambda: RAM_REASON.match(backend.status(run_id)["waiting_reason"] or ""),
-               "the huge run to be refused for RAM", 30.0)
+    poll_until(
+        lambda: RAM_REASON.match(backend.status(run_id)["waiting_reason"] or ""),
+        "the huge run to be refused for RAM",
+        30.0,
+    )
     try:
         yield run_id
     finally:
@@ -71,13 +74,14 @@ def huge_run(backend: Backend) -> Iterator[str]:
 
 
 def identities(summary: dict[str, Any]) -> list[dict[str, Any]]:
-    return [EpisodeResult.model_validate(e).identity()
-            for e in sorted(summary["episodes"], key=lambda e: e["index"])]
+    return [
+        EpisodeResult.model_validate(e).identity()
+        for e in sorted(summary["episodes"], key=lambda e: e["index"])
+    ]
 
 
 # -- start → completed ---------------------------------------------------------------------
-def test_start_queues_then_runs_to_completion_with_a_complete_run_folder(backend: Backend
-                                                                         ) -> None:
+def test_start_queues_then_runs_to_completion_with_a_complete_run_folder(backend: Backend) -> None:
     run_id = backend.start_run("babyai_oracle", 2, 2)
     seen: list[str] = []
 
@@ -93,8 +97,15 @@ def test_start_queues_then_runs_to_completion_with_a_complete_run_folder(backend
     assert "running" in seen, seen
     assert set(seen) <= {"queued", "running", "completed"}, seen
     folder = backend.run_dir(run_id)
-    for name in ("spec.json", "shared_urls.json", "summary.json", "graph.json", "stdout.log",
-                 "stderr.log", "_DONE"):
+    for name in (
+        "spec.json",
+        "shared_urls.json",
+        "summary.json",
+        "graph.json",
+        "stdout.log",
+        "stderr.log",
+        "_DONE",
+    ):
         assert (folder / name).is_file(), name
     spec = json.loads((folder / "spec.json").read_text())
     assert spec["run_id"] == run_id and spec["config"]["worker_count"] == 2
@@ -114,7 +125,8 @@ def test_start_queues_then_runs_to_completion_with_a_complete_run_folder(backend
     assert run_id not in [r["run_id"] for r in backend.queue()["running"]]
     listed = backend.http.get("/api/eval/v2/runs").json()["runs"]
     assert {"run_id": run_id, "status": "completed"}.items() <= next(
-        r for r in listed if r["run_id"] == run_id).items()
+        r for r in listed if r["run_id"] == run_id
+    ).items()
     # The finished run's peak memory is recorded for the next run of this graph content.
     store = CalibrationStore(backend.workspace / "outputs" / "calibration.json")
     assert store.observations(ORACLE_KEY, 2)[-1]["ram"] > 0
@@ -153,8 +165,7 @@ def test_cancel_while_running_leaves_no_process_of_the_run(backend: Backend) -> 
         summary = backend.wait_status(run_id, "cancelled", 30.0)
         assert summary["status_counts"].get("completed", 0) < summary["episodes_total"]
         assert (backend.run_dir(run_id) / "_DONE").is_file()
-        poll_until(lambda: not alive(tree), f"no process of {run_id} left",
-                   PROCESS_GONE_DEADLINE_S)
+        poll_until(lambda: not alive(tree), f"no process of {run_id} left", PROCESS_GONE_DEADLINE_S)
     finally:
         for proc in alive(tree):  # an orphan no longer belongs to the backend's tree
             proc.kill()
@@ -178,11 +189,15 @@ def test_killed_eval_subprocess_is_aborted_and_resume_equals_an_uninterrupted_ru
 
     aborted = backend.wait_status(victim, "aborted", 30.0)
     assert not (backend.run_dir(victim) / "_DONE").exists()
-    poll_until(lambda: not alive(tree), "the killed run's env servers to go",
-               PROCESS_GONE_DEADLINE_S)
-    kept = {e["index"]: (backend.run_dir(victim) / "episodes" / f"ep{e['index']:04d}"
-                         / "episode.json").read_text()
-            for e in aborted["episodes"]}
+    poll_until(
+        lambda: not alive(tree), "the killed run's env servers to go", PROCESS_GONE_DEADLINE_S
+    )
+    kept = {
+        e["index"]: (
+            backend.run_dir(victim) / "episodes" / f"ep{e['index']:04d}" / "episode.json"
+        ).read_text()
+        for e in aborted["episodes"]
+    }
     assert 1 <= len(kept) < aborted["episodes_total"]
 
     resumed = backend.http.post(f"/api/eval/v2/resume/{victim}")
@@ -191,8 +206,13 @@ def test_killed_eval_subprocess_is_aborted_and_resume_equals_an_uninterrupted_ru
     uninterrupted = backend.wait_status(reference, "completed")
 
     assert identities(final) == identities(uninterrupted)
-    for key in ("episodes_total", "episodes_done", "aggregate_metrics", "aggregate_by_task",
-                "status_counts"):
+    for key in (
+        "episodes_total",
+        "episodes_done",
+        "aggregate_metrics",
+        "aggregate_by_task",
+        "status_counts",
+    ):
         assert final[key] == uninterrupted[key], key
     # Only the missing episodes ran again: the records kept from before the kill are untouched.
     for index, text in kept.items():
@@ -239,8 +259,11 @@ def test_admission_is_refused_while_canvas_play_holds_the_guard(
         # The huge run's reason turns to the canvas once a tick sees the guard held.
         poll_until(lambda: "canvas" in huge_reason(), "a tick to see the canvas guard held", 30.0)
         run_id = backend.start_run("babyai_oracle", 1, 1)
-        reason = poll_until(lambda: backend.status(run_id)["waiting_reason"],
-                            "an admission decision on the new run", 30.0)
+        reason = poll_until(
+            lambda: backend.status(run_id)["waiting_reason"],
+            "an admission decision on the new run",
+            30.0,
+        )
         assert "canvas" in reason
         assert backend.status(run_id)["status"] == "queued"
         assert not play.done(), "the canvas finished before the refusal could be observed"
@@ -259,8 +282,10 @@ WS_DEADLINE_S = 90.0
 
 def _ws_connect(backend: Backend, origin: str | None = None) -> ClientConnection:
     if not any(importlib.util.find_spec(name) for name in ("websockets", "wsproto")):
-        pytest.fail("uvicorn has no WebSocket library, so /ws cannot work: the project must "
-                    "depend on 'websockets' (or uvicorn[standard])")
+        pytest.fail(
+            "uvicorn has no WebSocket library, so /ws cannot work: the project must "
+            "depend on 'websockets' (or uvicorn[standard])"
+        )
     from websockets.sync.client import connect
     from websockets.typing import Origin
 
@@ -291,8 +316,12 @@ def test_websocket_pushes_subprocess_progress(backend: Backend) -> None:
     assert "episodes" not in statuses[0]
     # ... and every episode's end as it happens: the first before the second has ended.
     kinds = [(e["type"], e.get("episodes_done")) for e in events if "summary" not in e]
-    assert kinds == [("eval_episode_done", None), ("eval_progress", 1),
-                     ("eval_episode_done", None), ("eval_progress", 2)], kinds
+    assert kinds == [
+        ("eval_episode_done", None),
+        ("eval_progress", 1),
+        ("eval_episode_done", None),
+        ("eval_progress", 2),
+    ], kinds
 
 
 def test_websocket_from_a_foreign_origin_is_refused(backend: Backend) -> None:

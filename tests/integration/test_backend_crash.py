@@ -100,8 +100,11 @@ def kill_backend(backend: Backend, eval_pid: int) -> float:
     tree = backend.snapshot_tree()
     killed_at = time.monotonic()
     assert backend.stop(signal.SIGKILL) == -signal.SIGKILL
-    poll_until(lambda: not alive(tree) and not group_members(pgid),
-               "every process of the killed backend to go", 30.0)
+    poll_until(
+        lambda: not alive(tree) and not group_members(pgid),
+        "every process of the killed backend to go",
+        30.0,
+    )
     return time.monotonic() - killed_at
 
 
@@ -111,8 +114,11 @@ def test_backend_sigkill_mid_run_then_restart_and_one_writer(
     first = Backend(workspace)
     backends.append(first)
     queued = first.start_run("babyai_oracle", 2, HUGE_WORKERS)  # waits for RAM for ever
-    poll_until(lambda: RAM_REASON.match(first.status(queued)["waiting_reason"] or ""),
-               "the run to wait for RAM", 30.0)
+    poll_until(
+        lambda: RAM_REASON.match(first.status(queued)["waiting_reason"] or ""),
+        "the run to wait for RAM",
+        30.0,
+    )
     assert compact(first, queued)["episodes_total"] == 4  # known from submit, not 0/0
     run_id = first.start_run("babyai_oracle", LONG_EPISODES, 2)
     poll_until(lambda: compact(first, run_id)["episodes_done"] >= 10, "episodes to finish")
@@ -140,8 +146,10 @@ def test_backend_sigkill_mid_run_then_restart_and_one_writer(
     pid = second.running_pid(run_id)
     poll_until(lambda: holder_pid(RunDir(run_dir)) == pid, "the eval process to hold the lock")
     done_before = summary["episodes_done"]
-    poll_until(lambda: compact(second, run_id)["episodes_done"] > done_before + 5,
-               "the resumed run to record episodes")
+    poll_until(
+        lambda: compact(second, run_id)["episodes_done"] > done_before + 5,
+        "the resumed run to record episodes",
+    )
     assert second.cancel(run_id)["status"] == "cancelling"
     second.wait_status(run_id, "cancelled")
     final = assert_agrees(run_dir)
@@ -181,8 +189,10 @@ def test_a_lost_shared_server_aborts_the_run_naming_it(
     # Resumed: the dead shared server is launched again; then the backend itself is killed.
     assert backend.http.post(f"/api/eval/v2/resume/{run_id}").status_code == 200
     done_before = summary["episodes_done"]
-    poll_until(lambda: compact(backend, run_id)["episodes_done"] > done_before,
-               "the resumed run to record an episode")
+    poll_until(
+        lambda: compact(backend, run_id)["episodes_done"] > done_before,
+        "the resumed run to record an episode",
+    )
     gone_s = kill_backend(backend, backend.running_pid(run_id))
     assert gone_s < GONE_WITHIN_S
     summary = assert_agrees(run_dir)
@@ -233,9 +243,7 @@ POISONS = {
 }
 
 
-def test_poisoned_specs_never_stop_the_backend(
-    workspace: Path, backends: list[Backend]
-) -> None:
+def test_poisoned_specs_never_stop_the_backend(workspace: Path, backends: list[Backend]) -> None:
     first = Backend(workspace)
     backends.append(first)
     runs = {name: first.start_run("babyai_oracle", 1, HUGE_WORKERS) for name in POISONS}

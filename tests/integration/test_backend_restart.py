@@ -45,11 +45,16 @@ def test_restart_keeps_the_queue_and_aborts_what_ran(
     first = Backend(workspace)
     backends.append(first)
     queued = first.start_run("babyai_oracle", 1, HUGE_WORKERS)  # waits for RAM
-    poll_until(lambda: RAM_REASON.match(first.status(queued)["waiting_reason"] or ""),
-               "the run to wait for RAM", 30.0)
+    poll_until(
+        lambda: RAM_REASON.match(first.status(queued)["waiting_reason"] or ""),
+        "the run to wait for RAM",
+        30.0,
+    )
     running = first.start_run("spin", 1, 1, step_budget=10)  # two 1 s episodes
-    poll_until(lambda: first.status(running)["timings"].get("started_at"),
-               "the second run to start its episodes")
+    poll_until(
+        lambda: first.status(running)["timings"].get("started_at"),
+        "the second run to start its episodes",
+    )
 
     # uvicorn shuts down gracefully, then re-raises the signal: the exit status says SIGTERM.
     assert first.stop(signal.SIGTERM) in (0, -signal.SIGTERM), first.log()
@@ -80,8 +85,9 @@ def test_sigkill_of_the_backend_leaves_no_process_of_it(
     loaded = backend.http.post("/api/nodesets/policy_mlp/load")  # a shared server
     assert loaded.status_code == 200, loaded.text
     run_id = backend.start_run("spin", 1, 2)  # two 6 s episodes on two env servers
-    poll_until(lambda: backend.status(run_id)["timings"].get("started_at"),
-               "the run to start its episodes")
+    poll_until(
+        lambda: backend.status(run_id)["timings"].get("started_at"), "the run to start its episodes"
+    )
     eval_pid = backend.running_pid(run_id)
     tree = backend.snapshot_tree()
     children = {p.pid for p in psutil.Process(backend.proc.pid).children()}
@@ -90,8 +96,11 @@ def test_sigkill_of_the_backend_leaves_no_process_of_it(
 
     assert backend.stop(signal.SIGKILL) == -signal.SIGKILL
 
-    poll_until(lambda: not alive(tree), "every process of the killed backend to go",
-               PROCESS_GONE_DEADLINE_S)
+    poll_until(
+        lambda: not alive(tree),
+        "every process of the killed backend to go",
+        PROCESS_GONE_DEADLINE_S,
+    )
     # The run died with its parent: resumable, not finished for good.
     summary = json.loads((backend.run_dir(run_id) / "summary.json").read_text())
     assert summary["status"] == "aborted", summary["status"]

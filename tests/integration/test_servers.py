@@ -88,10 +88,16 @@ def specs(graph: Graph) -> list[EpisodeSpec]:
     ]
 
 
-def wiring(registry: WorkspaceComponentRegistry, env: NodeSetHandle | None,
-           handle: NodeSetHandle, url: str | None = None) -> EpisodeWiring:
+def wiring(
+    registry: WorkspaceComponentRegistry,
+    env: NodeSetHandle | None,
+    handle: NodeSetHandle,
+    url: str | None = None,
+) -> EpisodeWiring:
     return EpisodeWiring(
-        registry, env, env_panel_overrides={ENV: handle},
+        registry,
+        env,
+        env_panel_overrides={ENV: handle},
         server_url_overrides={ENV: url} if url else {},
     )
 
@@ -167,8 +173,10 @@ async def reference(workspace: Path) -> AsyncIterator[list[EpisodeResult]]:
     graph = registry.load_graph(GRAPH)
     local = registry.local_instance(ENV)
     try:
-        yield [await run_episode(graph, s, wiring(registry, local, local), EpisodeOptions())
-               for s in specs(graph)]
+        yield [
+            await run_episode(graph, s, wiring(registry, local, local), EpisodeOptions())
+            for s in specs(graph)
+        ]
     finally:
         await registry.shutdown_all()
 
@@ -179,7 +187,8 @@ async def reference(workspace: Path) -> AsyncIterator[list[EpisodeResult]]:
 @in_module_loop
 @pytest.mark.parametrize("worker_count", [1, 2])
 async def test_episodes_through_proxies_equal_in_process(
-    served: dict[int, WorkspaceComponentRegistry], reference: list[EpisodeResult],
+    served: dict[int, WorkspaceComponentRegistry],
+    reference: list[EpisodeResult],
     worker_count: int,
 ) -> None:
     registry = served[worker_count]
@@ -190,9 +199,10 @@ async def test_episodes_through_proxies_equal_in_process(
         handle = registry.get_env_panel(f"{ENV}#{k}")
         assert isinstance(handle, RemoteNodeSet)
         url = registry.get_server_url(ENV, k)
-        return [await run_episode(graph, s, wiring(registry, handle, handle, url),
-                                  EpisodeOptions())
-                for s in all_specs[k::worker_count]]
+        return [
+            await run_episode(graph, s, wiring(registry, handle, handle, url), EpisodeOptions())
+            for s in all_specs[k::worker_count]
+        ]
 
     chunks = await asyncio.gather(*(worker(k) for k in range(worker_count)))
     proxied = sorted((r for chunk in chunks for r in chunk), key=lambda r: r.index)
@@ -266,8 +276,11 @@ async def test_a_borrowed_server_survives_its_borrowers(
     assert (await handle.health())["pid"] == pid
     await borrower.shutdown_all()
     child = subprocess.run(
-        [sys.executable, "-c", BORROWER, url], env=child_env(workspace),
-        capture_output=True, text=True, timeout=DEADLINE_S,
+        [sys.executable, "-c", BORROWER, url],
+        env=child_env(workspace),
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE_S,
     )
     assert child.returncode == 0, child.stderr
     assert child.stdout.startswith("borrowed ")
@@ -293,8 +306,9 @@ async def test_killed_and_hung_servers_become_node_errors_naming_them(workspace:
         os.kill(server_pid(registry, key), signal.SIGKILL)
         wait_until(lambda: not registry.server_alive(key), DEADLINE_S, "the server to die")
         # env=None: the episode was set before the kill; the loop's first step meets the corpse.
-        killed = await run_episode(graph, spec, wiring(registry, None, handle, url),
-                                   EpisodeOptions())
+        killed = await run_episode(
+            graph, spec, wiring(registry, None, handle, url), EpisodeOptions()
+        )
         assert killed.status == "error"
         assert f"{key} at {url} is unreachable" in killed.node_errors["env"]
 
@@ -306,8 +320,9 @@ async def test_killed_and_hung_servers_become_node_errors_naming_them(workspace:
         pid = server_pid(registry, key)
         os.kill(pid, signal.SIGSTOP)
         try:
-            hung = await run_episode(graph, spec, wiring(registry, None, short, url),
-                                     EpisodeOptions())
+            hung = await run_episode(
+                graph, spec, wiring(registry, None, short, url), EpisodeOptions()
+            )
         finally:
             os.kill(pid, signal.SIGCONT)
         assert hung.status == "timeout"  # a call deadline is wall clock, not a score
@@ -341,8 +356,11 @@ def test_no_server_outlives_a_parent_killed_with_sigkill(workspace: Path) -> Non
     pids: list[int] = []
     family: set[int] = set()
     parent = subprocess.Popen(
-        [sys.executable, "-c", PARENT], env=child_env(workspace),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [sys.executable, "-c", PARENT],
+        env=child_env(workspace),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         pids = json.loads(read_line(parent, DEADLINE_S))
@@ -355,8 +373,11 @@ def test_no_server_outlives_a_parent_killed_with_sigkill(workspace: Path) -> Non
         parent.kill()
         parent.communicate(timeout=DEADLINE_S)
     try:
-        wait_until(lambda: all(pid_gone(p) for p in family), DEADLINE_S,
-                   f"servers {pids} and their family {family} to exit")
+        wait_until(
+            lambda: all(pid_gone(p) for p in family),
+            DEADLINE_S,
+            f"servers {pids} and their family {family} to exit",
+        )
     finally:
         for pid in family:  # on failure, leave no orphan behind for the next test
             if not pid_gone(pid):
@@ -365,8 +386,11 @@ def test_no_server_outlives_a_parent_killed_with_sigkill(workspace: Path) -> Non
 
 def agentcanvas(*args: str, workspace: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [*CLI, *args], env=child_env(workspace),
-        capture_output=True, text=True, timeout=DEADLINE_S,
+        [*CLI, *args],
+        env=child_env(workspace),
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE_S,
     )
 
 
@@ -375,7 +399,10 @@ def test_serve_nodeset_records_itself_and_servers_lists_it(workspace: Path) -> N
     record = records / "core_3.json"
     server = subprocess.Popen(
         [*CLI, "serve-nodeset", "core", "--tag", "3"],
-        env=child_env(workspace), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=child_env(workspace),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         line = read_line(server, DEADLINE_S)
@@ -383,8 +410,9 @@ def test_serve_nodeset_records_itself_and_servers_lists_it(workspace: Path) -> N
         url = line.split()[-1]
         wait_until(record.exists, DEADLINE_S, f"{record}")
         listed = json.loads(agentcanvas("servers", "--json", workspace=workspace).stdout)
-        assert [(s["nodeset"], s["tag"], s["url"], s["pid"], s["status"])
-                for s in listed["servers"]] == [("core", 3, url, server.pid, "up")]
+        assert [
+            (s["nodeset"], s["tag"], s["url"], s["pid"], s["status"]) for s in listed["servers"]
+        ] == [("core", 3, url, server.pid, "up")]
         again = agentcanvas("serve-nodeset", "core", "--tag", "3", workspace=workspace)
         assert again.returncode == 1 and "already served" in again.stderr
         assert "core" in agentcanvas("servers", workspace=workspace).stdout
@@ -401,13 +429,25 @@ def test_serve_nodeset_records_itself_and_servers_lists_it(workspace: Path) -> N
 def test_servers_prunes_records_of_dead_processes(workspace: Path) -> None:
     records = workspace / "outputs" / "servers"
     records.mkdir(parents=True, exist_ok=True)
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, timeout=DEADLINE_S)
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE_S,
+    )
     stale = records / "planner.json"
-    stale.write_text(json.dumps({
-        "version": 1, "pid": int(dead.stdout), "url": "http://127.0.0.1:9", "nodeset": "planner",
-        "tag": None, "started_at": "2020-01-01T00:00:00+00:00",
-    }))
+    stale.write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "pid": int(dead.stdout),
+                "url": "http://127.0.0.1:9",
+                "nodeset": "planner",
+                "tag": None,
+                "started_at": "2020-01-01T00:00:00+00:00",
+            }
+        )
+    )
     garbled = records / "core.json"
     garbled.write_text("{not json")
     listed = agentcanvas("servers", "--json", workspace=workspace)
@@ -416,10 +456,13 @@ def test_servers_prunes_records_of_dead_processes(workspace: Path) -> None:
     assert not stale.exists() and not garbled.exists()
 
 
-@pytest.mark.parametrize(("name", "message"), [
-    ("no_such_set", "unknown node set 'no_such_set'"),
-    ("../etc", "not an allowed nodeset name"),
-])
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("no_such_set", "unknown node set 'no_such_set'"),
+        ("../etc", "not an allowed nodeset name"),
+    ],
+)
 def test_serve_nodeset_refuses_bad_names(workspace: Path, name: str, message: str) -> None:
     result = agentcanvas("serve-nodeset", name, workspace=workspace)
     assert result.returncode == 1

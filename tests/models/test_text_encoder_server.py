@@ -58,9 +58,9 @@ def bits(vector: npt.NDArray[np.float32]) -> bytes:
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def registry(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[
-    WorkspaceComponentRegistry
-]:
+async def registry(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> AsyncIterator[WorkspaceComponentRegistry]:
     """A registry with babyai_goto's shared server (text_encoder) started and bound."""
     workspace = tmp_path_factory.mktemp("encoder_workspace")
     with pytest.MonkeyPatch.context() as patch:
@@ -117,13 +117,14 @@ async def embedded_alone(handle: RemoteNodeSet) -> dict[str, bytes]:
     return alone
 
 
-async def one_round(handle: RemoteNodeSet, texts: list[str], clients: list[str]) -> tuple[
-    list[bytes], int
-]:
+async def one_round(
+    handle: RemoteNodeSet, texts: list[str], clients: list[str]
+) -> tuple[list[bytes], int]:
     """All clients embed at once; their outputs and how many forward passes they took."""
     before = await forward_passes(handle)
-    vectors = await asyncio.gather(*(embed(handle, t, c) for t, c in zip(texts, clients,
-                                                                           strict=True)))
+    vectors = await asyncio.gather(
+        *(embed(handle, t, c) for t, c in zip(texts, clients, strict=True))
+    )
     return [bits(v) for v in vectors], await forward_passes(handle) - before
 
 
@@ -194,8 +195,9 @@ async def test_a_babyai_goto_run_records_the_mode_in_its_summary(
     registry: WorkspaceComponentRegistry, handle: RemoteNodeSet
 ) -> None:
     modes = await handle.determinism()
-    config = EvalConfig(graph_name="babyai_goto", episode_count=1, worker_count=2,
-                        step_budget=12, record_log=False)
+    config = EvalConfig(
+        graph_name="babyai_goto", episode_count=1, worker_count=2, step_budget=12, record_log=False
+    )
     # reuses the bound text_encoder server; shuts every server down at the end
     run = await asyncio.wait_for(
         run_foreground(registry, registry.load_graph("babyai_goto"), config), 120.0

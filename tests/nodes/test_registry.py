@@ -82,7 +82,10 @@ def test_scan_all_finds_builtins_and_the_workspace_node_set(workspace: Path) -> 
 def test_the_doc_example_manifest(workspace: Path) -> None:
     manifest = _registry(workspace).manifest("line_world")
     assert (manifest.name, manifest.version, manifest.parallelism) == (
-        "line_world", "0.1.0", "replicated")
+        "line_world",
+        "0.1.0",
+        "replicated",
+    )
     step = manifest.node_type("step")
     toward = manifest.node_type("toward")
     assert step is not None and toward is not None
@@ -107,13 +110,17 @@ async def test_the_doc_example_graph_runs_episodes(workspace: Path) -> None:
             seed = episode_seed(0, task, index)
             spec = EpisodeSpec(index, task, index, seed, key=f"{task}:{index}")
             result = await asyncio.wait_for(
-                run_episode(graph, spec, wiring, EpisodeOptions()), 20.0)
+                run_episode(graph, spec, wiring, EpisodeOptions()), 20.0
+            )
             goal = int(result.instruction.rsplit(" ", 1)[1])
             assert result.status == "completed", result.error
             assert result.episode_id == f"{task}/{index}"
             assert result.step_budget == 2 * int(task.split("-")[1])  # from on_load
-            assert result.metrics == {"success": 1, "moves": math.ceil(goal / 2),
-                                      "cells_visited": math.ceil(goal / 2) + 1}
+            assert result.metrics == {
+                "success": 1,
+                "moves": math.ceil(goal / 2),
+                "cells_visited": math.ceil(goal / 2) + 1,
+            }
             assert result.steps == math.ceil(goal / 2) + 1  # iteration 0 only observes
     assert env.state.visited == {}  # every episode's keyed entries were evicted
     await registry.close_locals()
@@ -170,9 +177,11 @@ def test_active_workspace_overlay_comes_first(workspace: Path, tmp_path: Path) -
 def test_active_workspace_overlay_from_the_environment(
     workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    files = {"graph_nodes/line_world/__init__.py":
-             doc_example_files()["graph_nodes/line_world/__init__.py"].replace(
-                 'version="0.1.0"', 'version="9.9.9"')}
+    files = {
+        "graph_nodes/line_world/__init__.py": doc_example_files()[
+            "graph_nodes/line_world/__init__.py"
+        ].replace('version="0.1.0"', 'version="9.9.9"')
+    }
     overlay = write_files(tmp_path / "overlay", files)
     monkeypatch.setenv(ACTIVE_WORKSPACE_ENV, str(overlay))
     registry = _registry(workspace)
@@ -181,9 +190,13 @@ def test_active_workspace_overlay_from_the_environment(
 
 
 def test_a_workspace_node_set_replaces_a_builtin_of_the_same_name(workspace: Path) -> None:
-    write_files(workspace, {"graph_nodes/planner/__init__.py":
-                            "from agentcanvas.nodes.base import NodeSet\n"
-                            "NODESET = NodeSet(name='planner', version='7.0.0')\n"})
+    write_files(
+        workspace,
+        {
+            "graph_nodes/planner/__init__.py": "from agentcanvas.nodes.base import NodeSet\n"
+            "NODESET = NodeSet(name='planner', version='7.0.0')\n"
+        },
+    )
     registry = _registry(workspace)
     assert registry.origin("planner") == "workspace"
     assert registry.manifest("planner").version == "7.0.0"
@@ -196,7 +209,8 @@ BROKEN = {
     "graph_nodes/syntax/__init__.py": "def broken(:\n",
     "graph_nodes/empty/__init__.py": "VALUE = 1\n",
     "graph_nodes/misnamed/__init__.py": (
-        "from agentcanvas.nodes.base import NodeSet\nNODESET = NodeSet(name='other')\n"),
+        "from agentcanvas.nodes.base import NodeSet\nNODESET = NodeSet(name='other')\n"
+    ),
 }
 
 
@@ -217,7 +231,8 @@ def test_a_graph_using_a_broken_node_set_is_refused_naming_the_node(workspace: P
     registry = _registry(write_files(workspace, BROKEN))
     graph = _graph([{"id": "b1", "type": "raises.thing"}], [])
     assert "node 'b1' has type 'raises.thing': unknown node set 'raises'" in _problems(
-        registry, graph)
+        registry, graph
+    )
 
 
 # -- graph loading and validation --------------------------------------------------------
@@ -250,25 +265,43 @@ ARITH = {"id": "a", "type": "core.arith"}
 @pytest.mark.parametrize(
     ("nodes", "edges", "expected"),
     [
-        ([{"id": "x", "type": "nosuch.node"}], [],
-         "node 'x' has type 'nosuch.node': unknown node set 'nosuch'"),
-        ([{"id": "x", "type": "core.nope"}], [],
-         "node 'x' has type 'core.nope': node set 'core' has no node 'nope' (it has: graphIn"),
-        ([CONST, ARITH], [{"source": "c.nope", "target": "a.a"}],
-         "edge c.nope -> a.a: node 'c' has no output port 'nope' (outputs: value)"),
-        ([CONST, ARITH], [{"source": "c.value", "target": "a.nope"}],
-         "edge c.value -> a.nope: node 'a' has no input port 'nope' (inputs: a, b)"),
-        ([CONST], [{"source": "c.value", "target": "ghost.x"}],
-         "edge c.value -> ghost.x: target node 'ghost' does not exist"),
-        ([CONST, ARITH, {"id": "a", "type": "core.counter"}], [],
-         "node id 'a' is used twice"),
-        ([CONST, ARITH], [{"source": "c.value", "target": "a.a"},
-                          {"source": "c.value", "target": "a.a"}],
-         "input port a.a has 2 incoming edges (at most one)"),
-        ([{**CONST, "scope": "nowhere"}], [],
-         "node 'c' (core.constant) is in unknown scope 'nowhere'"),
-        ([{**ARITH, "config": {"op": "pow"}}], [],
-         "node 'a' (core.arith): config field 'op'"),
+        (
+            [{"id": "x", "type": "nosuch.node"}],
+            [],
+            "node 'x' has type 'nosuch.node': unknown node set 'nosuch'",
+        ),
+        (
+            [{"id": "x", "type": "core.nope"}],
+            [],
+            "node 'x' has type 'core.nope': node set 'core' has no node 'nope' (it has: graphIn",
+        ),
+        (
+            [CONST, ARITH],
+            [{"source": "c.nope", "target": "a.a"}],
+            "edge c.nope -> a.a: node 'c' has no output port 'nope' (outputs: value)",
+        ),
+        (
+            [CONST, ARITH],
+            [{"source": "c.value", "target": "a.nope"}],
+            "edge c.value -> a.nope: node 'a' has no input port 'nope' (inputs: a, b)",
+        ),
+        (
+            [CONST],
+            [{"source": "c.value", "target": "ghost.x"}],
+            "edge c.value -> ghost.x: target node 'ghost' does not exist",
+        ),
+        ([CONST, ARITH, {"id": "a", "type": "core.counter"}], [], "node id 'a' is used twice"),
+        (
+            [CONST, ARITH],
+            [{"source": "c.value", "target": "a.a"}, {"source": "c.value", "target": "a.a"}],
+            "input port a.a has 2 incoming edges (at most one)",
+        ),
+        (
+            [{**CONST, "scope": "nowhere"}],
+            [],
+            "node 'c' (core.constant) is in unknown scope 'nowhere'",
+        ),
+        ([{**ARITH, "config": {"op": "pow"}}], [], "node 'a' (core.arith): config field 'op'"),
     ],
 )
 def test_semantic_errors_name_the_node_and_type(
@@ -301,7 +334,8 @@ def test_env_binding_is_checked_against_the_panel(workspace: Path) -> None:
     assert "env.nodeset 'core' is not an environment node set" in _problems(registry, not_env)
     bad_field = _graph([CONST], [], env={"nodeset": "line_world", "fields": {"colour": 1}})
     assert "env.fields: 'colour' is not a panel field (fields: track, task_id" in _problems(
-        registry, bad_field)
+        registry, bad_field
+    )
 
 
 def test_every_problem_is_reported_at_once(workspace: Path) -> None:

@@ -100,8 +100,11 @@ async def test_minigrid_panel_cascade(registry: WorkspaceComponentRegistry) -> N
     values = await env.panel_change("split", "GoToLocal")
     assert values["task_id"] == "BabyAI-GoToLocalS5N2-v0"
     assert env.panel.choices("task_id") == [
-        "BabyAI-GoToLocalS5N2-v0", "BabyAI-GoToLocalS6N3-v0",
-        "BabyAI-GoToLocalS7N4-v0", "BabyAI-GoToLocalS8N7-v0"]
+        "BabyAI-GoToLocalS5N2-v0",
+        "BabyAI-GoToLocalS6N3-v0",
+        "BabyAI-GoToLocalS7N4-v0",
+        "BabyAI-GoToLocalS8N7-v0",
+    ]
     # a task id alone selects its dataset and split
     values = await env.panel_change("task_id", "MiniGrid-Empty-8x8-v0")
     assert (values["dataset"], values["split"]) == ("minigrid", "Empty")
@@ -250,15 +253,21 @@ def test_core_graph_in_reports_the_episode(registry: WorkspaceComponentRegistry)
 
 
 def test_builtin_manifests(registry: WorkspaceComponentRegistry) -> None:
-    kinds = {n: registry.manifest(n).parallelism for n in ("core", "planner", "env_minigrid",
-                                                          "env_gym")}
-    assert kinds == {"core": "local", "planner": "local", "env_minigrid": "replicated",
-                     "env_gym": "replicated"}
+    kinds = {
+        n: registry.manifest(n).parallelism for n in ("core", "planner", "env_minigrid", "env_gym")
+    }
+    assert kinds == {
+        "core": "local",
+        "planner": "local",
+        "env_minigrid": "replicated",
+        "env_gym": "replicated",
+    }
     for env in ("env_minigrid", "env_gym"):
         manifest = registry.manifest(env)
         assert manifest.panel is not None and manifest.panel.actions == ["play", "reset"]
         assert {"dataset", "split", "task_id", "episode_index", "seed"} <= {
-            f.name for f in manifest.panel.fields}
+            f.name for f in manifest.panel.fields
+        }
         step = manifest.node_type("step")
         assert step is not None and step.done_port == "done" and step.blocking
 
@@ -268,6 +277,14 @@ def test_planner_without_a_path_turns_and_says_so(registry: WorkspaceComponentRe
     grid[:, :, 0] = 2  # all walls
     grid[2, 2, 0] = 1  # the agent's empty cell
     out = _fresh(registry, "planner").call_sync(
-        "navigate", {}, {"grid": grid, "agent_pos": [2, 2], "agent_dir": 0,
-                         "target": {"type": "ball", "color": "red"}}, _ctx())
+        "navigate",
+        {},
+        {
+            "grid": grid,
+            "agent_pos": [2, 2],
+            "agent_dir": 0,
+            "target": {"type": "ball", "color": "red"},
+        },
+        _ctx(),
+    )
     assert out == {"action": 0, "plan_length": 0, "plan_found": False}

@@ -57,8 +57,12 @@ def test_fifo_within_a_priority() -> None:
 
 
 def test_queue_order_is_priority_then_submission() -> None:
-    queued = [job("a", priority=0, seq=1), job("b", priority=1, seq=3), job("c", priority=1, seq=2),
-              job("d", priority=-1, seq=0)]
+    queued = [
+        job("a", priority=0, seq=1),
+        job("b", priority=1, seq=3),
+        job("c", priority=1, seq=2),
+        job("d", priority=-1, seq=0),
+    ]
 
     assert [j.run_id for j in queue_order(queued)] == ["c", "b", "a", "d"]
 
@@ -113,8 +117,10 @@ def test_a_running_job_using_more_than_its_estimate_reserves_nothing_more() -> N
 
 
 def test_every_measured_resource_must_fit() -> None:
-    queued = [job("gpu-heavy", ram=100.0, vram=9_000.0),
-              job("gpu-light", seq=1, ram=100.0, vram=1_000.0)]
+    queued = [
+        job("gpu-heavy", ram=100.0, vram=9_000.0),
+        job("gpu-light", seq=1, ram=100.0, vram=1_000.0),
+    ]
 
     decision = decide(queued, [], {"ram": 10_000.0, "vram": 8_000.0}, {}, canvas_locked=False)
 
@@ -128,16 +134,18 @@ def test_static_ledger_only_where_a_resource_cannot_be_measured() -> None:
     busy = running("busy", {"ram": 100.0, "vram": 6_000.0}, {"vram": 1.0})
     queued = [job("a", seq=1, ram=100.0, vram=3_000.0), job("b", seq=2, ram=100.0, vram=4_001.0)]
 
-    decision = decide(queued, [busy], {"ram": 10_000.0, "vram": None}, {"vram": 10_000.0},
-                      canvas_locked=False)
+    decision = decide(
+        queued, [busy], {"ram": 10_000.0, "vram": None}, {"vram": 10_000.0}, canvas_locked=False
+    )
 
     assert decision.start == ["a"]
     assert decision.waiting["b"] == "vram: needs 4001 MB, 1000 MB available"
 
 
 def test_unmeasurable_resource_without_declared_capacity_does_not_constrain() -> None:
-    decision = decide([job("a", vram=1e9)], [], {"ram": 10_000.0, "vram": None}, {},
-                      canvas_locked=False)
+    decision = decide(
+        [job("a", vram=1e9)], [], {"ram": 10_000.0, "vram": None}, {}, canvas_locked=False
+    )
 
     assert decision.start == ["a"]
 
@@ -146,9 +154,13 @@ def test_a_declared_capacity_caps_a_measured_resource() -> None:
     # 6000 MB free on the device, but the operator declared 5000 MB for all runs together.
     busy = running("busy", {"vram": 3_000.0}, {"vram": 3_000.0})
 
-    decision = decide([job("a", seq=1, vram=2_000.0), job("b", seq=2, vram=1.0)], [busy],
-                      {"ram": 10_000.0, "vram": 6_000.0}, {"vram": 5_000.0},
-                      canvas_locked=False)
+    decision = decide(
+        [job("a", seq=1, vram=2_000.0), job("b", seq=2, vram=1.0)],
+        [busy],
+        {"ram": 10_000.0, "vram": 6_000.0},
+        {"vram": 5_000.0},
+        canvas_locked=False,
+    )
 
     assert decision.start == ["a"]
     assert decision.waiting["b"] == "vram: needs 1 MB, 0 MB available"
@@ -175,8 +187,9 @@ def test_a_running_job_holds_its_cpu_slots_whatever_it_uses_now() -> None:
     # slots it may still take are not for others.
     busy = running("busy", {"cpu": 3.0}, {"cpu": 0.5})
 
-    decision = decide([cpu_job("a", 2.0)], [busy], {**PLENTY, "cpu": 3.5}, {"cpu": 4.0},
-                      canvas_locked=False)
+    decision = decide(
+        [cpu_job("a", 2.0)], [busy], {**PLENTY, "cpu": 3.5}, {"cpu": 4.0}, canvas_locked=False
+    )
 
     assert decision.waiting == {"a": "cpu: needs 2 of 1 free slots"}
 
@@ -185,8 +198,13 @@ def test_outside_cpu_load_shrinks_the_budget() -> None:
     # 1.5 cores are busy with processes that are not ours: 4 − 1.5 = 2.5 slots.
     ours = running("ours", {"cpu": 1.0}, {"cpu": 1.0})
 
-    decision = decide([cpu_job("a", 1.5, seq=1), cpu_job("b", 0.5, seq=2)], [ours],
-                      {**PLENTY, "cpu": 4.0 - 2.5}, {"cpu": 4.0}, canvas_locked=False)
+    decision = decide(
+        [cpu_job("a", 1.5, seq=1), cpu_job("b", 0.5, seq=2)],
+        [ours],
+        {**PLENTY, "cpu": 4.0 - 2.5},
+        {"cpu": 4.0},
+        canvas_locked=False,
+    )
 
     assert decision.start == ["a"]
     assert decision.waiting["b"] == "cpu: needs 0.5 of 0 free slots"
@@ -205,8 +223,13 @@ def test_with_none_of_ours_holding_cpu_the_next_job_runs_whatever_its_size() -> 
 def test_memory_is_named_before_cpu_when_both_refuse() -> None:
     held = running("held", {"ram": 1.0, "cpu": 4.0}, {"ram": 1.0})
 
-    decision = decide([JobDemand("a", 0, 0, {"ram": 5_000.0, "cpu": 2.0})], [held],
-                      {"ram": 1_000.0, "cpu": 4.0}, {"cpu": 4.0}, canvas_locked=False)
+    decision = decide(
+        [JobDemand("a", 0, 0, {"ram": 5_000.0, "cpu": 2.0})],
+        [held],
+        {"ram": 1_000.0, "cpu": 4.0},
+        {"cpu": 4.0},
+        canvas_locked=False,
+    )
 
     assert decision.waiting["a"] == "ram: needs 5000 MB, 1000 MB available"
 
@@ -223,24 +246,37 @@ def test_nothing_starts_while_the_canvas_holds_the_guard() -> None:
 
 
 def test_exclusive_job_waits_while_anything_runs() -> None:
-    decision = decide([job("excl", exclusive=True)], [running("other", {"ram": 1.0})], PLENTY, {},
-                      canvas_locked=False)
+    decision = decide(
+        [job("excl", exclusive=True)],
+        [running("other", {"ram": 1.0})],
+        PLENTY,
+        {},
+        canvas_locked=False,
+    )
 
     assert decision.start == []
     assert "exclusive" in decision.waiting["excl"]
 
 
 def test_nothing_starts_while_an_exclusive_job_runs() -> None:
-    decision = decide([job("small", ram=1.0)], [running("excl", {"ram": 1.0}, exclusive=True)],
-                      PLENTY, {}, canvas_locked=False)
+    decision = decide(
+        [job("small", ram=1.0)],
+        [running("excl", {"ram": 1.0}, exclusive=True)],
+        PLENTY,
+        {},
+        canvas_locked=False,
+    )
 
     assert decision.start == []
     assert decision.waiting["small"] == "an exclusive-GPU job is running"
 
 
 def test_exclusive_job_starts_alone_when_nothing_runs() -> None:
-    queued = [job("excl", seq=1, exclusive=True), job("after", seq=2),
-              job("excl2", seq=3, exclusive=True)]
+    queued = [
+        job("excl", seq=1, exclusive=True),
+        job("after", seq=2),
+        job("excl2", seq=3, exclusive=True),
+    ]
 
     decision = decide(queued, [], PLENTY, {}, canvas_locked=False)
 
@@ -266,8 +302,13 @@ def test_a_starving_job_holds_its_reservation_against_later_jobs() -> None:
     small = JobDemand("small", 0, 2, {"ram": 200.0})
     running = [RunningLoad("r", {"ram": 300.0}, {"ram": 300.0})]
     # 500 MB free: big (900) does not fit. Young, it is skipped and small starts ...
-    young = decide([JobDemand("big", 0, 1, {"ram": 900.0}), small], running,
-                   {"ram": 500.0}, {}, canvas_locked=False)
+    young = decide(
+        [JobDemand("big", 0, 1, {"ram": 900.0}), small],
+        running,
+        {"ram": 500.0},
+        {},
+        canvas_locked=False,
+    )
     assert young.start == ["small"]
     # ... starving, it keeps its claim: small may not take the memory big waits for.
     old = decide([big, small], running, {"ram": 500.0}, {}, canvas_locked=False)

@@ -140,8 +140,10 @@ def test_fingerprint_is_the_graph_content_not_its_name_nor_key_order() -> None:
 def test_a_version_1_file_keyed_by_name_is_set_aside_not_trusted(
     path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    old = {"version": 1, "entries": [
-        {"graph_name": "nav", "worker_count": 1, "observations": [{"vram": 5_000.0}]}]}
+    old = {
+        "version": 1,
+        "entries": [{"graph_name": "nav", "worker_count": 1, "observations": [{"vram": 5_000.0}]}],
+    }
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps(old))
 

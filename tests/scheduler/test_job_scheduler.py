@@ -48,15 +48,22 @@ def graph_json() -> dict[str, Any]:
 
 @pytest.fixture
 def make_spec(graph_json: dict[str, Any]) -> Callable[..., dict[str, Any]]:
-    def make(worker_count: int = 1, shared: tuple[str, ...] = (), **scheduling: Any
-             ) -> dict[str, Any]:
-        config = EvalConfig(graph_name="babyai_oracle", episode_count=1,
-                            worker_count=worker_count)
+    def make(
+        worker_count: int = 1, shared: tuple[str, ...] = (), **scheduling: Any
+    ) -> dict[str, Any]:
+        config = EvalConfig(graph_name="babyai_oracle", episode_count=1, worker_count=worker_count)
         return {
-            "version": 1, "config": config.model_dump(mode="json"),
-            "scheduling": {"marginal_vram_mb": 0.0, "exclusive_gpu": False, "priority": 0,
-                           **scheduling},
-            "graph": graph_json, "shared_nodesets": list(shared), "active_workspace_dir": None,
+            "version": 1,
+            "config": config.model_dump(mode="json"),
+            "scheduling": {
+                "marginal_vram_mb": 0.0,
+                "exclusive_gpu": False,
+                "priority": 0,
+                **scheduling,
+            },
+            "graph": graph_json,
+            "shared_nodesets": list(shared),
+            "active_workspace_dir": None,
         }
 
     return make
@@ -78,19 +85,22 @@ def released() -> Released:
 
 
 @pytest.fixture
-def new_scheduler(
-    tmp_path: Path, released: Released
-) -> Iterator[Callable[..., JobScheduler]]:
+def new_scheduler(tmp_path: Path, released: Released) -> Iterator[Callable[..., JobScheduler]]:
     made: list[JobScheduler] = []
 
-    def make(samplers: list[ResourceSampler] | None = None,
-             capacity_mb: dict[str, float] | None = None,
-             canvas_locked: Callable[[], bool] = lambda: False) -> JobScheduler:
+    def make(
+        samplers: list[ResourceSampler] | None = None,
+        capacity_mb: dict[str, float] | None = None,
+        canvas_locked: Callable[[], bool] = lambda: False,
+    ) -> JobScheduler:
         scheduler = JobScheduler(
-            tmp_path / "outputs" / "eval_runs", "http://127.0.0.1:9", samplers or [RamSampler()],
+            tmp_path / "outputs" / "eval_runs",
+            "http://127.0.0.1:9",
+            samplers or [RamSampler()],
             CalibrationStore(tmp_path / "outputs" / "calibration.json"),
             hooks=SchedulerHooks(canvas_locked=canvas_locked, release_shared=released),
-            capacity_mb=capacity_mb or {}, cwd=tmp_path,
+            capacity_mb=capacity_mb or {},
+            cwd=tmp_path,
         )
         made.append(scheduler)
         return scheduler
@@ -158,7 +168,8 @@ def test_run_ids_take_a_collision_suffix(
 
 
 def test_cancel_of_a_queued_run_is_final_at_once(
-    new_scheduler: Callable[..., JobScheduler], make_spec: Callable[..., dict[str, Any]],
+    new_scheduler: Callable[..., JobScheduler],
+    make_spec: Callable[..., dict[str, Any]],
     released: Released,
 ) -> None:
     scheduler = new_scheduler(canvas_locked=lambda: True)  # nothing is admitted
@@ -184,8 +195,9 @@ def test_canvas_lock_refuses_admission(
 
     assert scheduler.running == {}
     assert "canvas" in scheduler.waiting_reasons[run_id]
-    assert scheduler.list_active()["queued"][0]["waiting_reason"] == \
-        scheduler.waiting_reasons[run_id]
+    assert (
+        scheduler.list_active()["queued"][0]["waiting_reason"] == scheduler.waiting_reasons[run_id]
+    )
 
 
 def test_queue_view_is_in_admission_order(
@@ -211,8 +223,7 @@ def test_recover_requeues_queued_runs_and_aborts_interrupted_ones(
     finished = before.submit(make_spec(), {})
     for run_id, status in ((interrupted, "running"), (finished, "completed")):
         folder = before.run_dir(run_id)
-        atomic_write_json(folder.summary_path, {**read_json(folder.summary_path),
-                                                "status": status})
+        atomic_write_json(folder.summary_path, {**read_json(folder.summary_path), "status": status})
     before.run_dir(finished).touch_done()
 
     after = new_scheduler(canvas_locked=lambda: True)  # a restarted backend
@@ -234,8 +245,7 @@ def test_resume_requeues_only_unfinished_runs(
     for run_id, status in ((cancelled, "cancelled"), (completed, "completed")):
         scheduler.cancel(run_id)  # leaves the queue; then say how it ended
         folder = scheduler.run_dir(run_id)
-        atomic_write_json(folder.summary_path, {**read_json(folder.summary_path),
-                                                "status": status})
+        atomic_write_json(folder.summary_path, {**read_json(folder.summary_path), "status": status})
 
     with pytest.raises(StateError, match="completed"):
         scheduler.resume(completed, {}, [])
@@ -252,7 +262,8 @@ def test_resume_requeues_only_unfinished_runs(
 
 # -- admission that spawns ------------------------------------------------------------------
 def test_vram_admission_with_a_fake_gpu(
-    new_scheduler: Callable[..., JobScheduler], make_spec: Callable[..., dict[str, Any]],
+    new_scheduler: Callable[..., JobScheduler],
+    make_spec: Callable[..., dict[str, Any]],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv(FAKE_VRAM_ENV, "1000")
@@ -284,8 +295,7 @@ def test_static_ledger_where_a_resource_cannot_be_measured(
 ) -> None:
     unmeasurable = NvmlVramSampler(device_index=10_000)  # no such GPU anywhere
     assert unmeasurable.sample() is None
-    scheduler = new_scheduler(samplers=[RamSampler(), unmeasurable],
-                              capacity_mb={"vram": 1_000.0})
+    scheduler = new_scheduler(samplers=[RamSampler(), unmeasurable], capacity_mb={"vram": 1_000.0})
     fits = scheduler.submit(make_spec(marginal_vram_mb=700.0), {})
     too_big = scheduler.submit(make_spec(marginal_vram_mb=400.0), {})
 
@@ -313,11 +323,14 @@ def test_static_ledger_on_a_host_without_any_vram_sampler(
 
 
 def test_calibration_above_the_declaration_replaces_it(
-    new_scheduler: Callable[..., JobScheduler], make_spec: Callable[..., dict[str, Any]],
-    tmp_path: Path, graph_json: dict[str, Any],
+    new_scheduler: Callable[..., JobScheduler],
+    make_spec: Callable[..., dict[str, Any]],
+    tmp_path: Path,
+    graph_json: dict[str, Any],
 ) -> None:
     CalibrationStore(tmp_path / "outputs" / "calibration.json").record(
-        graph_fingerprint(graph_json), 2, {"ram": 10.0, "vram": 5_000.0})
+        graph_fingerprint(graph_json), 2, {"ram": 10.0, "vram": 5_000.0}
+    )
     scheduler = new_scheduler(samplers=[RamSampler(), FakeVramSampler(4_000.0)])
     calibrated = scheduler.submit(make_spec(worker_count=2, marginal_vram_mb=1.0), {})
 
@@ -331,12 +344,15 @@ def test_calibration_above_the_declaration_replaces_it(
 
 
 def test_calibration_below_the_declaration_never_undercuts_it(
-    new_scheduler: Callable[..., JobScheduler], make_spec: Callable[..., dict[str, Any]],
-    tmp_path: Path, graph_json: dict[str, Any],
+    new_scheduler: Callable[..., JobScheduler],
+    make_spec: Callable[..., dict[str, Any]],
+    tmp_path: Path,
+    graph_json: dict[str, Any],
 ) -> None:
     # An earlier run of this very graph peaked at 100 MB; the submitter declares 5000 MB.
     CalibrationStore(tmp_path / "outputs" / "calibration.json").record(
-        graph_fingerprint(graph_json), 1, {"ram": 10.0, "vram": 100.0})
+        graph_fingerprint(graph_json), 1, {"ram": 10.0, "vram": 100.0}
+    )
     scheduler = new_scheduler(samplers=[RamSampler(), FakeVramSampler(1_000.0)])
     declared = scheduler.submit(make_spec(marginal_vram_mb=5_000.0), {})
 
@@ -352,13 +368,16 @@ def test_calibration_below_the_declaration_never_undercuts_it(
 
 
 def test_calibration_is_per_graph_content_not_per_name(
-    new_scheduler: Callable[..., JobScheduler], make_spec: Callable[..., dict[str, Any]],
-    tmp_path: Path, graph_json: dict[str, Any],
+    new_scheduler: Callable[..., JobScheduler],
+    make_spec: Callable[..., dict[str, Any]],
+    tmp_path: Path,
+    graph_json: dict[str, Any],
 ) -> None:
     # Peaks of another graph saved under the same name say nothing about this one.
     other = {**graph_json, "description": "an edited babyai_oracle"}
     CalibrationStore(tmp_path / "outputs" / "calibration.json").record(
-        graph_fingerprint(other), 1, {"ram": 1e9}, graph_name="babyai_oracle")
+        graph_fingerprint(other), 1, {"ram": 1e9}, graph_name="babyai_oracle"
+    )
     scheduler = new_scheduler(canvas_locked=lambda: True)
     run_id = scheduler.submit(make_spec(), {})
     edited_spec = {**make_spec(), "graph": other}
@@ -391,8 +410,11 @@ def test_cpu_slots_hold_back_runs_until_earlier_ones_finish(
         assert CPU_REASON.match(reason), reason
     queued = scheduler.list_active()["queued"]
     assert queued[0]["estimates"]["cpu"] == {
-        "value": 2.0, "unit": "slots", "source": "processes",
-        "why": "its processes: the eval process and 1 env server(s)"}
+        "value": 2.0,
+        "unit": "slots",
+        "source": "processes",
+        "why": "its processes: the eval process and 1 env server(s)",
+    }
 
     cancel_and_reap(scheduler, first)
     scheduler.tick()

@@ -53,8 +53,15 @@ def test_a_bad_variable_is_named(variable: str) -> None:
 
 
 def test_serve_exits_1_naming_a_bad_flag(tmp_path: Path) -> None:
-    done = run_cli("serve", "--port", "0", "--vram-capacity-mb", "lots", workspace=tmp_path,
-                   timeout_s=CLI_DEADLINE_S)
+    done = run_cli(
+        "serve",
+        "--port",
+        "0",
+        "--vram-capacity-mb",
+        "lots",
+        workspace=tmp_path,
+        timeout_s=CLI_DEADLINE_S,
+    )
 
     assert done.returncode == 1, done.stderr
     assert "--vram-capacity-mb: must be a number > 0" in done.stderr
@@ -64,8 +71,7 @@ def test_serve_exits_1_naming_a_bad_flag(tmp_path: Path) -> None:
 def test_serve_exits_1_naming_a_bad_variable(tmp_path: Path) -> None:
     env = {**os.environ, CPU_OVERSUBSCRIPTION_ENV: "0"}
 
-    done = run_cli("serve", "--port", "0", workspace=tmp_path, timeout_s=CLI_DEADLINE_S,
-                   env=env)
+    done = run_cli("serve", "--port", "0", workspace=tmp_path, timeout_s=CLI_DEADLINE_S, env=env)
 
     assert done.returncode == 1, done.stderr
     assert f"{CPU_OVERSUBSCRIPTION_ENV}: must be a number > 0" in done.stderr

@@ -205,8 +205,9 @@ async def test_function_names_and_configs_never_share_a_batch_identical_configs_
     assert sorted(sorted(b) for b in handler.batches) == [
         [f"{key}:{c}" for c in clients] for key in ("act/a", "embed/a", "embed/b")
     ]
-    ran_with = {b[0].split(":")[0]: cfg for b, cfg in zip(handler.batches, handler.configs,
-                                                          strict=True)}
+    ran_with = {
+        b[0].split(":")[0]: cfg for b, cfg in zip(handler.batches, handler.configs, strict=True)
+    }
     assert ran_with["embed/b"] == checkpoint_b  # each batch runs with its own config
 
 
@@ -216,8 +217,10 @@ async def test_function_names_and_configs_never_share_a_batch_identical_configs_
 async def test_a_failing_batch_fails_each_of_its_requests_and_the_next_batch_works() -> None:
     server, clock = server_with(["w0", "w1", "w2"])
     handler = RecordingHandler(clock)
-    failed = [submit(server, handler, c, item) for c, item in
-              [("w0", "fine"), ("w1", "poison"), ("w2", "also fine")]]
+    failed = [
+        submit(server, handler, c, item)
+        for c, item in [("w0", "fine"), ("w1", "poison"), ("w2", "also fine")]
+    ]
     for outcome in await outcomes(*failed):
         assert isinstance(outcome, RuntimeError)
         assert str(outcome) == "model failed on a batch of 3"
@@ -252,13 +255,15 @@ async def test_a_request_cancelled_while_it_waits_is_not_passed_to_the_handler()
         await gone
     # two more fill the batch of 2: the cancelled request must not take a slot
     assert await results(*(submit(server, handler, c, c) for c in ("w1", "w2"))) == [
-        ("out", "w1"), ("out", "w2"),
+        ("out", "w1"),
+        ("out", "w2"),
     ]
     assert handler.batches == [["w1", "w2"]]
 
 
-async def test_cancelling_the_caller_mid_forward_neither_strands_its_batch_nor_frees_the_lock(
-) -> None:
+async def test_cancelling_the_caller_mid_forward_neither_strands_its_batch_nor_frees_the_lock() -> (
+    None
+):
     server, clock = server_with(["w0", "w1", "w2"], FlushPolicy(max_batch=2, cap_s=CAP_S))
     gate = threading.Event()
     handler = RecordingHandler(clock, gate=gate)
@@ -341,7 +346,8 @@ async def test_the_clients_of_a_pass_that_just_ended_get_the_cap_to_join_the_nex
     clock.now_s = 1.0  # releases whatever a split left behind, so a failure is quick
     await results(*behind, *back)
     assert [sorted(b) for b in handler.batches] == [
-        ["a:w0", "a:w1"], ["b:w2", "b:w3", "c:w0", "c:w1"],
+        ["a:w0", "a:w1"],
+        ["b:w2", "b:w3", "c:w0", "c:w1"],
     ]
 
 
@@ -383,14 +389,23 @@ N_STEPS = 12
 
 
 def recurrent_graph() -> Graph:
-    return parse_graph({
-        "version": 1, "name": "recurrent_loop", "step_budget": N_STEPS,
-        "nodes": [{"id": "n", "type": "core.counter"}, {"id": "rnn", "type": "recurrent.cell"},
-                  {"id": "out", "type": "core.graphOut"}],
-        "edges": [{"source": "n.count", "target": "rnn.x"},
-                  {"source": "rnn.hidden_out", "target": "rnn.hidden_in", "next_iteration": True},
-                  {"source": "rnn.y", "target": "out.y"}],
-    })
+    return parse_graph(
+        {
+            "version": 1,
+            "name": "recurrent_loop",
+            "step_budget": N_STEPS,
+            "nodes": [
+                {"id": "n", "type": "core.counter"},
+                {"id": "rnn", "type": "recurrent.cell"},
+                {"id": "out", "type": "core.graphOut"},
+            ],
+            "edges": [
+                {"source": "n.count", "target": "rnn.x"},
+                {"source": "rnn.hidden_out", "target": "rnn.hidden_in", "next_iteration": True},
+                {"source": "rnn.y", "target": "out.y"},
+            ],
+        }
+    )
 
 
 def episode(index: int, run: str, client: str = "") -> EpisodeContext:

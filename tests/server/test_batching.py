@@ -241,8 +241,12 @@ def test_a_flush_policy_refuses_an_empty_batch_and_a_negative_cap() -> None:
 
 @pytest.mark.parametrize(
     ("rate", "seed", "field"),
-    [("1.5", "", "AGENTCANVAS_AUDIT_RATE"), ("nan", "", "AGENTCANVAS_AUDIT_RATE"),
-     ("often", "", "AGENTCANVAS_AUDIT_RATE"), ("0.5", "-1", "AGENTCANVAS_AUDIT_SEED")],
+    [
+        ("1.5", "", "AGENTCANVAS_AUDIT_RATE"),
+        ("nan", "", "AGENTCANVAS_AUDIT_RATE"),
+        ("often", "", "AGENTCANVAS_AUDIT_RATE"),
+        ("0.5", "-1", "AGENTCANVAS_AUDIT_SEED"),
+    ],
 )
 def test_bad_audit_settings_are_refused_naming_the_variable(
     monkeypatch: pytest.MonkeyPatch, rate: str, seed: str, field: str

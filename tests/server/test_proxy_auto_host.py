@@ -86,18 +86,21 @@ async def test_http_errors_are_translated(core: RemoteNodeSet, core_server: Laun
     with pytest.raises(RemoteError, match=r"core at http://127\.0\.0\.1:\d+ failed /panel") as err:
         await core.panel_change("seed", 1)  # core has no panel: a server-side NodeSetError
     assert (err.value.exc_type, err.value.exc_message) == (
-        "NodeSetError", "node set 'core' has no panel"
+        "NodeSetError",
+        "node set 'core' has no panel",
     )
     async with httpx.AsyncClient() as client:
         response = await client.post(
-            f"{core_server.url}/call/select", content=b"not a wire payload",
+            f"{core_server.url}/call/select",
+            content=b"not a wire payload",
             headers={"content-type": wire.WIRE_CONTENT_TYPE},
         )
     assert response.status_code == 400
     assert "garbled wire payload" in response.json()["error"]
     async with httpx.AsyncClient() as client:
         response = await client.post(
-            f"{core_server.url}/call/select", content=wire.dumps({"inputs": {}}),
+            f"{core_server.url}/call/select",
+            content=wire.dumps({"inputs": {}}),
         )
     assert response.status_code == 400
     assert "not a call payload" in response.json()["error"]
@@ -119,8 +122,11 @@ async def test_dead_and_hung_servers_become_errors_naming_them() -> None:
         assert await echo(remote, 1) == 1  # a keep-alive connection is now pooled
         os.kill(server.pid, signal.SIGSTOP)
         try:
-            with pytest.raises(ServerError, match=r"core#5 at .* did not answer /call/select "
-                                                  r"within 0\.5 s") as hung:
+            with pytest.raises(
+                ServerError,
+                match=r"core#5 at .* did not answer /call/select "
+                r"within 0\.5 s",
+            ) as hung:
                 await echo(remote, 2)
             assert not isinstance(hung.value, ServerDiedError)
         finally:
@@ -143,8 +149,11 @@ async def test_garbage_on_the_call_socket_is_bad_input_and_the_server_lives_on(
     sock.setsockopt(zmq.LINGER, 0)
     sock.connect(endpoint)
     try:
-        for garbage in ([b"\xc1"], [wire.dumps([1, 2])], [wire.dumps({"id": 7, "op": "nope",
-                                                                      "args": {}})]):
+        for garbage in (
+            [b"\xc1"],
+            [wire.dumps([1, 2])],
+            [wire.dumps({"id": 7, "op": "nope", "args": {}})],
+        ):
             await sock.send_multipart(garbage)
             reply = wire.decode(await asyncio.wait_for(sock.recv_multipart(), DEADLINE_S))
             assert isinstance(reply, dict) and reply["err"]["status"] == 400, reply

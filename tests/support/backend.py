@@ -43,8 +43,14 @@ def spawn_serve(
     env = {k: v for k, v in os.environ.items() if k not in dropped}
     env.update(AGENTCANVAS_HOME=str(workspace), HF_HUB_OFFLINE="1")
     with log.open("ab") as out:
-        return subprocess.Popen([*COMMAND, "serve", "--port", "0", *args], cwd=workspace,
-                                env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out)
+        return subprocess.Popen(
+            [*COMMAND, "serve", "--port", "0", *args],
+            cwd=workspace,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+        )
 
 
 def stop_process(proc: subprocess.Popen[bytes], sig: signal.Signals = signal.SIGTERM) -> int:
@@ -66,8 +72,13 @@ class Server:
     port: int
     log: Path
 
-    def request(self, method: str, path: str, body: bytes | None = None,
-                headers: dict[str, str] | None = None) -> tuple[int, Any]:
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> tuple[int, Any]:
         """Send ``path`` byte for byte with exactly these headers (Host defaults to ours);
         the status and the answer's JSON (or text)."""
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
@@ -144,12 +155,17 @@ class Backend:
         logs = workspace / "serve-logs"
         logs.mkdir(exist_ok=True)
         self.log_path = logs / f"serve-{time.time_ns()}.log"
-        self.proc = spawn_serve(workspace, self.log_path, *args, drop_env=(
-            *DROPPED_ENV, "AGENTCANVAS_FAKE_VRAM_MB", "ACTIVE_WORKSPACE_DIR"))
+        self.proc = spawn_serve(
+            workspace,
+            self.log_path,
+            *args,
+            drop_env=(*DROPPED_ENV, "AGENTCANVAS_FAKE_VRAM_MB", "ACTIVE_WORKSPACE_DIR"),
+        )
         self._tree: list[psutil.Process] = []
         try:
-            self.url = poll_until(self._announced_url, "the backend to announce its URL",
-                                  START_DEADLINE_S)
+            self.url = poll_until(
+                self._announced_url, "the backend to announce its URL", START_DEADLINE_S
+            )
             self.http = httpx.Client(base_url=self.url, timeout=30.0)
             poll_until(self._answers, "/api/eval/v2/queue to answer", START_DEADLINE_S)
         except BaseException:
@@ -172,10 +188,15 @@ class Backend:
         return self.log_path.read_text(errors="replace")
 
     # -- the API ---------------------------------------------------------------------------
-    def start_run(self, graph_name: str, episode_count: int, worker_count: int,
-                  **extra: Any) -> str:
-        body = {"graph_name": graph_name, "episode_count": episode_count,
-                "worker_count": worker_count, **extra}
+    def start_run(
+        self, graph_name: str, episode_count: int, worker_count: int, **extra: Any
+    ) -> str:
+        body = {
+            "graph_name": graph_name,
+            "episode_count": episode_count,
+            "worker_count": worker_count,
+            **extra,
+        }
         response = self.http.post("/api/eval/v2/start", json=body)
         assert response.status_code == 200, response.text
         started = response.json()
@@ -211,8 +232,9 @@ class Backend:
         listing = self.queue()
         return any(j["run_id"] == run_id for j in [*listing["queued"], *listing["running"]])
 
-    def wait_status(self, run_id: str, wanted: str, deadline_s: float = RUN_DEADLINE_S
-                    ) -> dict[str, Any]:
+    def wait_status(
+        self, run_id: str, wanted: str, deadline_s: float = RUN_DEADLINE_S
+    ) -> dict[str, Any]:
         """Poll until the run's status is ``wanted`` and its process is reaped; fail at once
         on another final status."""
 
@@ -221,10 +243,12 @@ class Backend:
             if summary["status"] == wanted:
                 return None if self.is_active(run_id) else self.status(run_id)
             if summary["status"] in TERMINAL:
-                stderr = (self.run_dir(run_id) / "stderr.log")
+                stderr = self.run_dir(run_id) / "stderr.log"
                 tail = stderr.read_text()[-3000:] if stderr.exists() else ""
-                raise AssertionError(f"{run_id} ended {summary['status']}, not {wanted}: "
-                                     f"{summary.get('error')}\n{tail}")
+                raise AssertionError(
+                    f"{run_id} ended {summary['status']}, not {wanted}: "
+                    f"{summary.get('error')}\n{tail}"
+                )
             return None
 
         return poll_until(check, f"run {run_id} to become {wanted}", deadline_s)

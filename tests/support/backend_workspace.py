@@ -61,23 +61,44 @@ def write_workspace(root: Path) -> Path:
     """The module's workspace: the two graphs and the never-fitting calibration."""
     graphs = root / "graphs"
     graphs.mkdir(parents=True, exist_ok=True)
-    slow = {**_ORACLE, "name": "slow_oracle",
-            "env": {**_ORACLE["env"], "fields": {**_ORACLE["env"]["fields"],
-                                                 "step_latency_ms": SLOW_ORACLE_LATENCY_MS}}}
-    spin = {
-        "version": 1, "name": "spin", "description": "Turns on the spot until the budget ends.",
-        "env": {"nodeset": "env_minigrid", "tasks": ["BabyAI-GoToObj-v0", "BabyAI-GoToLocal-v0"],
-                "fields": {"dataset": "babyai", "split": "GoTo", "task_id": "BabyAI-GoToObj-v0",
-                           "step_latency_ms": SPIN_LATENCY_MS}},
-        "nodes": [{"id": "env", "type": "env_minigrid.step"},
-                  {"id": "turn", "type": "core.constant", "config": {"value": 0}},
-                  {"id": "out", "type": "core.graphOut"}],
-        "edges": [{"source": "turn.value", "target": "env.action", "next_iteration": True},
-                  {"source": "env.metrics", "target": "out.metrics"}],
+    slow = {
+        **_ORACLE,
+        "name": "slow_oracle",
+        "env": {
+            **_ORACLE["env"],
+            "fields": {**_ORACLE["env"]["fields"], "step_latency_ms": SLOW_ORACLE_LATENCY_MS},
+        },
     }
-    leaky = {**spin, "name": "leaky",
-             "nodes": [*spin["nodes"], {"id": "helper", "type": "straggler.spawn"}],
-             "edges": [*spin["edges"], {"source": "helper.pid", "target": "out.helper_pid"}]}
+    spin = {
+        "version": 1,
+        "name": "spin",
+        "description": "Turns on the spot until the budget ends.",
+        "env": {
+            "nodeset": "env_minigrid",
+            "tasks": ["BabyAI-GoToObj-v0", "BabyAI-GoToLocal-v0"],
+            "fields": {
+                "dataset": "babyai",
+                "split": "GoTo",
+                "task_id": "BabyAI-GoToObj-v0",
+                "step_latency_ms": SPIN_LATENCY_MS,
+            },
+        },
+        "nodes": [
+            {"id": "env", "type": "env_minigrid.step"},
+            {"id": "turn", "type": "core.constant", "config": {"value": 0}},
+            {"id": "out", "type": "core.graphOut"},
+        ],
+        "edges": [
+            {"source": "turn.value", "target": "env.action", "next_iteration": True},
+            {"source": "env.metrics", "target": "out.metrics"},
+        ],
+    }
+    leaky = {
+        **spin,
+        "name": "leaky",
+        "nodes": [*spin["nodes"], {"id": "helper", "type": "straggler.spawn"}],
+        "edges": [*spin["edges"], {"source": "helper.pid", "target": "out.helper_pid"}],
+    }
     for graph in (slow, spin, leaky):
         (graphs / f"{graph['name']}.json").write_text(json.dumps(graph, indent=1))
     nodeset = root / "graph_nodes" / "straggler"

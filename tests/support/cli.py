@@ -20,6 +20,11 @@ def run_cli(
     ``env`` is the environment to start from (default: this process's)."""
     sent = {**(os.environ if env is None else env), "AGENTCANVAS_HOME": str(workspace)}
     return subprocess.run(
-        [*COMMAND, *args], cwd=workspace, env=sent, capture_output=True, text=True,
-        timeout=timeout_s, check=False,
+        [*COMMAND, *args],
+        cwd=workspace,
+        env=sent,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
     )

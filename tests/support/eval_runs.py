@@ -9,9 +9,7 @@ from pathlib import Path
 from agentcanvas.eval.store import read_jsonl
 
 
-async def wait_for_firings(
-    path: Path, n_records: int, deadline_s: float, poll_s: float
-) -> None:
+async def wait_for_firings(path: Path, n_records: int, deadline_s: float, poll_s: float) -> None:
     """Wait until the episode log at ``path`` holds ``n_records`` node firings."""
     deadline = time.monotonic() + deadline_s
     while not (path.exists() and len(read_jsonl(path).records) >= n_records):

@@ -40,8 +40,12 @@ sync_api = pytest.importorskip("playwright.sync_api")
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--no-first-run", "--disable-sync",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
 ]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 SCREENSHOTS = ARTIFACTS / "screenshots"
@@ -81,8 +85,9 @@ class Backend:
         """What a failed wait needs: the run's summary status and the tails of its logs."""
         run_dir = self.workspace / "outputs" / "eval_runs" / run_id
         logs = sorted(run_dir.glob("*.log")) + sorted(run_dir.glob("servers/*.log"))
-        tails = [f"--- {p.relative_to(run_dir)}\n{p.read_text(errors='replace')[-2000:]}"
-                 for p in logs]
+        tails = [
+            f"--- {p.relative_to(run_dir)}\n{p.read_text(errors='replace')[-2000:]}" for p in logs
+        ]
         summary = run_dir / "summary.json"
         status = json.loads(summary.read_text()).get("status") if summary.exists() else None
         backend_log = (self.workspace / "backend.log").read_text(errors="replace")[-2000:]
@@ -117,7 +122,10 @@ def _start_backend(workspace: Path) -> Backend:
     with log_path.open("wb") as log:
         process = subprocess.Popen(
             [sys.executable, "-c", SERVE, "serve", "--port", "0"],
-            cwd=workspace, env=env, stdout=log, stderr=log,
+            cwd=workspace,
+            env=env,
+            stdout=log,
+            stderr=log,
         )
     deadline = time.monotonic() + BACKEND_START_S
     while time.monotonic() < deadline:
@@ -176,8 +184,10 @@ def finished_runs(live_backend: Backend) -> dict[str, str]:
         "b": {"graph_name": "babyai_oracle", "episode_count": 3, "step_budget": 3},
         "c": {"graph_name": "babyai_oracle", "episode_count": 3, "step_budget": 3, "seed": 7},
     }
-    ids = {key: live_backend.api("POST", "/api/eval/v2/start", json=body)["run_id"]
-           for key, body in bodies.items()}
+    ids = {
+        key: live_backend.api("POST", "/api/eval/v2/start", json=body)["run_id"]
+        for key, body in bodies.items()
+    }
     finished = live_backend.wait_finished(list(ids.values()))
     assert {s["status"] for s in finished.values()} == {"completed"}, finished
     return ids
@@ -196,13 +206,25 @@ def _fake_episodes(rng: random.Random, n_per_task: int) -> list[EpisodeResult]:
         values: dict[str, float | int | bool | str | None] = {}
         if status == "completed":
             success = int(rng.random() < 0.7)
-            values = {"success": success, "spl": success * rng.uniform(0.4, 1.0),
-                      "steps": steps - 1, "return": success * rng.uniform(0.3, 1.0)}
-        records.append(EpisodeResult(
-            index=index, episode_id=f"{task}/{episode_index}", task=task,
-            episode_index=episode_index, seed=rng.randrange(2**31), status=status, steps=steps,
-            metrics=values, error=None if status == "completed" else f"synthetic {status}",
-        ))
+            values = {
+                "success": success,
+                "spl": success * rng.uniform(0.4, 1.0),
+                "steps": steps - 1,
+                "return": success * rng.uniform(0.3, 1.0),
+            }
+        records.append(
+            EpisodeResult(
+                index=index,
+                episode_id=f"{task}/{episode_index}",
+                task=task,
+                episode_index=episode_index,
+                seed=rng.randrange(2**31),
+                status=status,
+                steps=steps,
+                metrics=values,
+                error=None if status == "completed" else f"synthetic {status}",
+            )
+        )
     return records
 
 
@@ -211,13 +233,21 @@ def _write_fake_run(runs_dir: Path, run_id: str, n_per_task: int, rng: random.Ra
     status = rng.choices(["completed", "failed", "cancelled", "aborted"], [85, 5, 5, 5])[0]
     started = datetime.strptime(run_id, "%Y%m%d_%H%M%S").timestamp()
     run = EvalRun(
-        run_id=run_id, status=status, graph_name="babyai_oracle",
-        config=EvalConfig(graph_name="babyai_oracle", episode_count=n_per_task,
-                          worker_count=rng.choice([1, 2, 4, 8]), seed=rng.randrange(100)),
-        episodes_total=len(episodes), episodes_done=len(episodes),
+        run_id=run_id,
+        status=status,
+        graph_name="babyai_oracle",
+        config=EvalConfig(
+            graph_name="babyai_oracle",
+            episode_count=n_per_task,
+            worker_count=rng.choice([1, 2, 4, 8]),
+            seed=rng.randrange(100),
+        ),
+        episodes_total=len(episodes),
+        episodes_done=len(episodes),
         aggregate_metrics=metrics.aggregate_metrics(episodes),
         aggregate_by_task=metrics.aggregate_by_task(episodes),
-        status_counts=metrics.status_counts(episodes), episodes=episodes,
+        status_counts=metrics.status_counts(episodes),
+        episodes=episodes,
         timings={"started_at": started, "finished_at": started + rng.uniform(5, 900)},
         error="synthetic failure" if status == "failed" else None,
     )
@@ -302,8 +332,9 @@ def record_ws_frames(page: Any) -> list[dict[str, Any]]:
     return frames
 
 
-def poll(check: Callable[[], Any], deadline_s: float, what: str,
-         explain: Callable[[], str] = str) -> Any:
+def poll(
+    check: Callable[[], Any], deadline_s: float, what: str, explain: Callable[[], str] = str
+) -> Any:
     deadline = time.monotonic() + deadline_s
     while time.monotonic() < deadline:
         value = check()
@@ -343,7 +374,8 @@ def test_start_run_from_form_and_watch_progress_live(live_backend: Backend, page
     while time.monotonic() < deadline:
         status = row.locator("[data-col=status]").inner_text()
         done, total, source = row.locator(".progress").evaluate(
-            "b => [b.firstChild.value, b.firstChild.max, b.dataset.source]")
+            "b => [b.firstChild.value, b.firstChild.max, b.dataset.source]"
+        )
         samples.append((status, done, total, source))
         if status == "running" and done > 0 and not screenshot_taken:
             shot(page, "01_runs_progress_live")
@@ -423,7 +455,9 @@ def test_finished_run_page(live_backend: Backend, finished_runs: dict[str, str],
     page.click(".stat.failure")
     page.wait_for_function(
         "n => document.querySelectorAll('#episode-table tbody tr[data-outcome=failure]').length"
-        " === n && document.querySelectorAll('#episode-table tbody tr').length === n", arg=failures)
+        " === n && document.querySelectorAll('#episode-table tbody tr').length === n",
+        arg=failures,
+    )
     shot(page, "05_run_page_task_failures")
 
 
@@ -449,8 +483,9 @@ def test_episode_frames_step_through(
     page.click("#frame-prev")
     assert image.get_attribute("src").endswith(frame_names[-2])
     log_rows = page.locator("#log-table tbody tr")
-    assert log_rows.count() == len(live_backend.api(
-        "GET", f"/api/eval/v2/runs/{run_a}/episodes/0/log")["records"])
+    assert log_rows.count() == len(
+        live_backend.api("GET", f"/api/eval/v2/runs/{run_a}/episodes/0/log")["records"]
+    )
     current_step = int(page.locator("#frame-label").inner_text().rsplit("step ", 1)[1])
     highlighted = page.locator("#log-table tbody tr.current td:first-child").all_inner_texts()
     assert highlighted and {int(s) for s in highlighted} == {current_step}
@@ -469,6 +504,7 @@ def test_compare_two_runs(live_backend: Backend, finished_runs: dict[str, str], 
     page.click("#compare-form button[type=submit]")
     page.wait_for_selector("#mcnemar")
     assert page.locator("#flips-table tbody tr[data-direction]").count() == len(expected["flips"])
+
     def cell(label: str) -> str:
         return str(page.locator("#mcnemar tr", has_text=label).locator("td").inner_text())
 
@@ -496,8 +532,12 @@ def test_cancel_resume_and_live_run_page(live_backend: Backend, page: Any) -> No
     progress = row.locator(".progress")
     row.wait_for()
     first_done = "b => b.dataset.status === 'running' && b.firstChild.value >= 1"
-    poll(lambda: progress.evaluate(first_done), RUN_DEADLINE_S, "the first episode of the run",
-         lambda: live_backend.diagnostics(run_id))
+    poll(
+        lambda: progress.evaluate(first_done),
+        RUN_DEADLINE_S,
+        "the first episode of the run",
+        lambda: live_backend.diagnostics(run_id),
+    )
     cancel = row.locator("button.cancel")
     cancel.click()
     assert cancel.inner_text() == "Really cancel?"  # a second click confirms
@@ -516,7 +556,8 @@ def test_cancel_resume_and_live_run_page(live_backend: Backend, page: Any) -> No
     wait_run_state(page.locator(".run-header .st-completed"), live_backend, run_id)
     assert bar.locator(".progress-text").inner_text() == "8/8"
     page.wait_for_function(  # the table follows the run to its end (eval_complete reloads it)
-        "document.querySelectorAll('#episode-table tbody tr[data-outcome=success]').length === 8")
+        "document.querySelectorAll('#episode-table tbody tr[data-outcome=success]').length === 8"
+    )
     shot(page, "12_run_resumed_completed")
 
 
@@ -537,7 +578,8 @@ def test_pages_stay_responsive_with_200_runs_and_1000_episodes(
     page.click("#runs-panel button[aria-label='next page']")
     page.wait_for_function(
         f"document.querySelector('{rows}').dataset.runId !== '{first_id}'"
-        f" && document.querySelectorAll('{rows}').length === {PAGE_ROWS}")
+        f" && document.querySelectorAll('{rows}').length === {PAGE_ROWS}"
+    )
     timings["runs_list_next_page_s"] = time.perf_counter() - started
     shot(page, "09_runs_200")
 
@@ -556,7 +598,8 @@ def test_pages_stay_responsive_with_200_runs_and_1000_episodes(
     page.wait_for_function(
         "([sel, n]) => document.querySelectorAll(sel).length === n"
         " && [...document.querySelectorAll(sel)].every(r => r.dataset.outcome === 'error')",
-        arg=[episode_rows, min(PAGE_ROWS, big_backend.big_errors)])
+        arg=[episode_rows, min(PAGE_ROWS, big_backend.big_errors)],
+    )
     assert f"({big_backend.big_errors} matching" in page.locator("#episodes-panel h2").inner_text()
     shot(page, "10_run_1000_episodes_errors")
 

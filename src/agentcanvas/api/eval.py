@@ -84,9 +84,7 @@ def services(request: Request) -> ProcessServices:
     return svc
 
 
-@router.post(
-    "/start", response_model=StartResponse, responses=error_responses(404, 409, 413)
-)
+@router.post("/start", response_model=StartResponse, responses=error_responses(404, 409, 413))
 async def start_eval_v2(body: StartRequest, request: Request) -> StartResponse:
     """Queue a run (default) or, with via_subprocess false, run it inside the backend."""
     svc = services(request)
@@ -293,8 +291,9 @@ TEXT: dict[int | str, dict[str, Any]] = {
 }
 
 
-@router.get("/runs/{run_id}/logs/{which}", response_class=JSONResponse,
-            responses={**NOT_FOUND, **TEXT})
+@router.get(
+    "/runs/{run_id}/logs/{which}", response_class=JSONResponse, responses={**NOT_FOUND, **TEXT}
+)
 async def run_log(
     run_id: RunId, which: Literal["stdout", "stderr"], request: Request
 ) -> PlainTextResponse:

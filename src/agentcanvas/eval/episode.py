@@ -126,7 +126,10 @@ async def run_episode(
     """Run one episode; failures become data on the returned record."""
     started = time.perf_counter()
     result = EpisodeResult(
-        index=spec.index, task=spec.task, episode_index=spec.episode_index, seed=spec.seed,
+        index=spec.index,
+        task=spec.task,
+        episode_index=spec.episode_index,
+        seed=spec.seed,
         status="exception",
     )
     runner: LoopRunner | None = None
@@ -213,7 +216,8 @@ def _fill(
     if status is not None:
         result.status = status
         result.error = (
-            "cancelled with the run" if status == "cancelled"
+            "cancelled with the run"
+            if status == "cancelled"
             else f"wall-clock timeout after {timeout_s:g} s (safety net; not a score)"
         )
         _harvest_partial(result, runner)

@@ -29,7 +29,11 @@ from agentcanvas.server.launcher import LocalProcessLauncher
 
 SPEC_VERSION = 1
 __all__ = [
-    "ForegroundRun", "collect_determinism", "finalise_run", "record_failure", "run_foreground",
+    "ForegroundRun",
+    "collect_determinism",
+    "finalise_run",
+    "record_failure",
+    "run_foreground",
 ]
 
 

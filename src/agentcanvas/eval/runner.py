@@ -348,9 +348,7 @@ class BatchEvalRunner:
     def _spend_error_budget(self, result: EpisodeResult) -> None:
         """Count an error episode; past ``max_errors`` the run stops (status ``failed``)."""
         self._errors += result.status in health.ERROR_STATUSES
-        reason = health.error_budget_exceeded(
-            self.config.max_errors, self._errors, len(self.specs)
-        )
+        reason = health.error_budget_exceeded(self.config.max_errors, self._errors, len(self.specs))
         if reason is not None and self.stop_reason is None:
             self.stop_reason = reason
             self.cancel_event.set()  # episodes in flight end as cancelled

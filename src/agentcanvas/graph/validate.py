@@ -165,9 +165,7 @@ def field_value_problem(spec: FieldSpec, value: Any) -> str | None:
     if spec.kind == "int" and (isinstance(value, bool) or not isinstance(value, int)):
         return f"is an int field; {got}"
     if spec.kind == "float" and (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
+        isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value)
     ):
         return f"is a float field (a finite number); {got}"
     if spec.kind == "bool" and not isinstance(value, bool):

@@ -246,12 +246,14 @@ def _check_examples(
     declared = []
     for i, example in enumerate(examples):
         if not isinstance(example, Mapping):
-            raise NodeSetError(f"{nodeset}.{node}: examples[{i}] is a "
-                               f"{type(example).__name__}, not an inputs dict")
+            raise NodeSetError(
+                f"{nodeset}.{node}: examples[{i}] is a {type(example).__name__}, not an inputs dict"
+            )
         missing = sorted(required - set(example))
         if missing:
-            raise NodeSetError(f"{nodeset}.{node}: examples[{i}] has no value for the "
-                               f"required input(s) {missing}")
+            raise NodeSetError(
+                f"{nodeset}.{node}: examples[{i}] has no value for the required input(s) {missing}"
+            )
         declared.append(dict(example))
     return tuple(declared)
 

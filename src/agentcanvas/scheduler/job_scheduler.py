@@ -413,4 +413,3 @@ def _child_env(run_dir: RunDir) -> dict[str, str]:
     if spec.get("active_workspace_dir"):
         env["ACTIVE_WORKSPACE_DIR"] = str(spec["active_workspace_dir"])
     return env
-

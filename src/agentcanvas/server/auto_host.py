@@ -80,8 +80,13 @@ def create_app(
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
-        return {"ok": True, "nodeset": instance.name, "tag": tag, "pid": os.getpid(),
-                "call": call_endpoint}
+        return {
+            "ok": True,
+            "nodeset": instance.name,
+            "tag": tag,
+            "pid": os.getpid(),
+            "call": call_endpoint,
+        }
 
     @app.get("/manifest")
     async def manifest() -> dict[str, Any]:
@@ -253,9 +258,14 @@ async def serve(
     sock = _bind()
     url = f"http://{HOST}:{sock.getsockname()[1]}"
     config = uvicorn.Config(
-        create_app(instance, batcher, tag, calls.endpoint), log_level="warning",
-        access_log=False, lifespan="off", timeout_keep_alive=300, proxy_headers=False,
-        server_header=False, date_header=False,
+        create_app(instance, batcher, tag, calls.endpoint),
+        log_level="warning",
+        access_log=False,
+        lifespan="off",
+        timeout_keep_alive=300,
+        proxy_headers=False,
+        server_header=False,
+        date_header=False,
     )
     server = _Server(config)
     loop = asyncio.get_running_loop()
@@ -321,8 +331,9 @@ def write_record(record_dir: Path, nodeset: str, tag: int | None, url: str) -> P
     record_dir.mkdir(parents=True, exist_ok=True)
     path = record_path(record_dir, nodeset, tag)
     started_at = datetime.fromtimestamp(psutil.Process().create_time(), UTC)
-    record = ServerRecordFile(pid=os.getpid(), url=url, nodeset=nodeset, tag=tag,
-                              started_at=started_at)
+    record = ServerRecordFile(
+        pid=os.getpid(), url=url, nodeset=nodeset, tag=tag, started_at=started_at
+    )
     atomic_write_json(path, record.model_dump(mode="json"))
     return path
 
@@ -338,8 +349,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="agentcanvas.server.auto_host")
     parser.add_argument("--nodeset", required=True)
     parser.add_argument("--tag", type=int, default=None)
-    parser.add_argument("--record-dir", type=Path, default=None,
-                        help="record this server in DIR/<nodeset>[_<tag>].json while it runs")
+    parser.add_argument(
+        "--record-dir",
+        type=Path,
+        default=None,
+        help="record this server in DIR/<nodeset>[_<tag>].json while it runs",
+    )
     args = parser.parse_args(argv)
     if os.environ.get(procs.PARENT_PID_ENV):
         procs.set_parent_death_signal()

@@ -151,9 +151,7 @@ class BatchedInferenceServer:
         if row is None:
             return
         request = batch[row]
-        alone = asyncio.get_running_loop().run_in_executor(
-            None, handler, [request.item], config
-        )
+        alone = asyncio.get_running_loop().run_in_executor(None, handler, [request.item], config)
         with contextlib.suppress(Exception):  # read from the future below
             await _until_done(alone)
         self.audit_passes += 1
@@ -165,8 +163,13 @@ class BatchedInferenceServer:
             )
             return
         self.auditor.record(
-            function_name, outputs[row], alone.result()[0], request.episode_key,
-            request.client, len(batch), row,
+            function_name,
+            outputs[row],
+            alone.result()[0],
+            request.episode_key,
+            request.client,
+            len(batch),
+            row,
         )
 
     def stats(self) -> dict[str, Any]:
@@ -201,8 +204,10 @@ async def _until_done(forward: asyncio.Future[Any]) -> None:
 
 def _resolve(batch: list[PendingRequest], forward: asyncio.Future[Any]) -> int:
     """Hand each request its output, or the batch's error to each; returns outputs handed."""
-    error = ServerError("the forward pass was cancelled") if forward.cancelled() else (
-        forward.exception()
+    error = (
+        ServerError("the forward pass was cancelled")
+        if forward.cancelled()
+        else (forward.exception())
     )
     outputs: Sequence[Any] = () if error is not None else forward.result()
     if error is None and len(outputs) != len(batch):

@@ -37,10 +37,13 @@ class FlushPolicy:
 
     def __post_init__(self) -> None:
         if self.kind not in ("none", "restart_on_submit", "ours"):
-            raise ConfigError(f"flush policy kind must be none, restart_on_submit or ours, "
-                              f"not {self.kind!r}")
-        if isinstance(self.max_batch, bool) or not isinstance(self.max_batch, int) or (
-            self.max_batch < 1
+            raise ConfigError(
+                f"flush policy kind must be none, restart_on_submit or ours, not {self.kind!r}"
+            )
+        if (
+            isinstance(self.max_batch, bool)
+            or not isinstance(self.max_batch, int)
+            or (self.max_batch < 1)
         ):
             raise ConfigError(f"max_batch must be an integer >= 1, not {self.max_batch!r}")
         for name in ("cap_s", "window_s"):
@@ -122,6 +125,8 @@ def env_int(name: str, default: int, low: int, high: int) -> int:
     except ValueError:
         value = None
     if value is None or not low <= value <= high:
-        raise ConfigError(f"{name} must be an integer from {low} to {high}, not {text!r} "
-                          f"(unset it for the default, {default})")
+        raise ConfigError(
+            f"{name} must be an integer from {low} to {high}, not {text!r} "
+            f"(unset it for the default, {default})"
+        )
     return value

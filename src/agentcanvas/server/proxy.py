@@ -65,7 +65,11 @@ class _Http:
         return self._client
 
     async def request(
-        self, method: str, path: str, timeout_s: float, content: bytes | None = None,
+        self,
+        method: str,
+        path: str,
+        timeout_s: float,
+        content: bytes | None = None,
         json: dict[str, Any] | None = None,
     ) -> Any:
         """One request; the answer's value (msgpack or JSON) or an error naming the server."""
@@ -151,8 +155,9 @@ class RemoteNodeSet:
     async def _calls(self) -> RpcClient:
         """The rpc client, once the server has told us its call endpoint."""
         if self._rpc is None:
-            health = await self._http.request("GET", "/health", min(self._deadline(),
-                                                                    CONNECT_TIMEOUT_S))
+            health = await self._http.request(
+                "GET", "/health", min(self._deadline(), CONNECT_TIMEOUT_S)
+            )
             endpoint = health.get("call") if isinstance(health, dict) else None
             if not isinstance(endpoint, str):
                 raise ServerError(f"{self.where} advertises no call endpoint on /health")

@@ -287,8 +287,11 @@ class RpcClient:
             raise ServerError(f"{self.where} answered {what} with garbage: {str(reply)[:200]}")
         exc_type, message = str(err.get("type", "")), str(err.get("message", ""))
         if err.get("status") == 400:
-            raise UserInputError(f"{what}: {message}" if exc_type == "UserInputError"
-                                 else f"{what}: {exc_type}: {message}")
+            raise UserInputError(
+                f"{what}: {message}"
+                if exc_type == "UserInputError"
+                else f"{what}: {exc_type}: {message}"
+            )
         raise RemoteError(f"{self.where} failed {what}: {exc_type}: {message}", exc_type, message)
 
     def _take(self) -> _Channel:

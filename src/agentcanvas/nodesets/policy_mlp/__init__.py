@@ -52,8 +52,9 @@ NODESET = NodeSet(
     inputs=[PortSpec(name="obs", type="array")],
     outputs=[PortSpec(name="action", type="int"), PortSpec(name="logits", type="array")],
     config=ActConfig,
-    examples=[{"obs": row} for row in np.random.default_rng(1).normal(size=(6, 4)).astype(
-        np.float32)],
+    examples=[
+        {"obs": row} for row in np.random.default_rng(1).normal(size=(6, 4)).astype(np.float32)
+    ],
 )
 def act(items: list[BatchItem], config: dict[str, Any], state: PolicyState) -> list[dict[str, Any]]:
     """One action per observation."""

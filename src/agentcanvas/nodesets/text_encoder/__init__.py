@@ -66,10 +66,14 @@ NODESET = NodeSet(
 # examples each keep it to some 40 padded forwards on top of the encoder's own check.
 EMBED_EXAMPLES = [{"text": "go to the red ball"}, {"text": "open the door on your left"}]
 GROUND_EXAMPLES = [
-    {"mission": "go to the red ball",
-     "objects": [{"type": "ball", "color": "red", "desc": "red ball"}]},
-    {"mission": "go to a purple box",
-     "objects": [{"type": "box", "color": "purple", "desc": "purple box"}]},
+    {
+        "mission": "go to the red ball",
+        "objects": [{"type": "ball", "color": "red", "desc": "red ball"}],
+    },
+    {
+        "mission": "go to a purple box",
+        "objects": [{"type": "box", "color": "purple", "desc": "purple box"}],
+    },
 ]
 
 
