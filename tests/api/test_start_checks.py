@@ -81,7 +81,7 @@ def test_max_errors_stops_a_queued_run_as_failed(backend: Backend) -> None:
     summary = backend.wait_status(run_id, "failed", RUN_DEADLINE_S)
     assert summary["error"].startswith("max_errors 1 exceeded: 2 episodes ended in error")
     assert summary["health"]["verdict"] == "failed"
-    assert summary["status_counts"]["cancelled"] >= 10
+    assert sum(summary["status_counts"].values()) < 20  # stopped early: the rest never ran
     served = backend.http.get(f"/api/eval/v2/status/{run_id}").text
     json.loads(served, parse_constant=_raise_on_constant)  # what we serve is strict JSON
 

@@ -118,8 +118,6 @@ def refresh_counts(run: EvalRun, results: dict[int, EpisodeResult]) -> None:
     run.status_counts = metrics.status_counts(ordered)
     run.aggregate_metrics = metrics.aggregate_metrics(ordered)
     run.aggregate_by_task = metrics.aggregate_by_task(ordered)
-    run.episodes_complete = True  # every record is in it: readers need not follow the index
-    run.episodes_aggregated = len(ordered)
 
 
 def reconcile_summary(run_dir: RunDir) -> EvalRun:

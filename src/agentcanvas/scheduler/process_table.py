@@ -23,10 +23,11 @@ class ProcessTable:
         self._scanned_at = -math.inf
         self._children: dict[int, list[psutil.Process]] = {}
 
-    def descendants(self, pid: int) -> list[psutil.Process]:
-        """Children, grandchildren, … of ``pid`` as of the latest scan."""
+    def descendants(self, pid: int, newer_than: float = -math.inf) -> list[psutil.Process]:
+        """Children, grandchildren, … of ``pid`` as of the latest scan; a scan taken before
+        ``newer_than`` (a ``time.monotonic()`` reading) is never used."""
         now = time.monotonic()
-        if now - self._scanned_at >= self._ttl_s:
+        if now - self._scanned_at >= self._ttl_s or self._scanned_at < newer_than:
             self._scan()
             self._scanned_at = now
         found: list[psutil.Process] = []

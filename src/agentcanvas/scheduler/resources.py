@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import time
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -319,6 +320,7 @@ class ProcessTreeMonitor:
         self.last_readings: dict[str, float] = {}
         """What the latest ``poll`` read (empty before the first)."""
         self.n_polls = 0
+        self._created_at = time.monotonic()  # a shared scan older than this misses our tree
         try:
             self._root: psutil.Process | None = psutil.Process(root_pid)
         except psutil.NoSuchProcess:
@@ -359,7 +361,7 @@ class ProcessTreeMonitor:
         if self._root is None:
             return
         self._known.setdefault(self._root.pid, self._root)
-        for proc in PROCESS_TABLE.descendants(self._root.pid):
+        for proc in PROCESS_TABLE.descendants(self._root.pid, newer_than=self._created_at):
             self._known.setdefault(proc.pid, proc)
 
 
