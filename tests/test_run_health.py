@@ -90,7 +90,7 @@ def test_max_errors_stops_the_run_early_as_failed(workspace: Path) -> None:
     assert summary["health"]["reason"].startswith("max_errors 2 exceeded")
     counts = summary["status_counts"]
     # It stopped: at most the episode in flight ran after the third error; the rest never ran.
-    assert 3 <= counts["error"] <= 4 and counts["cancelled"] == 20 - counts["error"], counts
+    assert 3 <= counts["error"] <= 4 and sum(counts.values()) < 20, counts  # stopped early
     assert summary["config"]["max_errors"] == 2
 
 
@@ -100,7 +100,7 @@ def test_max_errors_as_a_fraction_of_the_run(workspace: Path) -> None:
     summary = strict_json(proc.stdout)
     assert summary["status"] == "failed"
     assert summary["error"].startswith("max_errors 0.25 of 12 episodes exceeded")
-    assert summary["status_counts"].get("cancelled", 0) > 0
+    assert sum(summary["status_counts"].values()) < 12  # stopped early: the rest never ran
 
 
 @pytest.mark.parametrize("value", ["lots", "1.5", "-1", "nan"])
@@ -239,7 +239,10 @@ def test_a_panel_error_is_recorded_once_with_its_type(workspace: Path) -> None:
     assert proc.returncode == exit_codes.EPISODE_ERRORS, proc.stderr[-3000:]
     (ep,) = strict_json(proc.stdout)["episodes"]
     assert ep["status"] == "exception"
-    assert ep["error"] == "UserInputError: panel field 'task_id': explode cannot start"
+    # once, with its type and the server route that refused it (no doubled prefix)
+    assert ep["error"] == (
+        "UserInputError: /panel/episode: panel field 'task_id': explode cannot start"
+    )
 
 
 def test_a_known_task_runs(workspace: Path) -> None:

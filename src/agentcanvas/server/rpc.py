@@ -143,8 +143,12 @@ class RpcServer:
             handler = self.handlers.get(str(request.get("op")))
             if handler is None:
                 raise UserInputError(f"unknown op {request.get('op')!r}")
-            reply: dict[str, Any] = {"id": request_id, "ok": await handler(request["args"])}
-            out = wire.encode(reply)
+            result = await handler(request["args"])
+            try:
+                out = wire.encode({"id": request_id, "ok": result})
+            except WireError:  # name the bad value's path inside the result, not our envelope
+                wire.encode(result)
+                raise
         except Exception as exc:
             if not isinstance(exc, UserInputError):
                 log.error("rpc %s failed", request_id, exc_info=exc)
