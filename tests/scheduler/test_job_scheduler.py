@@ -124,7 +124,8 @@ def cancel_and_reap(scheduler: JobScheduler, run_id: str) -> None:
         return run_id not in scheduler.running
 
     poll_until(reaped, f"{run_id} to be reaped", DEADLINE_S)
-    assert status_of(scheduler, run_id) == "cancelled"
+    # A run whose every episode finished before the cancel landed is completed (issue 10).
+    assert status_of(scheduler, run_id) in ("cancelled", "completed")
     assert scheduler.run_dir(run_id).is_done()
 
 
