@@ -10,6 +10,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    WithJsonSchema,
     computed_field,
     field_validator,
 )
@@ -31,13 +32,15 @@ def _max_errors_not_bool(value: Any) -> Any:
 
 
 def _max_errors_range(value: int | float | None) -> int | float | None:
+    if isinstance(value, float) and value >= 1.0 and value.is_integer():
+        value = int(value)  # 3.0 is a count (JSON Schema calls it an integer)
     if isinstance(value, float) and not 0.0 < value < 1.0:
         raise ValueError(
             f"max_errors {value!r}: a fraction must be between 0 and 1 (exclusive); "
             "a count must be a whole number"
         )
-    if isinstance(value, int) and value < 0:
-        raise ValueError(f"max_errors {value}: a count must be >= 0")
+    if isinstance(value, int) and not 0 <= value <= 1_000_000_000:
+        raise ValueError(f"max_errors {value}: a count must be between 0 and 1000000000")
     return value
 
 
@@ -45,6 +48,15 @@ MaxErrors = Annotated[
     int | float | None,
     BeforeValidator(_max_errors_not_bool),
     AfterValidator(_max_errors_range),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "integer", "minimum": 0, "maximum": 1_000_000_000},
+                {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
+                {"type": "null"},
+            ]
+        }
+    ),
 ]
 """An error budget: a count of error episodes (>= 0) or a fraction of the run (0 < f < 1)."""
 
