@@ -58,7 +58,7 @@ def run_folders(workspace: Path) -> set[str]:
             "unknown task 'nope', 'nix'",
         ),
         ({"graph_name": "clean", "max_errors": 1.5}, "max_errors", "a fraction must be"),
-        ({"graph_name": "clean", "max_errors": -2}, "max_errors", "a count must be >= 0"),
+        ({"graph_name": "clean", "max_errors": -2}, "max_errors", "a count must be between 0 and"),
         ({"graph_name": "clean", "max_errors": True}, "max_errors", "a count (>= 0)"),
         ({"graph_name": "clean", "episode_timeout_s": 0}, "episode_timeout_s", "greater than"),
     ],
