@@ -1,16 +1,16 @@
 """BatchEvalRunner end to end on a real replicated env: persistence, progress, determinism.
 
-The env ``tenv`` lives in a real workspace under tmp_path and runs in auto_host servers (they
-find it through ``AGENTCANVAS_HOME``). An episode is a pure function of its seed: it lasts
-``2 + seed % 3`` actions and, with ``render`` on, returns a frame whose pixels encode
-``(seed + steps) % 256`` so that every asset can be traced to its episode.
+The env ``tenv`` (tests/support/counting_env.py) lives in a real workspace under tmp_path and
+runs in auto_host servers (they find it through ``AGENTCANVAS_HOME``). An episode is a pure
+function of its seed: it lasts ``2 + seed % 3`` actions (``base_length`` 2) and, with
+``render`` on, returns a frame whose pixels encode ``(seed + steps) % 256`` so that every asset
+can be traced to its episode.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import textwrap
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,7 @@ from agentcanvas.eval.seeding import episode_seed
 from agentcanvas.eval.store import RunDir, append_jsonl, read_json, read_jsonl
 from agentcanvas.graph.model import Graph, parse_graph
 from agentcanvas.nodes.registry import WorkspaceComponentRegistry
+from support.counting_env import TENV
 from support.registry import started_registry
 from support.workspace import home_workspace
 
@@ -38,77 +39,17 @@ TASKS = ["t0", "t1"]
 N_PER_TASK = 3
 N_TOTAL = len(TASKS) * N_PER_TASK
 
-TENV = textwrap.dedent(
-    '''
-    """tenv: a replicated env; an episode lasts 2 + seed % 3 actions."""
-
-    import time
-
-    import numpy as np
-
-    from agentcanvas.nodes.base import NodeSet, Panel
-    from agentcanvas.nodes.manifest import FieldSpec, LoadInfo, PanelSpec, PortSpec
-
-
-    class State:
-        def __init__(self):
-            self.seed, self.length, self.steps, self.latency_s, self.render = 0, 0, 0, 0.0, False
-
-
-    class TPanel(Panel):
-        spec = PanelSpec(
-            fields=[
-                FieldSpec(name="task_id", kind="str", default="t0"),
-                FieldSpec(name="episode_index", kind="int", default=0),
-                FieldSpec(name="seed", kind="int", default=0),
-                FieldSpec(name="step_latency_ms", kind="float", default=0.0),
-                FieldSpec(name="render", kind="bool", default=False),
-            ],
-            actions=["play"],
-        )
-
-        def on_action(self, name):
-            s = self.state
-            s.seed = int(self.values["seed"])
-            s.latency_s = float(self.values["step_latency_ms"]) / 1000.0
-            s.render = bool(self.values["render"])
-            s.length, s.steps = 2 + s.seed % 3, 0
-            return dict(self.values)
-
-        def on_load(self):
-            return LoadInfo(episode_id=f"{self.values['task_id']}/{self.values['episode_index']}",
-                            step_budget=10)
-
-
-    NODESET = NodeSet(name="tenv", parallelism="replicated", state_factory=State,
-                      panel_class=TPanel)
-
-
-    @NODESET.node("step", inputs=[PortSpec(name="action", required=False)],
-                  outputs=[PortSpec(name="done", type="bool"),
-                           PortSpec(name="metrics", type="dict"),
-                           PortSpec(name="frame", type="array")],
-                  done_port="done", blocking=True)
-    def step(inputs, config, state, ctx):
-        if inputs.get("action") is not None and state.steps < state.length:
-            time.sleep(state.latency_s)
-            state.steps += 1
-        done = state.steps >= state.length
-        out = {"done": done, "metrics": {"success": int(done), "steps": state.steps,
-                                         "score": (state.seed % 1000) / 1000.0}}
-        if state.render:
-            out["frame"] = np.full((4, 4, 3), (state.seed + state.steps) % 256, dtype=np.uint8)
-        return out
-    '''
-)
-
 
 def make_graph(name: str = "tgraph", label: str = "v1", latency_ms: float = 15.0) -> Graph:
     return parse_graph(
         {
             "version": 1,
             "name": name,
-            "env": {"nodeset": "tenv", "fields": {"step_latency_ms": latency_ms}, "tasks": TASKS},
+            "env": {
+                "nodeset": "tenv",
+                "fields": {"step_latency_ms": latency_ms, "base_length": 2, "step_budget": 10},
+                "tasks": TASKS,
+            },
             "nodes": [
                 {"id": "act", "type": "core.constant", "config": {"value": 1}},
                 {"id": "label", "type": "core.constant", "config": {"value": label}},

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import textwrap
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -25,6 +24,7 @@ from agentcanvas.eval.runner import BatchEvalRunner
 from agentcanvas.eval.store import RunDir, read_jsonl
 from agentcanvas.graph.model import Graph, parse_graph
 from agentcanvas.nodes.registry import WorkspaceComponentRegistry
+from support.counting_env import TENV
 from support.eval_runs import wait_for_firings
 from support.registry import started_registry
 from support.workspace import home_workspace
@@ -35,62 +35,6 @@ RUN_DEADLINE_S = 60.0
 POLL_DEADLINE_S = 20.0
 N_EPISODES = 8
 N_WORKERS = 2
-
-TENV = textwrap.dedent(
-    '''
-    """tenv: a replicated env; an episode lasts 3 + seed % 3 actions of step_latency_ms each."""
-
-    import time
-
-    from agentcanvas.nodes.base import NodeSet, Panel
-    from agentcanvas.nodes.manifest import FieldSpec, LoadInfo, PanelSpec, PortSpec
-
-
-    class State:
-        def __init__(self):
-            self.seed, self.length, self.steps, self.latency_s = 0, 0, 0, 0.0
-
-
-    class TPanel(Panel):
-        spec = PanelSpec(
-            fields=[
-                FieldSpec(name="task_id", kind="str", default="ok"),
-                FieldSpec(name="episode_index", kind="int", default=0),
-                FieldSpec(name="seed", kind="int", default=0),
-                FieldSpec(name="step_latency_ms", kind="float", default=0.0),
-            ],
-            actions=["play"],
-        )
-
-        def on_action(self, name):
-            s = self.state
-            s.seed = int(self.values["seed"])
-            s.latency_s = float(self.values["step_latency_ms"]) / 1000.0
-            s.length, s.steps = 3 + s.seed % 3, 0
-            return dict(self.values)
-
-        def on_load(self):
-            return LoadInfo(episode_id=f"{self.values['task_id']}/{self.values['episode_index']}",
-                            scene_id=f"scene{self.state.seed % 5}", step_budget=20)
-
-
-    NODESET = NodeSet(name="tenv", parallelism="replicated", state_factory=State,
-                      panel_class=TPanel)
-
-
-    @NODESET.node("step", inputs=[PortSpec(name="action", required=False)],
-                  outputs=[PortSpec(name="done", type="bool"),
-                           PortSpec(name="metrics", type="dict")],
-                  done_port="done", blocking=True)
-    def step(inputs, config, state, ctx):
-        if inputs.get("action") is not None and state.steps < state.length:
-            time.sleep(state.latency_s)
-            state.steps += 1
-        done = state.steps >= state.length
-        return {"done": done, "metrics": {"success": int(done), "steps": state.steps,
-                                          "score": (state.seed % 1000) / 1000.0}}
-    '''
-)
 
 
 def make_graph(latency_ms: float) -> Graph:

@@ -25,6 +25,7 @@ from agentcanvas.eval.seeding import episode_seed
 from agentcanvas.eval.store import RunDir, read_json, read_jsonl
 from agentcanvas.graph.model import Graph, parse_graph
 from agentcanvas.nodes.registry import WorkspaceComponentRegistry
+from support.counting_env import TENV
 from support.eval_runs import wait_for_firings
 from support.registry import started_registry
 from support.workspace import home_workspace
@@ -33,70 +34,6 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 RUN_DEADLINE_S = 60.0  # a broken runner fails the test instead of hanging it
 POLL_DEADLINE_S = 20.0
-
-TENV = textwrap.dedent(
-    '''
-    """tenv: a tiny replicated env; an episode lasts 3 + seed % 3 actions."""
-
-    import time
-
-    from agentcanvas.errors import NodeSetError
-    from agentcanvas.nodes.base import NodeSet, Panel
-    from agentcanvas.nodes.manifest import FieldSpec, LoadInfo, PanelSpec, PortSpec
-
-
-    class State:
-        def __init__(self):
-            self.task, self.seed, self.length, self.steps, self.latency_s = "", 0, 0, 0, 0.0
-
-
-    class TPanel(Panel):
-        spec = PanelSpec(
-            fields=[
-                FieldSpec(name="task_id", kind="str", default="ok"),
-                FieldSpec(name="episode_index", kind="int", default=0),
-                FieldSpec(name="seed", kind="int", default=0),
-                FieldSpec(name="step_latency_ms", kind="float", default=0.0),
-            ],
-            actions=["play"],
-        )
-
-        def on_action(self, name):
-            if name != "play":
-                return super().on_action(name)
-            s = self.state
-            s.task, s.seed = str(self.values["task_id"]), int(self.values["seed"])
-            s.latency_s = float(self.values["step_latency_ms"]) / 1000.0
-            s.length, s.steps = 3 + s.seed % 3, 0
-            return dict(self.values)
-
-        def on_load(self):
-            s = self.state
-            if s.task == "bad_load":
-                raise NodeSetError("tenv: level 'bad_load' cannot be built")
-            return LoadInfo(episode_id=f"{s.task}/{self.values['episode_index']}",
-                            scene_id=f"scene{s.seed % 5}", instruction=f"take {s.length} steps",
-                            step_budget=s.length + 5)
-
-
-    NODESET = NodeSet(name="tenv", parallelism="replicated", state_factory=State,
-                      panel_class=TPanel)
-
-
-    @NODESET.node("step", inputs=[PortSpec(name="action", required=False)],
-                  outputs=[PortSpec(name="obs", type="int"), PortSpec(name="done", type="bool"),
-                           PortSpec(name="metrics", type="dict")],
-                  done_port="done", blocking=True)
-    def step(inputs, config, state, ctx):
-        if inputs.get("action") is not None and state.steps < state.length:
-            time.sleep(state.latency_s)
-            state.steps += 1
-        done = state.steps >= state.length
-        return {"obs": state.seed + state.steps, "done": done,
-                "metrics": {"success": int(done), "score": (state.seed % 1000) / 1000.0,
-                            "steps": state.steps}}
-    '''
-)
 
 TGLUE = textwrap.dedent(
     '''

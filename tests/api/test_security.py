@@ -1,4 +1,4 @@
-"""Review fixes at the HTTP boundary, against a real ``agentcanvas serve`` on loopback.
+"""Security at the HTTP boundary, against a real ``agentcanvas serve`` on loopback.
 
 Only this backend's own page may call it: an ``Origin`` must name one of our hosts *and* the
 port the request came to; ``null`` (sandboxed frames, ``file://`` pages) is never ours. A start

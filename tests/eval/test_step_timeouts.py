@@ -1,4 +1,4 @@
-"""Review fixes around timeouts and panels, each made to really happen on real env servers.
+"""Timeouts and panels, each made to really happen on real env servers.
 
 A replicated test env ``renv`` (auto_host children, found through ``AGENTCANVAS_HOME``) and a
 local policy ``rglue`` live in a real workspace under ``tmp_path``. An episode of ``renv``
