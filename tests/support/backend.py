@@ -256,6 +256,46 @@ class Backend:
     def run_dir(self, run_id: str) -> Path:
         return self.workspace / "outputs" / "eval_runs" / run_id
 
+    def api(self, method: str, path: str, **kwargs: Any) -> Any:
+        """``method path``'s JSON answer; an HTTP error status fails the caller."""
+        response = self.http.request(method, path, **kwargs)
+        response.raise_for_status()
+        return response.json()
+
+    def diagnostics(self, run_id: str) -> str:
+        """What a failed wait needs: the run's status and the tails of its logs."""
+        run_dir = self.run_dir(run_id)
+        logs = sorted(run_dir.glob("*.log")) + sorted(run_dir.glob("servers/*.log"))
+        tails = [
+            f"--- {p.relative_to(run_dir)}\n{p.read_text(errors='replace')[-2000:]}" for p in logs
+        ]
+        summary = run_dir / "summary.json"
+        status = json.loads(summary.read_text()).get("status") if summary.exists() else None
+        return "\n".join(
+            [f"run {run_id}: status {status}", *tails, "--- backend", self.log()[-2000:]]
+        )
+
+    def wait_finished(
+        self, run_ids: list[str], deadline_s: float = RUN_DEADLINE_S
+    ) -> dict[str, dict[str, Any]]:
+        """Each run's compact status once all of them have a final status."""
+        done: dict[str, dict[str, Any]] = {}
+
+        def all_final() -> bool:
+            for run_id in set(run_ids) - set(done):
+                summary = self.api("GET", f"/api/eval/v2/status/{run_id}", params={"compact": True})
+                if summary["status"] in TERMINAL:
+                    done[run_id] = summary
+            return len(done) == len(run_ids)
+
+        try:
+            poll_until(all_final, f"runs {run_ids} to finish", deadline_s)
+        except AssertionError as exc:
+            missing = sorted(set(run_ids) - set(done))
+            details = "\n".join(self.diagnostics(run_id) for run_id in missing)
+            raise AssertionError(f"{exc}: {missing}\n{details}") from exc
+        return done
+
     # -- stopping --------------------------------------------------------------------------
     def snapshot_tree(self) -> list[psutil.Process]:
         """Remember every descendant now, so that close() can clean up what survives it."""

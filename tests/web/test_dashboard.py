@@ -13,14 +13,9 @@ Screenshots go to ``test-artifacts/screenshots/`` and the measured load times to
 from __future__ import annotations
 
 import csv
-import importlib.util
 import io
 import json
-import os
 import random
-import re
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -35,125 +30,25 @@ import pytest
 from agentcanvas.eval import metrics
 from agentcanvas.eval.config import EpisodeResult, EvalConfig, EvalRun
 from agentcanvas.eval.store import RunDir, atomic_write_json
+from support.backend import Backend
+from support.browser import ARTIFACTS, CHROMIUM, NO_CHROMIUM, require_websocket_support, shot
 
 sync_api = pytest.importorskip("playwright.sync_api")
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-    "--disable-sync",
-]
-ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
-SCREENSHOTS = ARTIFACTS / "screenshots"
-BACKEND_START_S = 30.0
-BACKEND_STOP_S = 15.0
 RUN_DEADLINE_S = 90.0
-UI_TIMEOUT_MS = 15_000
 STEP_LATENCY_MS = 120.0
 TASKS = ["BabyAI-GoToObj-v0", "BabyAI-GoToLocal-v0"]
 N_FAKE_RUNS = 200
 N_BIG_PER_TASK = 500  # 2 tasks → 1,000 episodes
 PAGE_ROWS = 50
 RENDER_BOUND_S = 15.0  # generous: this is a smoke bound, the measured times are reported
-SERVE = "import sys; from agentcanvas.cli import main; sys.exit(main(sys.argv[1:]))"
-NO_CHROMIUM = f"{CHROMIUM} is missing (install it: apt-get install -y chromium)"
 
 # Checked before any fixture, so no backend is started for nothing.
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason=NO_CHROMIUM)
 
 
 # ---------------------------------------------------------------------------------------
-# A real backend process on loopback
-
-
-@dataclass
-class Backend:
-    url: str
-    workspace: Path
-    process: subprocess.Popen[bytes]
-
-    def api(self, method: str, path: str, **kwargs: Any) -> Any:
-        response = httpx.request(method, self.url + path, timeout=30.0, **kwargs)
-        response.raise_for_status()
-        return response.json()
-
-    def diagnostics(self, run_id: str) -> str:
-        """What a failed wait needs: the run's summary status and the tails of its logs."""
-        run_dir = self.workspace / "outputs" / "eval_runs" / run_id
-        logs = sorted(run_dir.glob("*.log")) + sorted(run_dir.glob("servers/*.log"))
-        tails = [
-            f"--- {p.relative_to(run_dir)}\n{p.read_text(errors='replace')[-2000:]}" for p in logs
-        ]
-        summary = run_dir / "summary.json"
-        status = json.loads(summary.read_text()).get("status") if summary.exists() else None
-        backend_log = (self.workspace / "backend.log").read_text(errors="replace")[-2000:]
-        return "\n".join([f"run {run_id}: status {status}", *tails, "--- backend", backend_log])
-
-    def wait_finished(self, run_ids: list[str]) -> dict[str, dict[str, Any]]:
-        deadline = time.monotonic() + RUN_DEADLINE_S
-        done: dict[str, dict[str, Any]] = {}
-        while time.monotonic() < deadline:
-            for run_id in set(run_ids) - set(done):
-                summary = self.api("GET", f"/api/eval/v2/status/{run_id}?compact=true")
-                if summary["status"] in ("completed", "failed", "cancelled", "aborted"):
-                    done[run_id] = summary
-            if len(done) == len(run_ids):
-                return done
-            time.sleep(0.2)
-        missing = sorted(set(run_ids) - set(done))
-        details = "\n".join(self.diagnostics(run_id) for run_id in missing)
-        raise AssertionError(f"runs not finished within {RUN_DEADLINE_S} s: {missing}\n{details}")
-
-
-def _require_websocket_support() -> None:
-    # Without one of these, uvicorn answers the /ws upgrade with 404 and nothing is pushed.
-    if not any(importlib.util.find_spec(name) for name in ("websockets", "wsproto")):
-        pytest.fail("uvicorn has no WebSocket library: /ws cannot work; install 'websockets'")
-
-
-def _start_backend(workspace: Path) -> Backend:
-    _require_websocket_support()
-    log_path = workspace / "backend.log"
-    env = {**os.environ, "AGENTCANVAS_HOME": str(workspace), "HF_HUB_OFFLINE": "1"}
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-c", SERVE, "serve", "--port", "0"],
-            cwd=workspace,
-            env=env,
-            stdout=log,
-            stderr=log,
-        )
-    deadline = time.monotonic() + BACKEND_START_S
-    while time.monotonic() < deadline:
-        found = re.search(r"backend on (http://\S+)", log_path.read_text(errors="replace"))
-        if found and _answers(found.group(1)):
-            return Backend(found.group(1), workspace, process)
-        if process.poll() is not None:
-            break
-        time.sleep(0.1)
-    _stop_backend(process)
-    raise AssertionError(f"backend did not start:\n{log_path.read_text(errors='replace')}")
-
-
-def _answers(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/api/graphs", timeout=2.0).status_code == 200
-    except httpx.TransportError:
-        return False
-
-
-def _stop_backend(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=BACKEND_STOP_S)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=BACKEND_STOP_S)
+# Real backend processes on loopback
 
 
 def _builtin_graph(name: str) -> dict[str, Any]:
@@ -170,9 +65,12 @@ def live_backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
     slow["env"]["fields"]["step_latency_ms"] = STEP_LATENCY_MS
     (workspace / "graphs").mkdir()
     (workspace / "graphs" / "babyai_slow.json").write_text(json.dumps(slow, indent=1))
-    backend = _start_backend(workspace)
-    yield backend
-    _stop_backend(backend.process)
+    require_websocket_support()
+    backend = Backend(workspace)
+    try:
+        yield backend
+    finally:
+        backend.close()
 
 
 @pytest.fixture(scope="module")
@@ -188,7 +86,7 @@ def finished_runs(live_backend: Backend) -> dict[str, str]:
         key: live_backend.api("POST", "/api/eval/v2/start", json=body)["run_id"]
         for key, body in bodies.items()
     }
-    finished = live_backend.wait_finished(list(ids.values()))
+    finished = live_backend.wait_finished(list(ids.values()), RUN_DEADLINE_S)
     assert {s["status"] for s in finished.values()} == {"completed"}, finished
     return ids
 
@@ -280,41 +178,15 @@ def big_backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BigWorkspa
     build_s = time.perf_counter() - built
     counts = json.loads((runs_dir / big_run_id / "summary.json").read_text())["status_counts"]
     errors = sum(n for status, n in counts.items() if status != "completed")
-    backend = _start_backend(workspace)
-    yield BigWorkspace(backend, big_run_id, errors, build_s)
-    _stop_backend(backend.process)
+    backend = Backend(workspace)
+    try:
+        yield BigWorkspace(backend, big_run_id, errors, build_s)
+    finally:
+        backend.close()
 
 
 # ---------------------------------------------------------------------------------------
 # Browser
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if not CHROMIUM.exists():
-        pytest.skip(NO_CHROMIUM)
-    with sync_api.sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
-
-
-@pytest.fixture
-def page(browser: Any) -> Iterator[Any]:
-    """A fresh page; uncaught script errors fail the test."""
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    page = context.new_page()
-    page.set_default_timeout(UI_TIMEOUT_MS)
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    yield page
-    context.close()
-    assert not errors, f"uncaught errors in the page: {errors}"
-
-
-def shot(page: Any, name: str) -> None:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
 
 
 def open_page(page: Any, backend: Backend, route: str) -> None:

@@ -16,23 +16,12 @@ import pytest
 
 from support.backend import Backend
 from support.batched_nodesets import write_batched_workspace
+from support.browser import CHROMIUM, NO_CHROMIUM
 
-sync_api = pytest.importorskip("playwright.sync_api")
-
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-    "--disable-sync",
-]
 RUN_DEADLINE_S = 180.0
-UI_TIMEOUT_MS = 15_000
 FUNCTION = "probe_model.centred_unchecked"
 
-pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason=f"{CHROMIUM} is missing")
+pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason=NO_CHROMIUM)
 
 
 @pytest.fixture
@@ -42,19 +31,6 @@ def backend(tmp_path: Path) -> Iterator[Backend]:
         yield backend
     finally:
         backend.close()
-
-
-@pytest.fixture
-def page() -> Iterator[Any]:
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.set_default_timeout(UI_TIMEOUT_MS)
-        errors: list[str] = []
-        page.on("pageerror", lambda exc: errors.append(str(exc)))
-        yield page
-        browser.close()
-        assert not errors, f"uncaught errors in the page: {errors}"
 
 
 def test_the_run_page_lists_the_batched_function_the_audit_caught(
