@@ -16,7 +16,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,19 +36,6 @@ TOTAL = 2 * EPISODES_PER_TASK
 WORKERS = 2
 DEADLINE_S = 60.0
 SEED = int(os.environ.get("CRASH_TEST_SEED", time.time_ns() % 10_000))
-
-
-@pytest.fixture
-def procs() -> Iterator[list[subprocess.Popen[bytes]]]:
-    """Processes a test starts, each leading its own group: killed and reaped at the end."""
-    started: list[subprocess.Popen[bytes]] = []
-    try:
-        yield started
-    finally:
-        for proc in started:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(30)
 
 
 def episode_files(run_dir: RunDir) -> dict[int, dict[str, Any]]:

@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,19 +39,6 @@ HOLD = (
     "time.sleep(120)\n"
 )
 DEADLINE_S = 60.0
-
-
-@pytest.fixture
-def procs() -> Iterator[list[subprocess.Popen[bytes]]]:
-    """Processes a test starts; killed and reaped at the end whatever happened."""
-    started: list[subprocess.Popen[bytes]] = []
-    try:
-        yield started
-    finally:
-        for proc in started:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait(30)
 
 
 def scheduler_for(runs_dir: Path) -> JobScheduler:

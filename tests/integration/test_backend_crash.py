@@ -20,7 +20,6 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,16 +42,6 @@ LONG_EPISODES = 3000  # per task: far more than a test lets finish
 @pytest.fixture
 def workspace(tmp_path: Path) -> Path:
     return write_workspace(tmp_path / "workspace")
-
-
-@pytest.fixture
-def backends() -> Iterator[list[Backend]]:
-    started: list[Backend] = []
-    try:
-        yield started
-    finally:
-        for backend in started:
-            backend.close()
 
 
 def compact(backend: Backend, run_id: str) -> dict[str, Any]:

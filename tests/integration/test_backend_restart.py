@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -26,17 +25,6 @@ from support.polling import poll_until
 @pytest.fixture
 def workspace(tmp_path: Path) -> Path:
     return write_workspace(tmp_path / "workspace")
-
-
-@pytest.fixture
-def backends() -> Iterator[list[Backend]]:
-    """Backends started by the test, each stopped (and its tree killed) at the end."""
-    started: list[Backend] = []
-    try:
-        yield started
-    finally:
-        for backend in started:
-            backend.close()
 
 
 def test_restart_keeps_the_queue_and_aborts_what_ran(
