@@ -47,7 +47,7 @@ async def episode_video_file(
     return FileResponse(
         path,
         media_type="video/mp4",
-        filename=filename if download else None,
+        filename=filename,
         content_disposition_type="attachment" if download else "inline",
     )
 
