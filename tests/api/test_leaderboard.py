@@ -84,7 +84,9 @@ def test_compare_of_two_of_them_gives_the_overall_paired_difference(
     summaries: tuple[Path, list[dict[str, Any]]], backend: Backend
 ) -> None:
     best, _, tight = summaries[1]
-    response = backend.http.get(f"{API}/compare", params={"a": best["run_id"], "b": tight["run_id"]})
+    response = backend.http.get(
+        f"{API}/compare", params={"a": best["run_id"], "b": tight["run_id"]}
+    )
     assert response.status_code == 200, response.text
     result = response.json()
     overall = result["overall"]
