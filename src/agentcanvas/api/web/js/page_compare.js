@@ -126,7 +126,7 @@ function perTaskDeltas(perTask) {
     label: task, mean: t.delta, lo: t.delta_lo ?? t.delta, hi: t.delta_hi ?? t.delta, note: `n=${t.n}`,
   }));
   const chart = intervalChart(rows, { domain: [-1, 1], label: "success difference per task (pp)",
-    format: fmtPp });
+    format: (x) => fmtPp(x).replace(" pp", "") });
   return [scroller(table), h("div", { class: "chart-wrap" }, chart)];
 }
 
