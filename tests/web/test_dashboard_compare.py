@@ -23,6 +23,10 @@ pytest.importorskip("playwright.sync_api")
 API = "/api/eval/v2"
 RUN_DEADLINE_S = 180.0
 BUDGETS = (None, 6, 4)  # the graph's own step budget, then tighter ones
+WIDE = """() => [...document.querySelectorAll('body *')]
+  .filter(el => el.getBoundingClientRect().right > document.documentElement.clientWidth + 1
+    && !el.closest('.table-wrap'))
+  .slice(0, 8).map(el => `${el.tagName}#${el.id}.${el.className}`)"""
 
 
 @pytest.fixture(scope="module")
@@ -96,3 +100,11 @@ def test_leaderboard_of_three_runs_then_the_paired_view_of_two(
     assert "pp" in deltas and "0.700" not in deltas
     assert page.locator("#leaderboard-table").count() == 1  # the board stays above the pair
     shot(page, "compare_02_paired_overall_difference")
+
+    page.set_viewport_size({"width": 390, "height": 900})  # a phone: nothing scrolls sideways
+    page.reload()
+    page.locator("#overall-delta").wait_for()
+    page.locator("#leaderboard-table tbody tr").first.wait_for()
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= 390, f"the compare page is {width} px wide at 390 px: {page.evaluate(WIDE)}"
+    shot(page, "compare_03_narrow_390px")
