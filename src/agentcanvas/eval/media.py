@@ -42,6 +42,7 @@ VIDEO_NAME: Final = "video.mp4"
 MIN_FPS: Final = 4
 MAX_FPS: Final = 30
 VIDEO_TARGET_S: Final = 10.0
+SHARP_VIDEO_PX: Final = 400  # frames smaller than this are doubled in the video
 _MACRO_BLOCK_PX: Final = 16  # H.264 in yuv420p wants even sides; 16 avoids ffmpeg's rescale
 _FRAME_RE: Final = re.compile(r"^step(\d+)_(.+)\.png$")
 
@@ -122,7 +123,7 @@ def _encode(frames: Sequence[Path], target: Path) -> None:
 
     partial = target.with_name(f".{target.stem}.{os.getpid()}.{id(frames)}.partial.mp4")
     try:
-        first = _padded(np.asarray(Image.open(frames[0]).convert("RGB")), None)
+        first = _padded(_read(frames[0]), None)
         writer = imageio.get_writer(
             partial,
             format="FFMPEG",  # type: ignore[arg-type]
@@ -136,11 +137,20 @@ def _encode(frames: Sequence[Path], target: Path) -> None:
         with writer:
             writer.append_data(first)
             for path in frames[1:]:
-                picture = np.asarray(Image.open(path).convert("RGB"))
-                writer.append_data(_padded(picture, first.shape))
+                writer.append_data(_padded(_read(path), first.shape))
         os.replace(partial, target)
     finally:
         partial.unlink(missing_ok=True)
+
+
+def _read(path: Path) -> np.ndarray:
+    """A frame as RGB, doubled (nearest neighbour) while small: H.264 blurs sharp cell edges
+    of a small picture, and a browser enlarging it blurs them again."""
+    with Image.open(path) as image:
+        picture = np.asarray(image.convert("RGB"))
+    while min(picture.shape[:2]) < SHARP_VIDEO_PX:
+        picture = np.repeat(np.repeat(picture, 2, axis=0), 2, axis=1)
+    return picture
 
 
 def _padded(picture: np.ndarray, shape: tuple[int, ...] | None) -> np.ndarray:
