@@ -22,6 +22,7 @@ from agentcanvas.scheduler.settings import AdmissionSettings
 
 DEFAULT_URL = "http://127.0.0.1:8765"
 FOLLOW_POLL_S = 1.0
+FRAMES_HELP = "which episodes keep frames (default: every with --save-frames, else none)"
 
 
 @command("serve")
@@ -114,6 +115,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
         body["max_errors"] = parse_max_errors(args.max_errors)
     if args.episode_timeout is not None:
         body["episode_timeout_s"] = args.episode_timeout
+    if args.save_frames or args.frames:
+        body["frames"] = args.frames or "every"
     started = _call(args, "POST", "/api/eval/v2/start", json=body)
     print_json(started, indent=None)
     if not args.follow:
@@ -220,6 +223,8 @@ def extend_parser(sub: Any) -> None:
     p.add_argument("--max-errors", metavar="N|FRACTION", help="error budget (see eval --help)")
     p.add_argument("--episode-timeout", type=float, help="wall-clock limit per episode, s")
     p.add_argument("--follow", action="store_true", help="follow progress until the run ends")
+    p.add_argument("--save-frames", action="store_true", help="save frames (= --frames every)")
+    p.add_argument("--frames", choices=["every", "failures", "none"], help=FRAMES_HELP)
     p.add_argument("--url", default=DEFAULT_URL, help=url_help)
     p = sub.add_parser("runs", help="list runs on the backend")
     p.add_argument("--limit", type=int, default=50)

@@ -21,6 +21,8 @@ from agentcanvas.eval.invariance import diff_runs
 from agentcanvas.eval.tasks import check_tasks
 from agentcanvas.server.batch_audit import check_batcher_settings
 
+FRAMES_HELP = "which episodes keep frames (default: every with --save-frames, else none)"
+
 stderr = Console(stderr=True)
 
 
@@ -49,7 +51,8 @@ def add_eval_arguments(p: argparse.ArgumentParser) -> None:
         "this fraction (0 < f < 1) of the run's episodes, end in error, exception, timeout "
         "or no_verdict (default: never stop; the health verdict reports them)",
     )
-    p.add_argument("--save-frames", action="store_true", help="save frames as PNG assets")
+    p.add_argument("--save-frames", action="store_true", help="save frames (= --frames every)")
+    p.add_argument("--frames", choices=["every", "failures", "none"], help=FRAMES_HELP)
 
 
 def build_config(args: argparse.Namespace, graph_name: str, workers: int) -> EvalConfig:
@@ -67,6 +70,7 @@ def build_config(args: argparse.Namespace, graph_name: str, workers: int) -> Eva
             episode_timeout_s=args.episode_timeout,
             max_errors=parse_max_errors(args.max_errors),
             save_frames=args.save_frames,
+            frames=args.frames,
         )
     except ValidationError as exc:
         item = exc.errors()[0]
@@ -228,6 +232,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         episode_timeout=None,
         max_errors=None,
         save_frames=True,
+        frames=None,
         workers=2,
         json=False,
     )

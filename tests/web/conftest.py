@@ -1,5 +1,5 @@
 """Fixtures of the dashboard's browser tests: one Chromium per module, a fresh page per test
-whose uncaught script errors fail the test."""
+whose uncaught script errors fail the test (tests/support/browser.py)."""
 
 from __future__ import annotations
 
@@ -8,28 +8,20 @@ from typing import Any
 
 import pytest
 
-from support.browser import CHROMIUM, CHROMIUM_ARGS, DESKTOP, NO_CHROMIUM, UI_TIMEOUT_MS
+from support.browser import CHROMIUM, NO_CHROMIUM, checked_page, chromium_browser
 
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     if not CHROMIUM.exists():
         pytest.skip(NO_CHROMIUM)
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+    pytest.importorskip("playwright.sync_api")
+    with chromium_browser() as chromium:
         yield chromium
-        chromium.close()
 
 
 @pytest.fixture
 def page(browser: Any) -> Iterator[Any]:
     """A fresh page at desktop size; uncaught script errors fail the test."""
-    context = browser.new_context(viewport=DESKTOP)
-    page = context.new_page()
-    page.set_default_timeout(UI_TIMEOUT_MS)
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    yield page
-    context.close()
-    assert not errors, f"uncaught errors in the page: {errors}"
+    with checked_page(browser) as page:
+        yield page

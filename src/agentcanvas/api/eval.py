@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from agentcanvas.errors import ConfigError, StateError, UserInputError
 from agentcanvas.eval import health
-from agentcanvas.eval.config import EvalConfig, MaxErrors
+from agentcanvas.eval.config import EvalConfig, FramesMode, MaxErrors
 from agentcanvas.eval.foreground import run_foreground
 from agentcanvas.eval.recovery import load_spec
 from agentcanvas.eval.store import RunDir, new_run_id, read_json
@@ -66,6 +66,7 @@ class StartRequest(RequestModel):
         "episodes; past it the run stops with status failed. Default: never stop.",
     )
     save_frames: bool = False
+    frames: FramesMode | None = Field(default=None, description="every, failures or none.")
     via_subprocess: bool = True
     priority: JsonInt = Field(default=0, ge=-100, le=100)
     marginal_vram_mb: float = Field(default=0.0, ge=0, le=1e9)

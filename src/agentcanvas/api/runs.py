@@ -1,4 +1,4 @@
-"""Reading run folders for the API: listing, episodes, logs, assets, and run comparison.
+"""Reading run folders for the API: listing, episodes, logs, assets (comparison: eval.comparison).
 
 A run's per-episode records come from its final summary once it has ended, and from its
 ``episodes.jsonl`` index while it runs (agentcanvas.eval.records); the cache follows a live
@@ -7,13 +7,13 @@ index incrementally, so a page of a 10,000-episode run costs what the new lines 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from agentcanvas.errors import UserInputError
-from agentcanvas.eval.metrics import mcnemar, wilson_interval
+from agentcanvas.eval.comparison import compare_runs as compare_runs  # the compare route
+from agentcanvas.eval.comparison import success_of
 from agentcanvas.eval.records import IndexTail, summary_is_complete
 from agentcanvas.eval.store import RunDir, read_json, read_jsonl
 from agentcanvas.paths import check_name, contained, safe_child
@@ -103,7 +103,7 @@ def _outcome(episode: dict[str, Any]) -> Outcome | None:
     """An error is a run failure (status not completed); a failure is the task's (success 0)."""
     if episode.get("status") != "completed":
         return "error"
-    success = _success(episode)
+    success = success_of(episode)
     return None if success is None else ("success" if success else "failure")
 
 
@@ -160,72 +160,3 @@ def log_tail(path: Path) -> str:
     with path.open("rb") as handle:
         handle.seek(max(0, path.stat().st_size - LOG_TAIL_BYTES))
         return handle.read().decode("utf-8", "replace")
-
-
-def compare_runs(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-    """Pair episodes by (task, episode_index): success flips, per-task deltas, McNemar."""
-    left = {(e["task"], e["episode_index"]): e for e in a.get("episodes", [])}
-    right = {(e["task"], e["episode_index"]): e for e in b.get("episodes", [])}
-    paired = sorted(set(left) & set(right))
-    flips: list[dict[str, Any]] = []
-    per_task: dict[str, list[tuple[bool, bool]]] = {}
-    b_count = c_count = 0
-    for key in paired:
-        sa, sb = _success(left[key]), _success(right[key])
-        if sa is None or sb is None:
-            continue
-        per_task.setdefault(key[0], []).append((sa, sb))
-        if sa != sb:
-            flips.append(
-                {
-                    "task": key[0],
-                    "episode_index": key[1],
-                    "a": sa,
-                    "b": sb,
-                    "a_index": left[key]["index"],
-                    "b_index": right[key]["index"],
-                }
-            )
-            b_count += int(sa and not sb)
-            c_count += int(sb and not sa)
-    return {
-        "a": a.get("run_id"),
-        "b": b.get("run_id"),
-        "paired": len(paired),
-        "flips": flips,
-        "mcnemar": {"a_only": b_count, "b_only": c_count, "p_value": mcnemar(b_count, c_count)},
-        "per_task": {t: _task_delta(pairs) for t, pairs in sorted(per_task.items())},
-        "config_differences": config_differences(a.get("config", {}), b.get("config", {})),
-    }
-
-
-def _success(episode: dict[str, Any]) -> bool | None:
-    if episode.get("status") != "completed":
-        return None
-    value = episode.get("metrics", {}).get("success")
-    return None if value is None else bool(value)
-
-
-def _task_delta(pairs: list[tuple[bool, bool]]) -> dict[str, Any]:
-    n = len(pairs)
-    ka, kb = sum(a for a, _ in pairs), sum(b for _, b in pairs)
-    diffs = [int(b) - int(a) for a, b in pairs]
-    mean = sum(diffs) / n
-    var = sum((d - mean) ** 2 for d in diffs) / (n - 1) if n > 1 else 0.0
-    half = 1.96 * math.sqrt(var / n) if n > 1 else float("nan")
-    return {
-        "n": n,
-        "a": ka / n,
-        "b": kb / n,
-        "delta": mean,
-        "delta_lo": max(-1.0, mean - half),
-        "delta_hi": min(1.0, mean + half),
-        "a_interval": wilson_interval(ka, n),
-        "b_interval": wilson_interval(kb, n),
-    }
-
-
-def config_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
-    """Config fields that differ (worker_count is a speed dial, so it is not listed)."""
-    keys = sorted((set(a) | set(b)) - {"worker_count"})
-    return [k for k in keys if a.get(k) != b.get(k)]

@@ -20,6 +20,7 @@ from agentcanvas.eval.metrics import MetricAggregate
 
 RUN_FORMAT_VERSION: Literal[1] = 1
 EpisodeStatus = Literal["completed", "timeout", "exception", "error", "no_verdict", "cancelled"]
+FramesMode = Literal["every", "failures", "none"]
 RunStatus = Literal["pending", "queued", "running", "completed", "failed", "cancelled", "aborted"]
 TERMINAL_RUN_STATUSES = ("completed", "failed", "cancelled", "aborted")
 MetricValue = float | int | bool | str | None
@@ -97,6 +98,11 @@ class EvalConfig(BaseModel):
         default=2, ge=1, le=5, description="Attempts per episode when its env server dies."
     )
     save_frames: bool = Field(default=False, description="Render frames and save them as assets.")
+    frames: FramesMode | None = Field(
+        default=None,
+        description="Which episodes keep their frames: every, failures (episodes that did not "
+        "succeed) or none. Default: every when save_frames, else none.",
+    )
     record_log: bool = Field(default=True, description="Write each episode's log.jsonl.")
 
     @field_validator("tasks")

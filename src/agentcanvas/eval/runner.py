@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 from agentcanvas.errors import ConfigError, ServerDiedError, ServerError
-from agentcanvas.eval import health, metrics, records
+from agentcanvas.eval import health, media, metrics, records
 from agentcanvas.eval.config import (
     TERMINAL_RUN_STATUSES,
     DeterminismInfo,
@@ -288,15 +288,18 @@ class BatchEvalRunner:
             step_budget_override=self.config.step_budget,
             per_step_timeout_s=self.config.per_step_timeout_s,
             episode_timeout_s=self.config.episode_timeout_s,
-            render=self.config.save_frames,
+            render=media.renders(self.config),
             log=_EpisodeLog(log_path) if self.config.record_log else None,
             asset_dir=str(self.run_dir.episode_assets_dir(spec.index))
-            if self.config.save_frames
+            if media.renders(self.config)
             else "",
             cancel=self.cancel_event,
         )
         assert episode_dir.exists()
-        return await run_episode(self.graph, spec, wiring, options)
+        result = await run_episode(self.graph, spec, wiring, options)
+        assets = self.run_dir.episode_assets_dir(spec.index)  # before episode.json: final
+        await asyncio.to_thread(media.discard_unwanted_frames, self.config, result, assets)
+        return result
 
     async def _require_shared(self) -> None:
         """ServerDiedError naming the server and its URL when a shared server is gone."""

@@ -4,7 +4,9 @@ Panel cascade as env_minigrid: ``dataset`` (classic_control) → ``split`` (disc
 continuous) → ``task_id``. ``step`` with no action observes; metrics are ``return``,
 ``length`` and ``success``: 1 when the episode's return reaches the task's Gymnasium
 ``reward_threshold`` (CartPole-v1: 475, Acrobot-v1: -100, MountainCar-v0: -110,
-Pendulum-v1: none, so success is always 0 there).
+Pendulum-v1: none, so success is always 0 there). With ``render`` on, ``step`` also returns
+a ``frame``: the env's ``rgb_array`` picture (>= 256 px) captioned with the step, the action
+by name (CartPole: push left / push right) and the reward.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import gymnasium as gym
 import numpy as np
 
 from agentcanvas.errors import NodeSetError
+from agentcanvas.frame_caption import caption_lines, captioned, upscaled
 from agentcanvas.nodes.base import CallContext, NodeSet, Panel
 from agentcanvas.nodes.manifest import FieldSpec, LoadInfo, PanelSpec, PortSpec
 
@@ -24,6 +27,11 @@ TASKS: dict[str, dict[str, list[str]]] = {
         "discrete": ["CartPole-v1", "Acrobot-v1", "MountainCar-v0"],
         "continuous": ["Pendulum-v1"],
     }
+}
+ACTION_NAMES: dict[str, tuple[str, ...]] = {
+    "CartPole-v1": ("push left", "push right"),
+    "Acrobot-v1": ("torque -1", "torque 0", "torque +1"),
+    "MountainCar-v0": ("push left", "no push", "push right"),
 }
 
 
@@ -39,12 +47,14 @@ class GymState:
         self.total_return = 0.0
         self.finished = False
         self.step_latency_ms = 0.0
+        self.render = False
+        self._made_render = False
 
     def start(self, task: str, seed: int) -> None:
-        if task != self.task:
+        if task != self.task or self.render != self._made_render:
             self.close()
-            self.env = gym.make(task)
-            self.task = task
+            self.env = gym.make(task, render_mode="rgb_array" if self.render else None)
+            self.task, self._made_render = task, self.render
         obs, _ = self.env.reset(seed=seed)
         self.obs = np.asarray(obs)
         self.length, self.total_return, self.finished = 0, 0.0, False
@@ -78,6 +88,12 @@ class GymPanel(Panel):
             FieldSpec(name="episode_index", kind="int", default=0),
             FieldSpec(name="seed", kind="int", default=0),
             FieldSpec(name="step_latency_ms", kind="float", default=0.0),
+            FieldSpec(
+                name="render",
+                kind="bool",
+                default=False,
+                description="Return a captioned RGB frame (>= 256 px) from every step.",
+            ),
         ],
         actions=["play", "reset"],
     )
@@ -103,6 +119,7 @@ class GymPanel(Panel):
             return super().on_action(name)
         state: GymState = self.state
         state.step_latency_ms = float(self.values["step_latency_ms"] or 0.0)
+        state.render = bool(self.values.get("render"))
         state.start(str(self.values["task_id"]), int(self.values["seed"]))
         state.episode_id = f"{self.values['task_id']}/{int(self.values['episode_index'])}"
         return dict(self.values)
@@ -137,6 +154,7 @@ NODESET = NodeSet(
         PortSpec(name="reward", type="float"),
         PortSpec(name="done", type="bool"),
         PortSpec(name="metrics", type="dict"),
+        PortSpec(name="frame", type="array", description="Captioned RGB frame when render is on."),
     ],
     done_port="done",
     blocking=True,
@@ -148,7 +166,8 @@ def step(
     env = state.require_env()
     reward = 0.0
     action = inputs.get("action")
-    if action is not None and not state.finished:
+    acted = action is not None and not state.finished
+    if acted:
         if state.step_latency_ms > 0:
             time.sleep(state.step_latency_ms / 1000.0)
         if isinstance(env.action_space, gym.spaces.Discrete):
@@ -161,4 +180,23 @@ def step(
         state.length += 1
         state.total_return += reward
         state.finished = bool(terminated or truncated)
-    return {"obs": state.obs, "reward": reward, "done": state.finished, "metrics": state.metrics()}
+    out: dict[str, Any] = {
+        "obs": state.obs, "reward": reward, "done": state.finished, "metrics": state.metrics()
+    }
+    if state.render:
+        name = _action_name(state, action) if acted else None
+        out["frame"] = _frame(state, env, name, reward)
+    return out
+
+
+def _frame(state: GymState, env: Any, action: str | None, reward: float) -> np.ndarray:
+    picture = upscaled(np.asarray(env.render(), dtype=np.uint8))
+    return captioned(picture, caption_lines(state.length, action, reward, state.total_return))
+
+
+def _action_name(state: GymState, action: Any) -> str:
+    """CartPole's 0/1 as push left/right; a continuous action as its numbers."""
+    if isinstance(action, np.ndarray):
+        return "action " + ", ".join(f"{v:+.2f}" for v in action.reshape(-1).tolist())
+    names = ACTION_NAMES.get(str(state.task), ())
+    return names[action] if 0 <= action < len(names) else f"action {action}"

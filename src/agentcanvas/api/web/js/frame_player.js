@@ -104,7 +104,8 @@ class FramePlayer {
 export function framePlayer(ctx, runId, index, assets, onStep) {
   const views = framesByView(assets);
   if (!views.size) {
-    const text = "No frames saved for this episode (start the run with “Save frames”).";
+    const text = "No frames saved for this episode (start the run with “Save frames”, --save-frames "
+      + "or --frames every|failures; under failures a successful episode keeps none).";
     return { el: notice(text), showStep() {} };
   }
   const frameUrl = (frame) => withToken(`${runApi(runId)}/episodes/${index}/assets/${enc(frame.name)}`);

@@ -1,4 +1,5 @@
-// #/compare?a=&b= — two runs paired by (task, episode_index): config diff, McNemar, flips, deltas.
+// #/compare?a=&b= — two runs paired by (task, episode_index): config diff, overall paired
+// difference, McNemar, flips, per-task deltas. #/compare?runs=A,B,C adds a leaderboard of N runs.
 
 import { API, api, enc, episodeHref, runApi, runHref } from "./api.js";
 import { intervalChart } from "./charts.js";
@@ -6,7 +7,8 @@ import {
   dataTable, fillRows, h, headRow, keyValues, notice, num, option, panel, rowHead, scroller,
   statusBadge,
 } from "./dom.js";
-import { fmtInterval, fmtNum, fmtPct, isNum } from "./format.js";
+import { fmtInterval, fmtPct, isNum } from "./format.js";
+import { leaderboardPanel, leaderboardPicker } from "./leaderboard.js";
 import { PAGE_SIZE, pagerBar } from "./pager.js";
 import { successRate } from "./run_summary.js";
 
@@ -36,7 +38,7 @@ function comparePicker(runs, a, b) {
 }
 
 // Config fields that change what is written, never a score (worker_count is left out server-side).
-const OUTPUT_ONLY_FIELDS = new Set(["save_frames", "record_log"]);
+const OUTPUT_ONLY_FIELDS = new Set(["save_frames", "frames", "record_log"]);
 
 function configWarning(allDifferences, configA, configB) {
   const known = (field) => field in (configA ?? {}) || field in (configB ?? {});
@@ -64,6 +66,38 @@ function configVerdict(differences, rows) {
   return notice("Same config (worker count aside): paired episodes should match exactly.", "info");
 }
 
+// Differences of rates in percentage points, signed: +12.5 pp.
+export function fmtPp(x) {
+  if (!isNum(x)) return "–";
+  const pp = 100 * x;
+  return `${pp > 0 ? "+" : pp < 0 ? "−" : "±"}${Math.abs(pp).toFixed(1)} pp`;
+}
+
+const fmtPpInterval = (lo, hi) => (isNum(lo) && isNum(hi) ? `[${fmtPp(lo)}, ${fmtPp(hi)}]` : "–");
+
+function overallBlock(data) {
+  const o = data.overall;
+  if (!o || !o.n) return notice("No paired completed episodes with a success value.");
+  const interval = isNum(o.delta_lo) ? `95 % interval ${fmtPpInterval(o.delta_lo, o.delta_hi)}`
+    : "no interval: no discordant pairs, the runs agree on every paired episode";
+  return h("div", { class: "overall-diff", id: "overall-diff" },
+    h("p", {}, h("span", { class: "big", id: "overall-delta" }, fmtPp(o.delta)), " B − A · ",
+      h("span", { id: "overall-interval" }, interval)),
+    keyValues([
+      ["paired episodes (n)", `${o.n} (of ${data.paired} in common)`],
+      ["A success", `${fmtPct(o.a)} ${fmtInterval(...o.a_interval, fmtPct)}`],
+      ["B success", `${fmtPct(o.b)} ${fmtInterval(...o.b_interval, fmtPct)}`],
+    ]));
+}
+
+function methodsList(methods) {
+  return h("ul", { class: "methods", id: "compare-methods" },
+    h("li", {}, `Success rates: ${methods.rate}.`),
+    h("li", {}, `Differences (B − A): ${methods.difference}; it excludes 0 exactly when the McNemar p-value is below 0.05.`),
+    h("li", {}, `p-value: ${methods.test}.`),
+    h("li", {}, `Units: ${methods.units}. Per-task intervals are not adjusted for multiple comparisons.`));
+}
+
 function mcnemarBlock(data) {
   const m = data.mcnemar;
   const significant = isNum(m.p_value) && m.p_value < 0.05;
@@ -71,10 +105,10 @@ function mcnemarBlock(data) {
   if (m.a_only + m.b_only === 0) verdict = "No discordant pairs: the runs agree on every paired episode.";
   else if (significant) verdict = "The difference in success is significant at the 5 % level.";
   return h("div", { id: "mcnemar" }, keyValues([
-    ["paired episodes", data.paired],
+    ["paired episodes (n)", data.overall?.n ?? data.paired],
     ["A succeeded, B failed", m.a_only], ["B succeeded, A failed", m.b_only],
     ["McNemar p-value", isNum(m.p_value) ? m.p_value.toPrecision(3) : "–"],
-  ]), h("p", { class: significant ? "verdict sig" : "verdict" }, verdict));
+  ]), h("p", { class: significant ? "verdict sig" : "verdict" }, `${verdict} (exact McNemar test)`));
 }
 
 function perTaskDeltas(perTask) {
@@ -82,14 +116,17 @@ function perTaskDeltas(perTask) {
   if (!tasks.length) return [notice("No paired completed episodes.")];
   const rate = (x, interval) => `${fmtPct(x)} ${interval ? fmtInterval(...interval, fmtPct) : ""}`;
   const sign = (d) => (d < 0 ? "neg" : d > 0 ? "pos" : "");
-  const table = dataTable("delta-table", ["Task", "n", "A success", "B success", "Δ (B − A)", "Δ 95 %"],
+  const pValue = (p) => (isNum(p) ? p.toPrecision(3) : "–");
+  const table = dataTable("delta-table",
+    ["Task", "n", "A success", "B success", "Δ (B − A)", "Δ 95 % (exact cond.)", "McNemar p"],
     tasks.map(([task, t]) => h("tr", {}, rowHead(task), num(t.n), num(rate(t.a, t.a_interval)),
-      num(rate(t.b, t.b_interval)), h("td", { class: `num ${sign(t.delta)}` }, fmtNum(t.delta)),
-      num(fmtInterval(t.delta_lo, t.delta_hi)))), [1, 2, 3, 4, 5]);
+      num(rate(t.b, t.b_interval)), h("td", { class: `num ${sign(t.delta)}` }, fmtPp(t.delta)),
+      num(fmtPpInterval(t.delta_lo, t.delta_hi)), num(pValue(t.p_value)))), [1, 2, 3, 4, 5, 6]);
   const rows = tasks.map(([task, t]) => ({
-    label: task, mean: t.delta, lo: t.delta_lo, hi: t.delta_hi, note: `n=${t.n}`,
+    label: task, mean: t.delta, lo: t.delta_lo ?? t.delta, hi: t.delta_hi ?? t.delta, note: `n=${t.n}`,
   }));
-  const chart = intervalChart(rows, { domain: [-1, 1], label: "success delta per task" });
+  const chart = intervalChart(rows, { domain: [-1, 1], label: "success difference per task (pp)",
+    format: (x) => fmtPp(x).replace(" pp", "") });
   return [scroller(table), h("div", { class: "chart-wrap" }, chart)];
 }
 
@@ -142,32 +179,40 @@ async function compareReport(ctx, a, b, container) {
   if (!ctx.alive) return;
   const differences = [...data.config_differences];
   if (ga && gb && JSON.stringify(ga) !== JSON.stringify(gb)) differences.push("frozen graph");
+  const overall = panel("Overall paired difference in success (B − A)", "overall-panel");
   const tests = panel("Paired test (McNemar, success)", "mcnemar-panel");
   const flips = panel(`Flips (${data.flips.length})`, "flips-panel");
-  const deltas = panel("Per-task success deltas (B − A, 95 %)", "deltas-panel");
+  const deltas = panel("Per-task success differences (B − A, percentage points, 95 %)", "deltas-panel");
+  overall.body.append(overallBlock(data), methodsList(data.methods));
   tests.body.append(mcnemarBlock(data));
   flips.body.append(flipsTable(data));
   deltas.body.append(...perTaskDeltas(data.per_task));
   container.replaceChildren(configWarning(differences, sa.config, sb.config),
     h("div", { class: "grid two" }, runCard("A", sa, a), runCard("B", sb, b)),
-    h("div", { class: "grid two" }, tests.el, flips.el), deltas.el);
+    h("div", { class: "grid two" }, overall.el, tests.el), deltas.el, flips.el);
 }
 
 export function compareView(ctx, query) {
   const a = query.get("a") || "";
   const b = query.get("b") || "";
-  const title = () => h("h1", {}, "Compare two runs");
+  const ids = (query.get("runs") || "").split(",").filter(Boolean);
+  const title = () => h("h1", {}, "Compare runs");
   const picker = h("div", { class: "panel" }, title(), notice("loading runs…"));
+  const board = h("details", { class: "panel", id: "leaderboard-picker-panel", open: !ids.length },
+    h("summary", {}, "Leaderboard of N runs"), notice("loading runs…"));
   const report = h("div", { id: "compare-report" });
-  ctx.root.append(picker, report);
+  ctx.root.append(...[picker, ids.length ? leaderboardPanel(ctx, ids, [a, b]) : null, board, report]
+    .filter(Boolean));
   const hint = "Episodes are paired by (task, episode_index); only completed episodes with a success"
     + " value count.";
   api(`${API}/runs?limit=500`).then((data) => {
     if (!ctx.alive) return;
     picker.replaceChildren(title(), comparePicker(data.runs, a, b), h("p", { class: "muted" }, hint));
+    board.replaceChildren(board.firstChild, leaderboardPicker(data.runs, ids, runOption));
   }).catch((err) => ctx.fail(picker, err));
   if (!a || !b) {
-    report.append(notice("Pick run A and run B."));
+    report.append(notice(ids.length ? "Tick two runs in the leaderboard to pair them."
+      : "Pick run A and run B, or rank several runs in a leaderboard."));
     return;
   }
   report.append(notice("comparing…"));

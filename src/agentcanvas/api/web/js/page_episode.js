@@ -5,6 +5,7 @@ import { h, keyValues, notice, panel, put, statusBadge } from "./dom.js";
 import { episodeOutcome } from "./episode_table.js";
 import { firingLog, nodeStats } from "./firing_log.js";
 import { fmtDuration, fmtNum } from "./format.js";
+import { episodeVideo, hasFrameAssets } from "./episode_video.js";
 import { framePlayer } from "./frame_player.js";
 
 function episodeFacts(e) {
@@ -35,11 +36,12 @@ function episodeCrumbs(runId, index) {
 export function episodeView(ctx, runId, index) {
   const facts = panel(`Episode ${index}`, "episode-panel");
   const frames = panel("Frames", "frames-panel");
+  const video = panel("Video", "video-panel");
   const log = panel("Firing log", "log-panel");
   const stats = panel("Per node", "node-panel");
   const raw = h("pre", { class: "json", id: "episode-json" });
   ctx.root.append(episodeCrumbs(runId, index), h("div", { class: "grid two" }, facts.el, frames.el),
-    log.el, stats.el, h("details", { class: "panel" }, h("summary", {}, "episode.json"), raw));
+    video.el, log.el, stats.el, h("details", { class: "panel" }, h("summary", {}, "episode.json"), raw));
   const base = `${runApi(runId)}/episodes/${index}`;
   Promise.all([api(base), api(`${base}/log`)]).then(([record, logData]) => {
     if (!ctx.alive) return;
@@ -50,6 +52,7 @@ export function episodeView(ctx, runId, index) {
     player = framePlayer(ctx, runId, index, record.assets, (step) => firing.follow(step));
     const torn = logData.torn_lines ? notice(`${logData.torn_lines} torn line(s) skipped`) : null;
     put(frames.body, player.el);
+    put(video.body, episodeVideo(runId, index, hasFrameAssets(record.assets)));
     put(log.body, firing.el, torn);
     put(stats.body, nodeStats(logData.records));
   }).catch((err) => ctx.fail(facts.body, err));

@@ -7,6 +7,7 @@ import {
 } from "./dom.js";
 import { episodeTable } from "./episode_table.js";
 import { fmtInterval, fmtNum, fmtTime, isNum } from "./format.js";
+import { failureVideos } from "./failure_videos.js";
 import { graphDiagram } from "./graph_view.js";
 import { eventSummary, isLive, POLL_MS } from "./live.js";
 import { ACTIVE, etaText, progressBox, runAction, runActions, setProgress } from "./run_summary.js";
@@ -228,6 +229,7 @@ export function runView(ctx, runId) {
     .then((graph) => ctx.alive && put(page.graph.body, graphBlock(graph)))
     .catch((err) => ctx.fail(page.graph.body, err));
   reload();
+  failureVideos(ctx, runId, page.tasks.el);
   const redraw = ctx.throttle(() => renderRun(page, summary, "ws"), RUN_FLUSH_MS);
   ctx.listen((message) => {
     if (message.type === "live_open" && message.reconnect && summary) reload();
