@@ -20,7 +20,7 @@ from agentcanvas.graph.model import parse_graph
 from support.cli import run_cli
 from support.workspace import write_files
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "nodesets.md"
 DOC_FILE = re.compile(r"<!-- file: (?P<path>[^ ]+) -->\n```[a-z]*\n(?P<body>.*?)\n```", re.S)
 CLI_TIMEOUT_S = 120.0
