@@ -15,8 +15,8 @@ from pathlib import Path
 from fastapi import FastAPI
 
 from agentcanvas.errors import AgentCanvasError
-from agentcanvas.eval.store import atomic_write_json, read_json
-from agentcanvas.graph.model import parse_graph
+from agentcanvas.eval.run_spec import RunSpec
+from agentcanvas.eval.store import atomic_write_json
 from agentcanvas.nodes.registry import WorkspaceComponentRegistry
 from agentcanvas.paths import runs_dir
 from agentcanvas.scheduler.calibration import CalibrationStore
@@ -71,9 +71,9 @@ def build_services(
 async def _rebind_shared(svc: ProcessServices) -> None:
     """Re-queued runs borrowed the previous backend's shared servers: start ours, re-point."""
     for job in svc.scheduler.queue:
-        spec = read_json(job.run_dir.spec_path)
         try:
-            graph = parse_graph(spec["graph"], source=f"run {job.run_id} spec.json")
+            spec = RunSpec.read(job.run_dir)
+            graph = spec.graph_model(source=f"run {job.run_id} spec.json")
             urls = await svc.registry.ensure_shared_nodesets_for_graph(graph)
         except AgentCanvasError as exc:
             log.error("run %s: cannot start its shared node sets: %s", job.run_id, exc)

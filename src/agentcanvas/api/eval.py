@@ -16,7 +16,7 @@ from agentcanvas.errors import ConfigError, StateError, UserInputError
 from agentcanvas.eval import health
 from agentcanvas.eval.config import EvalConfig, MaxErrors
 from agentcanvas.eval.foreground import run_foreground
-from agentcanvas.eval.recovery import load_spec
+from agentcanvas.eval.run_spec import RunSpec, SpecScheduling
 from agentcanvas.eval.store import RunDir, new_run_id, read_json
 from agentcanvas.eval.tasks import check_tasks
 from agentcanvas.graph.model import Graph
@@ -107,18 +107,17 @@ async def start_eval_v2(body: StartRequest, request: Request) -> StartResponse:
         run_id = await _start_in_process(svc, graph, config, overlay)
         return StartResponse(run_id=run_id, status="running", via_subprocess=False)
     urls = await borrow_shared(svc.registry, resolver, graph)
-    spec = {
-        "version": 1,
-        "config": config.model_dump(mode="json"),
-        "scheduling": {
-            "marginal_vram_mb": body.marginal_vram_mb,
-            "exclusive_gpu": body.exclusive_gpu,
-            "priority": body.priority,
-        },
-        "graph": graph.model_dump(mode="json"),
-        "shared_nodesets": sorted(urls),
-        "active_workspace_dir": None if overlay is None else str(overlay),
-    }
+    spec = RunSpec(
+        config=config,
+        scheduling=SpecScheduling(
+            marginal_vram_mb=body.marginal_vram_mb,
+            exclusive_gpu=body.exclusive_gpu,
+            priority=body.priority,
+        ),
+        graph=graph.model_dump(mode="json"),
+        shared_nodesets=sorted(urls),
+        active_workspace_dir=None if overlay is None else str(overlay),
+    )
     run_id = svc.scheduler.submit(spec, urls)
     svc.request_tick()
     return StartResponse(run_id=run_id, status="queued", via_subprocess=True)
@@ -202,10 +201,8 @@ async def resume(run_id: RunId, request: Request) -> dict[str, str]:
     svc = services(request)
     run_dir = svc.runs.run_dir(run_id)
     await _until_reaped(svc, run_id)
-    spec = load_spec(run_dir)  # ConfigError (400) naming the field when it was damaged
-    from agentcanvas.graph.model import parse_graph
-
-    graph = parse_graph(spec["graph"], source=f"run {run_id} spec.json")
+    spec = RunSpec.read(run_dir)  # ConfigError (400) naming the field when it was damaged
+    graph = spec.graph_model(source=f"run {run_id} spec.json")
     urls = await svc.registry.ensure_shared_nodesets_for_graph(graph)
     try:
         svc.scheduler.resume(run_id, urls, sorted(urls))
