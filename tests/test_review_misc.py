@@ -22,6 +22,7 @@ import pytest
 from agentcanvas.api.app import build_services
 from agentcanvas.assets import save_frame
 from agentcanvas.errors import UnsafeNameError
+from agentcanvas.eval.events import EvalProgress
 from agentcanvas.graph.executor import GraphExecutor
 from agentcanvas.graph.model import parse_graph
 from agentcanvas.nodes.base import CallContext
@@ -77,7 +78,7 @@ def test_broadcast_drops_a_client_whose_outbox_is_full(tmp_path: Path) -> None:
     stalled.outbox.put_nowait("an event it never read")
     svc.ws_connections.update({stalled, reading})
 
-    svc.broadcast({"type": "eval_progress", "run_id": "r1"})  # must not raise QueueFull
+    svc.broadcast(EvalProgress(run_id="r1", episodes_done=0, episodes_total=1))  # no QueueFull
     svc.relay_progress("r1", {"status": "running"})  # nor a later broadcast
     svc.progress.finish("r1", "completed")
 

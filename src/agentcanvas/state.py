@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from agentcanvas import jsontext
 from agentcanvas.api.progress import ProgressRelay
 from agentcanvas.api.runs import RunCache
+from agentcanvas.eval.events import LiveEvent
 from agentcanvas.nodes.registry import WorkspaceComponentRegistry
 from agentcanvas.scheduler.job_scheduler import JobScheduler
 
@@ -64,11 +65,11 @@ class ProcessServices:
         self.runs = RunCache(self.scheduler.runs_dir)
         self.progress = ProgressRelay(self.scheduler.runs_dir, self.broadcast)
 
-    def broadcast(self, event: dict[str, Any]) -> None:
+    def broadcast(self, event: LiveEvent) -> None:
         """Queue ``event`` to every WebSocket client (never blocks the caller)."""
         if not self.ws_connections:
             return
-        text = jsontext.dumps(event, default=str)
+        text = jsontext.dumps(event.wire(), default=str)
         for socket in list(self.ws_connections):
             queue = getattr(socket, "outbox", None)
             if queue is None:

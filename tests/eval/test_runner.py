@@ -13,7 +13,6 @@ import json
 import textwrap
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -22,6 +21,7 @@ from PIL import Image
 
 from agentcanvas.eval import metrics, records
 from agentcanvas.eval.config import EpisodeResult, EvalConfig, EvalRun
+from agentcanvas.eval.events import EvalEpisodeDone, LiveEvent
 from agentcanvas.eval.foreground import ForegroundRun, run_foreground
 from agentcanvas.eval.runner import BatchEvalRunner, plan_episodes
 from agentcanvas.eval.seeding import episode_seed
@@ -142,19 +142,19 @@ class Recorder:
 
     def __init__(self, run_dir: RunDir) -> None:
         self.run_dir = run_dir
-        self.events: list[dict[str, Any]] = []
+        self.events: list[LiveEvent] = []
         self.on_disk: list[EvalRun] = []
         self.index_lines: list[list[EpisodeResult]] = []  # episodes.jsonl, completion order
 
-    def __call__(self, event: dict[str, Any]) -> None:
+    def __call__(self, event: LiveEvent) -> None:
         self.events.append(event)
-        if event["type"] == "eval_episode_done":
+        if isinstance(event, EvalEpisodeDone):
             self.on_disk.append(EvalRun.model_validate(read_json(self.run_dir.summary_path)))
             lines = read_jsonl(self.run_dir.episodes_index_path).records
             self.index_lines.append([EpisodeResult.model_validate(r) for r in lines])
 
     def completion_order(self) -> list[int]:
-        return [e["episode"]["index"] for e in self.events if e["type"] == "eval_episode_done"]
+        return [e.episode.index for e in self.events if isinstance(e, EvalEpisodeDone)]
 
 
 async def run_at(

@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field, ValidationError
 from agentcanvas.errors import ConfigError, StateError, UserInputError
 from agentcanvas.eval import health
 from agentcanvas.eval.config import EvalConfig, MaxErrors
+from agentcanvas.eval.events import EvalComplete
 from agentcanvas.eval.foreground import run_foreground
 from agentcanvas.eval.run_spec import RunSpec, SpecScheduling
 from agentcanvas.eval.store import RunDir, new_run_id, read_json
@@ -188,9 +189,7 @@ async def cancel(run_id: RunId, request: Request) -> dict[str, str]:
         return {"run_id": run_id, "status": "cancelling"}
     result = svc.scheduler.cancel(run_id)
     if result == "cancelled":
-        svc.broadcast(
-            {"type": "eval_complete", "source": "eval", "run_id": run_id, "status": "cancelled"}
-        )
+        svc.broadcast(EvalComplete(run_id=run_id, status="cancelled"))
     svc.request_tick()
     return {"run_id": run_id, "status": result}
 

@@ -12,6 +12,7 @@ from pydantic import Field
 from agentcanvas.errors import StateError
 from agentcanvas.eval.config import EvalConfig
 from agentcanvas.eval.episode import EpisodeOptions, EpisodeSpec, EpisodeWiring, run_episode
+from agentcanvas.eval.events import CanvasEvent
 from agentcanvas.eval.runner import episode_tasks
 from agentcanvas.eval.seeding import episode_seed
 from agentcanvas.graph.executor import ExecutionPrinciples
@@ -129,7 +130,7 @@ async def canvas_play(body: PlayRequest, request: Request) -> dict[str, Any]:
                 registry,
                 env,
                 principles=ExecutionPrinciples(False),
-                events=lambda e: svc.broadcast({**e, "source": "canvas"}),
+                events=lambda e: svc.broadcast(CanvasEvent.model_validate(e)),
             )
             result = await run_episode(
                 graph, spec, wiring, EpisodeOptions(step_budget_override=body.step_budget)

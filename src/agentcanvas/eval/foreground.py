@@ -19,9 +19,10 @@ from pathlib import Path
 from agentcanvas.errors import ServerDiedError
 from agentcanvas.eval.config import EvalConfig, EvalRun
 from agentcanvas.eval.determinism import collect_determinism
+from agentcanvas.eval.events import Broadcast
 from agentcanvas.eval.run_spec import RunSpec
 from agentcanvas.eval.runlock import RunLock
-from agentcanvas.eval.runner import BatchEvalRunner, Broadcast
+from agentcanvas.eval.runner import BatchEvalRunner
 from agentcanvas.eval.store import RunDir, atomic_write_json, new_run_id
 from agentcanvas.graph.model import Graph
 from agentcanvas.nodes.registry import WorkspaceComponentRegistry

@@ -25,7 +25,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from agentcanvas.errors import ConfigError, ServerDiedError, ServerError
@@ -45,6 +45,7 @@ from agentcanvas.eval.episode import (
     EpisodeWiring,
     run_episode,
 )
+from agentcanvas.eval.events import Broadcast, EvalComplete, EvalEpisodeDone, EvalProgress
 from agentcanvas.eval.seeding import episode_seed
 from agentcanvas.eval.store import RunDir, append_jsonl, atomic_write_json
 from agentcanvas.eval.worker_pool import EnvWorkerPool, WorkerHandle, partition_contiguous
@@ -52,7 +53,6 @@ from agentcanvas.graph.executor import ExecutionPrinciples
 from agentcanvas.graph.model import Graph
 from agentcanvas.nodes.registry import WorkspaceComponentRegistry
 
-Broadcast = Callable[[dict[str, Any]], None]
 LIVE_AGGREGATE_MIN_INTERVAL_S = 0.25  # live aggregates are refreshed at most this often
 LIVE_AGGREGATE_DUTY = 0.1  # and take at most this share of the run's wall time
 log = logging.getLogger(__name__)
@@ -189,14 +189,7 @@ class BatchEvalRunner:
             self.run.status = "completed"
         self.run.timings["finished_at"] = time.time()
         await asyncio.to_thread(self.save)
-        self.broadcast(
-            {
-                "type": "eval_complete",
-                "source": "eval",
-                "run_id": self.run.run_id,
-                "status": self.run.status,
-            }
-        )
+        self.broadcast(EvalComplete(run_id=self.run.run_id, status=self.run.status))
         return self.run
 
     async def _worker(
@@ -326,23 +319,14 @@ class BatchEvalRunner:
             # File writes run in a thread: in-flight episodes keep running.
             await asyncio.to_thread(self._persist, result)
         self._new_results.set()
+        self.broadcast(EvalEpisodeDone(run_id=self.run.run_id, episode=result))
         self.broadcast(
-            {
-                "type": "eval_episode_done",
-                "source": "eval",
-                "run_id": self.run.run_id,
-                "episode": result.model_dump(mode="json"),
-            }
-        )
-        self.broadcast(
-            {
-                "type": "eval_progress",
-                "source": "eval",
-                "run_id": self.run.run_id,
-                "episodes_done": self.run.episodes_done,
-                "episodes_total": self.run.episodes_total,
-                "success_rate": _mean(self.run, "success"),
-            }
+            EvalProgress(
+                run_id=self.run.run_id,
+                episodes_done=self.run.episodes_done,
+                episodes_total=self.run.episodes_total,
+                success_rate=_mean(self.run, "success"),
+            )
         )
 
     def _spend_error_budget(self, result: EpisodeResult) -> None:
