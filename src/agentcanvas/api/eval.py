@@ -12,7 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse
 from pydantic import BaseModel, Field, ValidationError
 
-from agentcanvas.errors import ConfigError, StateError, UserInputError
+from agentcanvas.errors import ConfigError, EpisodeNotFoundError, StateError
 from agentcanvas.eval import health
 from agentcanvas.eval.config import EvalConfig, MaxErrors
 from agentcanvas.eval.events import EvalComplete
@@ -252,7 +252,7 @@ async def episode(run_id: RunId, index: EpisodeIndex, request: Request) -> dict[
     runs.episode_folder(run_dir, index)
     path = runs.served(run_dir, run_dir.episode_json_path(index))
     if not path.exists():
-        raise UserInputError(f"episode {index} of run {run_id}: episode.json does not exist")
+        raise EpisodeNotFoundError(f"episode {index} of run {run_id}: episode.json does not exist")
     record: dict[str, Any] = read_json(path)
     record["assets"] = runs.episode_assets(run_dir, index)
     return record
