@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from agentcanvas import jsontext
 from agentcanvas.api.progress import ProgressRelay
 from agentcanvas.api.runs import RunCache
+from agentcanvas.background import TaskOwner
 from agentcanvas.eval.events import LiveEvent
 from agentcanvas.nodes.registry import WorkspaceComponentRegistry
 from agentcanvas.scheduler.job_scheduler import JobScheduler
@@ -59,7 +60,10 @@ class ProcessServices:
     token: str | None = None
     runs: RunCache = field(init=False)
     progress: ProgressRelay = field(init=False)
-    inprocess: dict[str, asyncio.Future[None]] = field(default_factory=dict)
+    loops: TaskOwner = field(default_factory=lambda: TaskOwner("backend loop"))
+    """The scheduler's ticker and the progress relay (started and closed by the lifespan)."""
+    inprocess: TaskOwner = field(default_factory=lambda: TaskOwner("in-process run"))
+    """Runs started with ``via_subprocess: false``, by run id."""
 
     def __post_init__(self) -> None:
         self.runs = RunCache(self.scheduler.runs_dir)

@@ -251,15 +251,16 @@ async def test_summary_is_rewritten_at_every_episode_boundary(
         covered = lines[: on_disk.episodes_aggregated]
         assert on_disk.aggregate_metrics == metrics.aggregate_metrics(covered)
         assert on_disk.aggregate_by_task == metrics.aggregate_by_task(covered)
-    progress = [e["episodes_done"] for e in recorder.events if e["type"] == "eval_progress"]
+    wire = [e.wire() for e in recorder.events]
+    progress = [e["episodes_done"] for e in wire if e["type"] == "eval_progress"]
     assert progress == list(range(1, N_TOTAL + 1))
-    assert recorder.events[-1] == {
+    assert wire[-1] == {
         "type": "eval_complete",
         "source": "eval",
         "run_id": "20260101_000000",
         "status": "completed",
     }
-    assert all(e["source"] == "eval" for e in recorder.events)
+    assert all(e["source"] == "eval" for e in wire)
 
 
 async def test_aggregates_come_from_results_sorted_by_index(

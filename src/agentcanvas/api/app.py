@@ -37,6 +37,7 @@ from .web_mount import web_mount
 log = logging.getLogger(__name__)
 TICK_S = 1.0
 INPROCESS_STOP_S = 10.0
+LOOP_STOP_S = 5.0
 WEB_DIR = Path(__file__).parent / "web"
 
 
@@ -123,6 +124,15 @@ async def _relay_loop(svc: ProcessServices) -> None:
         _relay(svc)
 
 
+async def _shutdown(svc: ProcessServices) -> None:
+    """In order: the loops (no admission after this), in-process runs (cancelled; their
+    ``finally`` blocks write summaries and stop their servers), subprocess runs, servers."""
+    await svc.loops.aclose(LOOP_STOP_S)
+    await svc.inprocess.aclose(INPROCESS_STOP_S)
+    svc.scheduler.shutdown()
+    await svc.registry.shutdown_all()
+
+
 def create_app(
     workspace: Path,
     backend_url: str,
@@ -140,22 +150,12 @@ def create_app(
         if requeued:
             log.info("re-queued %d run(s) after restart: %s", len(requeued), requeued)
             await _rebind_shared(svc)
-        loops = [asyncio.ensure_future(_tick_loop(svc)), asyncio.ensure_future(_relay_loop(svc))]
+        svc.loops.start(_tick_loop(svc), name="scheduler tick")
+        svc.loops.start(_relay_loop(svc), name="progress relay")
         try:
             yield
         finally:
-            for loop in loops:
-                loop.cancel()
-            for loop in loops:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await loop
-            inprocess = list(svc.inprocess.values())
-            for task in inprocess:
-                task.cancel()
-            if inprocess:  # let their finally blocks write summaries and stop their servers
-                await asyncio.wait(inprocess, timeout=INPROCESS_STOP_S)
-            svc.scheduler.shutdown()
-            await svc.registry.shutdown_all()
+            await _shutdown(svc)
 
     app = FastAPI(
         title="AgentCanvas Batch Eval",

@@ -151,9 +151,8 @@ async def _start_in_process(
             await run_foreground(registry, graph, config, broadcast=svc.broadcast, run_dir=run_dir)
         finally:
             svc.registry.release_shared_nodesets(sorted(urls))
-            svc.inprocess.pop(run_dir.root.name, None)
 
-    svc.inprocess[run_dir.root.name] = asyncio.ensure_future(go())
+    svc.inprocess.start(go(), name=run_dir.root.name)  # a failure is logged and recorded
     return run_dir.root.name
 
 

@@ -199,7 +199,9 @@ class BatchEvalRunner:
         shared = [self.registry.bound(n) for n in self.registry.servers.shared_in(self.graph)]
         async with pool.acquire_specific(worker_id) as handle:
             await _set_attached(shared, client, attach=True)
-            recording: asyncio.Future[None] | None = None  # owned here, awaited in turn
+            # Owned by this worker: awaited before the next one starts and in ``finally``,
+            # shielded so that cancelling the worker never cuts a record in half.
+            recording: asyncio.Task[None] | None = None
             try:
                 # Cancelled: episodes not started yet are left missing, never written one
                 # by one as "cancelled" records (the run's summary counts them).
@@ -209,9 +211,11 @@ class BatchEvalRunner:
                     spec = self.specs[index]
                     result = await self._run_one_episode(pool, handle, spec, client)
                     if recording is not None:
-                        await recording
+                        await asyncio.shield(recording)
                     # Persisting this episode overlaps the simulation of the next one.
-                    recording = asyncio.ensure_future(self._record(result))
+                    recording = asyncio.create_task(
+                        self._record(result), name=f"{client}:record {result.index}"
+                    )
                     if result.status == "timeout" and not self.cancel_event.is_set():
                         await self._replace_servers(pool, handle)
             finally:
