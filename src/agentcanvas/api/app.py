@@ -23,7 +23,6 @@ from agentcanvas.scheduler.calibration import CalibrationStore
 from agentcanvas.scheduler.job_scheduler import JobScheduler, SchedulerHooks
 from agentcanvas.scheduler.resources import default_samplers
 from agentcanvas.scheduler.settings import AdmissionSettings
-from agentcanvas.state import ProcessServices
 
 from . import downloads, misc
 from . import eval as eval_api
@@ -31,6 +30,7 @@ from .error_handlers import install_error_handlers
 from .limits import BodyLimitMiddleware
 from .progress import POLL_S
 from .security import GuardMiddleware
+from .services import ProcessServices
 from .strict_json import StrictJSONResponse
 from .web_mount import web_mount
 

@@ -23,7 +23,6 @@ from agentcanvas.eval.tasks import check_tasks
 from agentcanvas.graph.model import Graph
 from agentcanvas.nodes.registry import WorkspaceComponentRegistry
 from agentcanvas.paths import NAME_PATTERNS
-from agentcanvas.state import ProcessServices
 
 from . import runs
 from .models import (
@@ -39,6 +38,7 @@ from .models import (
     error_responses,
 )
 from .overlay import borrow_shared, check_overlay, overlay_registry
+from .services import ProcessServices
 
 router = APIRouter(prefix="/api/eval/v2", tags=["eval"], responses=error_responses(400, 403, 422))
 NOT_FOUND = error_responses(404)

@@ -18,7 +18,6 @@ from agentcanvas.eval.seeding import episode_seed
 from agentcanvas.graph.executor import ExecutionPrinciples
 from agentcanvas.nodes.registry import WorkspaceComponentRegistry
 from agentcanvas.paths import NAME_PATTERNS, check_name
-from agentcanvas.state import ProcessServices
 
 from .models import (
     MAX_EPISODE_INDEX,
@@ -30,6 +29,7 @@ from .models import (
     StepBudget,
     error_responses,
 )
+from .services import ProcessServices
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["workspace"], responses=error_responses(400, 403, 422))

@@ -2,6 +2,8 @@
 
 Each process has its own — an eval subprocess shares nothing with the backend — so the
 backend pushes subprocess progress to its WebSocket clients itself (JobScheduler hooks).
+It lives in the api layer it serves (it was ``agentcanvas/state.py``, which imported the
+api from below): the run cache and the progress relay it holds are api modules.
 """
 
 from __future__ import annotations
@@ -13,12 +15,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from agentcanvas import jsontext
-from agentcanvas.api.progress import ProgressRelay
-from agentcanvas.api.runs import RunCache
 from agentcanvas.background import TaskOwner
 from agentcanvas.eval.events import LiveEvent
 from agentcanvas.nodes.registry import WorkspaceComponentRegistry
 from agentcanvas.scheduler.job_scheduler import JobScheduler
+
+from .progress import ProgressRelay
+from .runs import RunCache
 
 log = logging.getLogger(__name__)
 
