@@ -16,6 +16,7 @@ from agentcanvas.cli import _registry, command, print_json, resolve_graph
 from agentcanvas.cli_determinism import determinism_table
 from agentcanvas.errors import ConfigError
 from agentcanvas.eval.config import EvalConfig, EvalRun
+from agentcanvas.eval.events import EvalProgress, LiveEvent
 from agentcanvas.eval.foreground import ForegroundRun, run_foreground
 from agentcanvas.eval.invariance import diff_runs
 from agentcanvas.eval.tasks import check_tasks
@@ -108,11 +109,11 @@ class _ProgressView:
         )
         self.task = self.progress.add_task(label, total=total, sr="-")
 
-    def __call__(self, event: dict[str, Any]) -> None:
-        if event.get("type") == "eval_progress":
-            sr = event.get("success_rate")
+    def __call__(self, event: LiveEvent) -> None:
+        if isinstance(event, EvalProgress) and event.episodes_done is not None:
+            sr = event.success_rate
             self.progress.update(
-                self.task, completed=event["episodes_done"], sr="-" if sr is None else f"{sr:.3f}"
+                self.task, completed=event.episodes_done, sr="-" if sr is None else f"{sr:.3f}"
             )
 
 

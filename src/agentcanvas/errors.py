@@ -6,8 +6,12 @@
     ├── UserInputError            bad input from a user: exit code 1 / HTTP 4xx, never a traceback
     │   ├── GraphFormatError      malformed JSON, schema violation (names the field)
     │   ├── GraphValidationError  unknown node set / type / port, cycle, budget < 1
-    │   ├── UnknownGraphError     no graph of that name
-    │   ├── UnknownNodeSetError   no node set of that name
+    │   ├── NotFoundError         a named thing does not exist (HTTP 404)
+    │   │   ├── UnknownGraphError     no graph of that name
+    │   │   ├── UnknownNodeSetError   no node set of that name
+    │   │   ├── RunNotFoundError      no run folder of that id
+    │   │   ├── EpisodeNotFoundError  the run has no episode of that index (yet)
+    │   │   └── AssetNotFoundError    the episode has no asset of that name
     │   ├── UnsafeNameError       a name that would become a path fails the pattern/containment
     │   └── ConfigError           an eval config or spec field is invalid
     ├── NodeSetError              a node set failed to load or to start
@@ -43,12 +47,28 @@ class GraphValidationError(UserInputError):
     """A graph is well-formed but names unknown things or is not runnable."""
 
 
-class UnknownGraphError(UserInputError):
+class NotFoundError(UserInputError):
+    """A thing named by the user (graph, node set, run, episode, asset) does not exist."""
+
+
+class UnknownGraphError(NotFoundError):
     """No graph of that name in the workspace or the built-ins."""
 
 
-class UnknownNodeSetError(UserInputError):
+class UnknownNodeSetError(NotFoundError):
     """No node set of that name."""
+
+
+class RunNotFoundError(NotFoundError):
+    """No run folder of that id."""
+
+
+class EpisodeNotFoundError(NotFoundError):
+    """The run has no episode of that index (or not yet)."""
+
+
+class AssetNotFoundError(NotFoundError):
+    """The episode has no asset of that name."""
 
 
 class UnsafeNameError(UserInputError):

@@ -26,17 +26,16 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from agentcanvas.errors import RunLockedError
-from agentcanvas.eval.config import EpisodeResult, EvalConfig
+from agentcanvas.eval.config import EpisodeResult
 from agentcanvas.eval.foreground import collect_determinism, finalise_run, record_failure
 from agentcanvas.eval.live_events import EventLog, events_path
 from agentcanvas.eval.records import recorded_results
+from agentcanvas.eval.run_spec import RunSpec
 from agentcanvas.eval.runlock import RunLock
 from agentcanvas.eval.runner import BatchEvalRunner
 from agentcanvas.eval.store import RunDir, read_json
-from agentcanvas.graph.model import parse_graph
 from agentcanvas.nodes.registry import WorkspaceComponentRegistry
 from agentcanvas.server import procs
 from agentcanvas.server.launcher import LocalProcessLauncher
@@ -46,10 +45,10 @@ ORPHAN_EXIT_S = 3.0  # after the parent died: finish in this time, or the group 
 LOCK_WAIT_S = 2.0  # the scheduler lets the lock go just before it spawns us
 
 
-def previous_results(run_dir: RunDir, spec: dict[str, Any]) -> list[EpisodeResult]:
+def previous_results(run_dir: RunDir, spec: RunSpec) -> list[EpisodeResult]:
     """On resume: the episodes already recorded, from their episode folders (the durable
     record, whatever a crash left in the index or summary); cancelled ones run again."""
-    if not spec.get("resume"):
+    if not spec.resume:
         return []
     return [e for e in recorded_results(run_dir) if e.status != "cancelled"]
 
@@ -60,9 +59,9 @@ async def run(run_dir: RunDir, parent: int) -> str:
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, term, True)
     loop.add_signal_handler(signal.SIGINT, term, False)
-    spec = read_json(run_dir.spec_path)
+    spec = RunSpec.read(run_dir)
     shared_urls: dict[str, str] = read_json(run_dir.shared_urls_path)
-    config = EvalConfig.model_validate(spec["config"])
+    config = spec.config
     registry = WorkspaceComponentRegistry(active_workspace=_overlay(spec))
     registry.scan_all()
     marks["registry_scanned_at"] = time.time()
@@ -72,7 +71,7 @@ async def run(run_dir: RunDir, parent: int) -> str:
         for name, url in shared_urls.items():
             await registry.register_remote_nodeset(name, url)
         marks["shared_borrowed_at"] = time.time()
-        graph = parse_graph(spec["graph"], source="spec.json graph")
+        graph = spec.graph_model()
         registry.validate(graph)
         await registry.ensure_nodesets_for_graph(graph, worker_count=config.worker_count)
         marks["servers_ready_at"] = time.time()
@@ -154,8 +153,8 @@ def _kill_own_group() -> None:
     os._exit(1)
 
 
-def _overlay(spec: dict[str, Any]) -> Path | None:
-    value = spec.get("active_workspace_dir") or os.environ.get("ACTIVE_WORKSPACE_DIR")
+def _overlay(spec: RunSpec) -> Path | None:
+    value = spec.active_workspace_dir or os.environ.get("ACTIVE_WORKSPACE_DIR")
     return Path(value) if value else None
 
 

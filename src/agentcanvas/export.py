@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 from agentcanvas import jsontext
 from agentcanvas.api.run_index import RunIndex
-from agentcanvas.errors import UserInputError
+from agentcanvas.errors import RunNotFoundError, UserInputError
 from agentcanvas.eval import health
 from agentcanvas.eval.records import episode_records
 from agentcanvas.eval.store import RunDir, read_json
@@ -111,8 +111,9 @@ def read_run(runs: Path, run_id: str) -> tuple[dict[str, Any], list[dict[str, An
     folder = safe_child(runs, "run_id", run_id, field="run_id")
     run_dir = RunDir(folder)
     if not run_dir.summary_path.is_file():
-        what = "has no summary.json yet" if folder.is_dir() else "does not exist"
-        raise UserInputError(
+        exists = folder.is_dir()
+        what = "has no summary.json yet" if exists else "does not exist"
+        raise (UserInputError if exists else RunNotFoundError)(
             f"run_id: run {run_id!r} {what} in {str(runs)!r} (give a run id listed there, "
             "or run from the workspace that holds it / set AGENTCANVAS_HOME to it)"
         )

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from agentcanvas.api.app import build_services
+from agentcanvas.eval.events import EvalProgress
 
 
 class StalledSocket:
@@ -23,7 +24,7 @@ def test_broadcast_drops_a_client_whose_outbox_is_full(tmp_path: Path) -> None:
     stalled.outbox.put_nowait("an event it never read")
     svc.ws_connections.update({stalled, reading})
 
-    svc.broadcast({"type": "eval_progress", "run_id": "r1"})  # must not raise QueueFull
+    svc.broadcast(EvalProgress(run_id="r1", episodes_done=0, episodes_total=1))  # no QueueFull
     svc.relay_progress("r1", {"status": "running"})  # nor a later broadcast
     svc.progress.finish("r1", "completed")
 

@@ -13,12 +13,12 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from agentcanvas.errors import RunLockedError, StateError
 from agentcanvas.eval.config import EvalConfig
+from agentcanvas.eval.run_spec import RunSpec
 from agentcanvas.eval.runlock import RunLock, hold, holder_pid, is_locked
 from agentcanvas.eval.store import RunDir, read_json
 from agentcanvas.nodes.registry import WorkspaceComponentRegistry
@@ -51,12 +51,7 @@ def submit_oracle(scheduler: JobScheduler, workspace: Path, episodes: int) -> st
     registry.scan_all()
     graph = registry.load_graph("babyai_oracle")
     config = EvalConfig(graph_name="babyai_oracle", episode_count=episodes)
-    spec: dict[str, Any] = {
-        "version": 1,
-        "config": config.model_dump(mode="json"),
-        "graph": graph.model_dump(mode="json"),
-        "shared_nodesets": [],
-    }
+    spec = RunSpec(config=config, graph=graph.model_dump(mode="json"))
     return scheduler.submit(spec, {})
 
 

@@ -13,7 +13,6 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -22,6 +21,7 @@ from PIL import Image
 
 from agentcanvas.eval import metrics, records
 from agentcanvas.eval.config import EpisodeResult, EvalConfig, EvalRun
+from agentcanvas.eval.events import EvalEpisodeDone, LiveEvent
 from agentcanvas.eval.foreground import ForegroundRun, run_foreground
 from agentcanvas.eval.runner import BatchEvalRunner, plan_episodes
 from agentcanvas.eval.seeding import episode_seed
@@ -83,19 +83,19 @@ class Recorder:
 
     def __init__(self, run_dir: RunDir) -> None:
         self.run_dir = run_dir
-        self.events: list[dict[str, Any]] = []
+        self.events: list[LiveEvent] = []
         self.on_disk: list[EvalRun] = []
         self.index_lines: list[list[EpisodeResult]] = []  # episodes.jsonl, completion order
 
-    def __call__(self, event: dict[str, Any]) -> None:
+    def __call__(self, event: LiveEvent) -> None:
         self.events.append(event)
-        if event["type"] == "eval_episode_done":
+        if isinstance(event, EvalEpisodeDone):
             self.on_disk.append(EvalRun.model_validate(read_json(self.run_dir.summary_path)))
             lines = read_jsonl(self.run_dir.episodes_index_path).records
             self.index_lines.append([EpisodeResult.model_validate(r) for r in lines])
 
     def completion_order(self) -> list[int]:
-        return [e["episode"]["index"] for e in self.events if e["type"] == "eval_episode_done"]
+        return [e.episode.index for e in self.events if isinstance(e, EvalEpisodeDone)]
 
 
 async def run_at(
@@ -192,15 +192,16 @@ async def test_summary_is_rewritten_at_every_episode_boundary(
         covered = lines[: on_disk.episodes_aggregated]
         assert on_disk.aggregate_metrics == metrics.aggregate_metrics(covered)
         assert on_disk.aggregate_by_task == metrics.aggregate_by_task(covered)
-    progress = [e["episodes_done"] for e in recorder.events if e["type"] == "eval_progress"]
+    wire = [e.wire() for e in recorder.events]
+    progress = [e["episodes_done"] for e in wire if e["type"] == "eval_progress"]
     assert progress == list(range(1, N_TOTAL + 1))
-    assert recorder.events[-1] == {
+    assert wire[-1] == {
         "type": "eval_complete",
         "source": "eval",
         "run_id": "20260101_000000",
         "status": "completed",
     }
-    assert all(e["source"] == "eval" for e in recorder.events)
+    assert all(e["source"] == "eval" for e in wire)
 
 
 async def test_aggregates_come_from_results_sorted_by_index(

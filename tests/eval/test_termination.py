@@ -20,6 +20,7 @@ import pytest
 import pytest_asyncio
 
 from agentcanvas.eval.config import EvalConfig, EvalRun
+from agentcanvas.eval.events import EvalProgress, LiveEvent
 from agentcanvas.eval.runner import BatchEvalRunner
 from agentcanvas.eval.seeding import episode_seed
 from agentcanvas.eval.store import RunDir, read_json, read_jsonl
@@ -260,8 +261,8 @@ async def test_a_run_cancelled_after_its_last_episode_finished_is_completed(
 ) -> None:
     run = Run(registry, make_graph("ok"), tmp_path, episode_count=2)
 
-    def cancel_at_the_end(event: dict[str, Any]) -> None:
-        if event["type"] == "eval_progress" and event["episodes_done"] == 2:
+    def cancel_at_the_end(event: LiveEvent) -> None:
+        if isinstance(event, EvalProgress) and event.episodes_done == 2:
             run.runner.cancel()  # the user's cancel arrives just after the last episode
 
     run.runner.broadcast = cancel_at_the_end

@@ -20,6 +20,7 @@ import pytest
 
 from agentcanvas.errors import StateError
 from agentcanvas.eval.config import EvalConfig
+from agentcanvas.eval.run_spec import RunSpec
 from agentcanvas.eval.store import atomic_write_json, read_json
 from agentcanvas.nodes.registry import WorkspaceComponentRegistry
 from agentcanvas.scheduler.calibration import CalibrationStore, graph_fingerprint
@@ -47,12 +48,10 @@ def graph_json() -> dict[str, Any]:
 
 
 @pytest.fixture
-def make_spec(graph_json: dict[str, Any]) -> Callable[..., dict[str, Any]]:
-    def make(
-        worker_count: int = 1, shared: tuple[str, ...] = (), **scheduling: Any
-    ) -> dict[str, Any]:
+def make_spec(graph_json: dict[str, Any]) -> Callable[..., RunSpec]:
+    def make(worker_count: int = 1, shared: tuple[str, ...] = (), **scheduling: Any) -> RunSpec:
         config = EvalConfig(graph_name="babyai_oracle", episode_count=1, worker_count=worker_count)
-        return {
+        return RunSpec.model_validate({
             "version": 1,
             "config": config.model_dump(mode="json"),
             "scheduling": {
@@ -64,7 +63,7 @@ def make_spec(graph_json: dict[str, Any]) -> Callable[..., dict[str, Any]]:
             "graph": graph_json,
             "shared_nodesets": list(shared),
             "active_workspace_dir": None,
-        }
+        })
 
     return make
 
@@ -131,7 +130,7 @@ def cancel_and_reap(scheduler: JobScheduler, run_id: str) -> None:
 
 # -- submit, cancel, resume, recover (no process) --------------------------------------------
 def test_submit_writes_the_run_folder_and_never_spawns(
-    new_scheduler: Callable[..., JobScheduler], make_spec: Callable[..., dict[str, Any]]
+    new_scheduler: Callable[..., JobScheduler], make_spec: Callable[..., RunSpec]
 ) -> None:
     scheduler = new_scheduler()
     urls = {"policy_mlp": "http://127.0.0.1:1234"}
@@ -151,7 +150,7 @@ def test_submit_writes_the_run_folder_and_never_spawns(
 
 
 def test_run_ids_take_a_collision_suffix(
-    new_scheduler: Callable[..., JobScheduler], make_spec: Callable[..., dict[str, Any]]
+    new_scheduler: Callable[..., JobScheduler], make_spec: Callable[..., RunSpec]
 ) -> None:
     scheduler = new_scheduler()
     now = datetime.now()
@@ -170,7 +169,7 @@ def test_run_ids_take_a_collision_suffix(
 
 def test_cancel_of_a_queued_run_is_final_at_once(
     new_scheduler: Callable[..., JobScheduler],
-    make_spec: Callable[..., dict[str, Any]],
+    make_spec: Callable[..., RunSpec],
     released: Released,
 ) -> None:
     scheduler = new_scheduler(canvas_locked=lambda: True)  # nothing is admitted
@@ -187,7 +186,7 @@ def test_cancel_of_a_queued_run_is_final_at_once(
 
 
 def test_canvas_lock_refuses_admission(
-    new_scheduler: Callable[..., JobScheduler], make_spec: Callable[..., dict[str, Any]]
+    new_scheduler: Callable[..., JobScheduler], make_spec: Callable[..., RunSpec]
 ) -> None:
     scheduler = new_scheduler(canvas_locked=lambda: True)
     run_id = scheduler.submit(make_spec(), {})
@@ -202,7 +201,7 @@ def test_canvas_lock_refuses_admission(
 
 
 def test_queue_view_is_in_admission_order(
-    new_scheduler: Callable[..., JobScheduler], make_spec: Callable[..., dict[str, Any]]
+    new_scheduler: Callable[..., JobScheduler], make_spec: Callable[..., RunSpec]
 ) -> None:
     scheduler = new_scheduler(canvas_locked=lambda: True)
     low = scheduler.submit(make_spec(priority=-1), {})
@@ -216,7 +215,7 @@ def test_queue_view_is_in_admission_order(
 
 
 def test_recover_requeues_queued_runs_and_aborts_interrupted_ones(
-    new_scheduler: Callable[..., JobScheduler], make_spec: Callable[..., dict[str, Any]]
+    new_scheduler: Callable[..., JobScheduler], make_spec: Callable[..., RunSpec]
 ) -> None:
     before = new_scheduler(canvas_locked=lambda: True)
     queued = before.submit(make_spec(priority=2), {})
@@ -238,7 +237,7 @@ def test_recover_requeues_queued_runs_and_aborts_interrupted_ones(
 
 
 def test_resume_requeues_only_unfinished_runs(
-    new_scheduler: Callable[..., JobScheduler], make_spec: Callable[..., dict[str, Any]]
+    new_scheduler: Callable[..., JobScheduler], make_spec: Callable[..., RunSpec]
 ) -> None:
     scheduler = new_scheduler(canvas_locked=lambda: True)
     cancelled = scheduler.submit(make_spec(), {})
@@ -264,7 +263,7 @@ def test_resume_requeues_only_unfinished_runs(
 # -- admission that spawns ------------------------------------------------------------------
 def test_vram_admission_with_a_fake_gpu(
     new_scheduler: Callable[..., JobScheduler],
-    make_spec: Callable[..., dict[str, Any]],
+    make_spec: Callable[..., RunSpec],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv(FAKE_VRAM_ENV, "1000")
@@ -292,7 +291,7 @@ def test_vram_admission_with_a_fake_gpu(
 
 
 def test_static_ledger_where_a_resource_cannot_be_measured(
-    new_scheduler: Callable[..., JobScheduler], make_spec: Callable[..., dict[str, Any]]
+    new_scheduler: Callable[..., JobScheduler], make_spec: Callable[..., RunSpec]
 ) -> None:
     unmeasurable = NvmlVramSampler(device_index=10_000)  # no such GPU anywhere
     assert unmeasurable.sample() is None
@@ -308,7 +307,7 @@ def test_static_ledger_where_a_resource_cannot_be_measured(
 
 
 def test_static_ledger_on_a_host_without_any_vram_sampler(
-    new_scheduler: Callable[..., JobScheduler], make_spec: Callable[..., dict[str, Any]]
+    new_scheduler: Callable[..., JobScheduler], make_spec: Callable[..., RunSpec]
 ) -> None:
     # No GPU reading at all (as with serve --vram-capacity-mb on a host without NVML): the
     # declared capacity alone decides, against the declared figures of what runs.
@@ -325,7 +324,7 @@ def test_static_ledger_on_a_host_without_any_vram_sampler(
 
 def test_calibration_above_the_declaration_replaces_it(
     new_scheduler: Callable[..., JobScheduler],
-    make_spec: Callable[..., dict[str, Any]],
+    make_spec: Callable[..., RunSpec],
     tmp_path: Path,
     graph_json: dict[str, Any],
 ) -> None:
@@ -346,7 +345,7 @@ def test_calibration_above_the_declaration_replaces_it(
 
 def test_calibration_below_the_declaration_never_undercuts_it(
     new_scheduler: Callable[..., JobScheduler],
-    make_spec: Callable[..., dict[str, Any]],
+    make_spec: Callable[..., RunSpec],
     tmp_path: Path,
     graph_json: dict[str, Any],
 ) -> None:
@@ -370,7 +369,7 @@ def test_calibration_below_the_declaration_never_undercuts_it(
 
 def test_calibration_is_per_graph_content_not_per_name(
     new_scheduler: Callable[..., JobScheduler],
-    make_spec: Callable[..., dict[str, Any]],
+    make_spec: Callable[..., RunSpec],
     tmp_path: Path,
     graph_json: dict[str, Any],
 ) -> None:
@@ -381,7 +380,7 @@ def test_calibration_is_per_graph_content_not_per_name(
     )
     scheduler = new_scheduler(canvas_locked=lambda: True)
     run_id = scheduler.submit(make_spec(), {})
-    edited_spec = {**make_spec(), "graph": other}
+    edited_spec = make_spec().model_copy(update={"graph": other})
     edited = scheduler.submit(edited_spec, {})
 
     scheduler.tick()
@@ -393,7 +392,7 @@ def test_calibration_is_per_graph_content_not_per_name(
 
 
 def test_cpu_slots_hold_back_runs_until_earlier_ones_finish(
-    new_scheduler: Callable[..., JobScheduler], make_spec: Callable[..., dict[str, Any]]
+    new_scheduler: Callable[..., JobScheduler], make_spec: Callable[..., RunSpec]
 ) -> None:
     # 3 slots on any host; each 1-worker run holds 2 (eval process + env server).
     cpu = CpuSampler(oversubscription=3.0 / cpu_cores())

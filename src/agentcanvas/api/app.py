@@ -15,15 +15,14 @@ from pathlib import Path
 from fastapi import FastAPI
 
 from agentcanvas.errors import AgentCanvasError
-from agentcanvas.eval.store import atomic_write_json, read_json
-from agentcanvas.graph.model import parse_graph
+from agentcanvas.eval.run_spec import RunSpec
+from agentcanvas.eval.store import atomic_write_json
 from agentcanvas.nodes.registry import WorkspaceComponentRegistry
 from agentcanvas.paths import runs_dir
 from agentcanvas.scheduler.calibration import CalibrationStore
 from agentcanvas.scheduler.job_scheduler import JobScheduler, SchedulerHooks
 from agentcanvas.scheduler.resources import default_samplers
 from agentcanvas.scheduler.settings import AdmissionSettings
-from agentcanvas.state import ProcessServices
 
 from . import downloads, leaderboard, media, misc
 from . import eval as eval_api
@@ -31,12 +30,14 @@ from .error_handlers import install_error_handlers
 from .limits import BodyLimitMiddleware
 from .progress import POLL_S
 from .security import GuardMiddleware
+from .services import ProcessServices
 from .strict_json import StrictJSONResponse
 from .web_mount import web_mount
 
 log = logging.getLogger(__name__)
 TICK_S = 1.0
 INPROCESS_STOP_S = 10.0
+LOOP_STOP_S = 5.0
 WEB_DIR = Path(__file__).parent / "web"
 
 
@@ -71,9 +72,9 @@ def build_services(
 async def _rebind_shared(svc: ProcessServices) -> None:
     """Re-queued runs borrowed the previous backend's shared servers: start ours, re-point."""
     for job in svc.scheduler.queue:
-        spec = read_json(job.run_dir.spec_path)
         try:
-            graph = parse_graph(spec["graph"], source=f"run {job.run_id} spec.json")
+            spec = RunSpec.read(job.run_dir)
+            graph = spec.graph_model(source=f"run {job.run_id} spec.json")
             urls = await svc.registry.ensure_shared_nodesets_for_graph(graph)
         except AgentCanvasError as exc:
             log.error("run %s: cannot start its shared node sets: %s", job.run_id, exc)
@@ -123,6 +124,15 @@ async def _relay_loop(svc: ProcessServices) -> None:
         _relay(svc)
 
 
+async def _shutdown(svc: ProcessServices) -> None:
+    """In order: the loops (no admission after this), in-process runs (cancelled; their
+    ``finally`` blocks write summaries and stop their servers), subprocess runs, servers."""
+    await svc.loops.aclose(LOOP_STOP_S)
+    await svc.inprocess.aclose(INPROCESS_STOP_S)
+    svc.scheduler.shutdown()
+    await svc.registry.shutdown_all()
+
+
 def create_app(
     workspace: Path,
     backend_url: str,
@@ -140,22 +150,12 @@ def create_app(
         if requeued:
             log.info("re-queued %d run(s) after restart: %s", len(requeued), requeued)
             await _rebind_shared(svc)
-        loops = [asyncio.ensure_future(_tick_loop(svc)), asyncio.ensure_future(_relay_loop(svc))]
+        svc.loops.start(_tick_loop(svc), name="scheduler tick")
+        svc.loops.start(_relay_loop(svc), name="progress relay")
         try:
             yield
         finally:
-            for loop in loops:
-                loop.cancel()
-            for loop in loops:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await loop
-            inprocess = list(svc.inprocess.values())
-            for task in inprocess:
-                task.cancel()
-            if inprocess:  # let their finally blocks write summaries and stop their servers
-                await asyncio.wait(inprocess, timeout=INPROCESS_STOP_S)
-            svc.scheduler.shutdown()
-            await svc.registry.shutdown_all()
+            await _shutdown(svc)
 
     app = FastAPI(
         title="AgentCanvas Batch Eval",

@@ -1,41 +1,37 @@
 """How refusals are answered: one JSON shape (:class:`~.models.ErrorBody`) for every 4xx.
 
-Errors from agentcanvas's tree map by class (unknown graph → 404, bad input → 400, wrong
-state → 409); anything else is a real bug and stays a 500. Validation errors name the field
-with its location (``body.episode_count: Input should be a valid integer``).
+Errors from agentcanvas's tree map by class (:data:`STATUS_BY_TYPE`: not found → 404, bad
+input → 400, wrong state → 409); anything else is a real bug and stays a 500. Validation
+errors name the field with its location (``body.episode_count: Input should be a valid integer``).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from agentcanvas.errors import (
-    AgentCanvasError,
-    StateError,
-    UnknownGraphError,
-    UnknownNodeSetError,
-    UserInputError,
-)
+from agentcanvas.errors import AgentCanvasError, NotFoundError, StateError, UserInputError
 
-__all__ = ["install_error_handlers", "problem_of", "status_of"]
+__all__ = ["STATUS_BY_TYPE", "install_error_handlers", "problem_of", "status_of"]
 
 MAX_SHOWN_INPUT = 80
 _NOT_AN_OBJECT = frozenset({"missing", "model_attributes_type", "dict_type", "model_type"})
 
 
+STATUS_BY_TYPE: Final[tuple[tuple[type[AgentCanvasError], int], ...]] = (
+    (NotFoundError, 404),  # before its base, UserInputError
+    (UserInputError, 400),
+    (StateError, 409),
+)
+"""The status of each branch of the exception tree, most specific first; the rest is a 500."""
+
+
 def status_of(exc: AgentCanvasError) -> int:
-    """The HTTP status of an agentcanvas error."""
-    if isinstance(exc, UnknownGraphError | UnknownNodeSetError):
-        return 404
-    if isinstance(exc, UserInputError):
-        return 404 if "does not exist" in str(exc) or "no run" in str(exc) else 400
-    if isinstance(exc, StateError):
-        return 409
-    return 500
+    """The HTTP status of an agentcanvas error, by its class (never by its message)."""
+    return next((status for kind, status in STATUS_BY_TYPE if isinstance(exc, kind)), 500)
 
 
 def _shown(value: Any) -> str:

@@ -12,17 +12,17 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse
 from pydantic import BaseModel, Field, ValidationError
 
-from agentcanvas.errors import ConfigError, StateError, UserInputError
+from agentcanvas.errors import ConfigError, EpisodeNotFoundError, StateError
 from agentcanvas.eval import health
 from agentcanvas.eval.config import EvalConfig, FramesMode, MaxErrors
+from agentcanvas.eval.events import EvalComplete
 from agentcanvas.eval.foreground import run_foreground
-from agentcanvas.eval.recovery import load_spec
+from agentcanvas.eval.run_spec import RunSpec, SpecScheduling
 from agentcanvas.eval.store import RunDir, new_run_id, read_json
 from agentcanvas.eval.tasks import check_tasks
 from agentcanvas.graph.model import Graph
 from agentcanvas.nodes.registry import WorkspaceComponentRegistry
 from agentcanvas.paths import NAME_PATTERNS
-from agentcanvas.state import ProcessServices
 
 from . import runs
 from .models import (
@@ -38,6 +38,7 @@ from .models import (
     error_responses,
 )
 from .overlay import borrow_shared, check_overlay, overlay_registry
+from .services import ProcessServices
 
 router = APIRouter(prefix="/api/eval/v2", tags=["eval"], responses=error_responses(400, 403, 422))
 NOT_FOUND = error_responses(404)
@@ -108,18 +109,17 @@ async def start_eval_v2(body: StartRequest, request: Request) -> StartResponse:
         run_id = await _start_in_process(svc, graph, config, overlay)
         return StartResponse(run_id=run_id, status="running", via_subprocess=False)
     urls = await borrow_shared(svc.registry, resolver, graph)
-    spec = {
-        "version": 1,
-        "config": config.model_dump(mode="json"),
-        "scheduling": {
-            "marginal_vram_mb": body.marginal_vram_mb,
-            "exclusive_gpu": body.exclusive_gpu,
-            "priority": body.priority,
-        },
-        "graph": graph.model_dump(mode="json"),
-        "shared_nodesets": sorted(urls),
-        "active_workspace_dir": None if overlay is None else str(overlay),
-    }
+    spec = RunSpec(
+        config=config,
+        scheduling=SpecScheduling(
+            marginal_vram_mb=body.marginal_vram_mb,
+            exclusive_gpu=body.exclusive_gpu,
+            priority=body.priority,
+        ),
+        graph=graph.model_dump(mode="json"),
+        shared_nodesets=sorted(urls),
+        active_workspace_dir=None if overlay is None else str(overlay),
+    )
     run_id = svc.scheduler.submit(spec, urls)
     svc.request_tick()
     return StartResponse(run_id=run_id, status="queued", via_subprocess=True)
@@ -152,9 +152,8 @@ async def _start_in_process(
             await run_foreground(registry, graph, config, broadcast=svc.broadcast, run_dir=run_dir)
         finally:
             svc.registry.release_shared_nodesets(sorted(urls))
-            svc.inprocess.pop(run_dir.root.name, None)
 
-    svc.inprocess[run_dir.root.name] = asyncio.ensure_future(go())
+    svc.inprocess.start(go(), name=run_dir.root.name)  # a failure is logged and recorded
     return run_dir.root.name
 
 
@@ -190,9 +189,7 @@ async def cancel(run_id: RunId, request: Request) -> dict[str, str]:
         return {"run_id": run_id, "status": "cancelling"}
     result = svc.scheduler.cancel(run_id)
     if result == "cancelled":
-        svc.broadcast(
-            {"type": "eval_complete", "source": "eval", "run_id": run_id, "status": "cancelled"}
-        )
+        svc.broadcast(EvalComplete(run_id=run_id, status="cancelled"))
     svc.request_tick()
     return {"run_id": run_id, "status": result}
 
@@ -203,10 +200,8 @@ async def resume(run_id: RunId, request: Request) -> dict[str, str]:
     svc = services(request)
     run_dir = svc.runs.run_dir(run_id)
     await _until_reaped(svc, run_id)
-    spec = load_spec(run_dir)  # ConfigError (400) naming the field when it was damaged
-    from agentcanvas.graph.model import parse_graph
-
-    graph = parse_graph(spec["graph"], source=f"run {run_id} spec.json")
+    spec = RunSpec.read(run_dir)  # ConfigError (400) naming the field when it was damaged
+    graph = spec.graph_model(source=f"run {run_id} spec.json")
     urls = await svc.registry.ensure_shared_nodesets_for_graph(graph)
     try:
         svc.scheduler.resume(run_id, urls, sorted(urls))
@@ -257,7 +252,7 @@ async def episode(run_id: RunId, index: EpisodeIndex, request: Request) -> dict[
     runs.episode_folder(run_dir, index)
     path = runs.served(run_dir, run_dir.episode_json_path(index))
     if not path.exists():
-        raise UserInputError(f"episode {index} of run {run_id}: episode.json does not exist")
+        raise EpisodeNotFoundError(f"episode {index} of run {run_id}: episode.json does not exist")
     record: dict[str, Any] = read_json(path)
     record["assets"] = runs.episode_assets(run_dir, index)
     return record

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import logging
 from typing import Any
 
 from fastapi import APIRouter, Request, WebSocket, WebSocketDisconnect
@@ -12,12 +12,12 @@ from pydantic import Field
 from agentcanvas.errors import StateError
 from agentcanvas.eval.config import EvalConfig
 from agentcanvas.eval.episode import EpisodeOptions, EpisodeSpec, EpisodeWiring, run_episode
+from agentcanvas.eval.events import CanvasEvent
 from agentcanvas.eval.runner import episode_tasks
 from agentcanvas.eval.seeding import episode_seed
 from agentcanvas.graph.executor import ExecutionPrinciples
 from agentcanvas.nodes.registry import WorkspaceComponentRegistry
 from agentcanvas.paths import NAME_PATTERNS, check_name
-from agentcanvas.state import ProcessServices
 
 from .models import (
     MAX_EPISODE_INDEX,
@@ -29,7 +29,9 @@ from .models import (
     StepBudget,
     error_responses,
 )
+from .services import ProcessServices
 
+log = logging.getLogger(__name__)
 router = APIRouter(tags=["workspace"], responses=error_responses(400, 403, 422))
 NOT_FOUND = error_responses(404)
 
@@ -129,7 +131,7 @@ async def canvas_play(body: PlayRequest, request: Request) -> dict[str, Any]:
                 registry,
                 env,
                 principles=ExecutionPrinciples(False),
-                events=lambda e: svc.broadcast({**e, "source": "canvas"}),
+                events=lambda e: svc.broadcast(CanvasEvent.model_validate(e)),
             )
             result = await run_episode(
                 graph, spec, wiring, EpisodeOptions(step_budget_override=body.step_budget)
@@ -149,18 +151,22 @@ async def websocket(ws: WebSocket) -> None:
     ws.outbox = outbox  # type: ignore[attr-defined]
     svc.ws_connections.add(ws)
 
-    async def pump() -> None:
-        while True:
-            await ws.send_text(await outbox.get())
+    async with asyncio.TaskGroup() as group:  # owns the sender; both end with the connection
+        sender = group.create_task(_pump(ws, outbox))
+        try:
+            while True:
+                await ws.receive_text()
+        except WebSocketDisconnect:
+            pass
+        finally:
+            svc.ws_connections.discard(ws)
+            sender.cancel()
 
-    sender = asyncio.ensure_future(pump())
+
+async def _pump(ws: WebSocket, outbox: asyncio.Queue[str]) -> None:
+    """Send what broadcast queued for this client, in order, until cancelled."""
     try:
         while True:
-            await ws.receive_text()
-    except WebSocketDisconnect:
-        pass
-    finally:
-        svc.ws_connections.discard(ws)
-        sender.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await sender
+            await ws.send_text(await outbox.get())
+    except Exception as exc:  # the connection went away under us
+        log.info("WebSocket client gone while sending: %s: %s", type(exc).__name__, exc)

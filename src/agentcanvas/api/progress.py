@@ -9,18 +9,18 @@ has reaped the process and the final status is known (after the last episode eve
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
 from agentcanvas.eval.config import TERMINAL_RUN_STATUSES
-from agentcanvas.eval.live_events import EventTail, events_path
+from agentcanvas.eval.events import Broadcast, EvalComplete, EvalProgress
+from agentcanvas.eval.live_events import RELAYED_TYPES, EventTail, events_path
 
 __all__ = ["POLL_S", "ProgressRelay"]
 
 POLL_S: Final = 0.2
-Broadcast = Callable[[dict[str, Any]], None]
 
 
 @dataclass
@@ -51,9 +51,7 @@ class ProgressRelay:
             return
         self.statuses[run_id] = status
         compact = {k: v for k, v in summary.items() if k != "episodes"}
-        self.broadcast(
-            {"type": "eval_progress", "source": "eval", "run_id": run_id, "summary": compact}
-        )
+        self.broadcast(EvalProgress(run_id=run_id, summary=compact))
 
     def finish(self, run_id: str, status: str) -> None:
         """The run's process is reaped: its last events, then ``eval_complete`` (once)."""
@@ -63,10 +61,9 @@ class ProgressRelay:
         self.statuses.pop(run_id, None)
         with contextlib.suppress(OSError):  # relayed: the records themselves are on disk
             path.unlink(missing_ok=True)
-        self.broadcast(
-            {"type": "eval_complete", "source": "eval", "run_id": run_id, "status": status}
-        )
+        self.broadcast(EvalComplete(run_id=run_id, status=status))
 
     def _relay(self, run_id: str, tail: EventTail) -> None:
         for event in tail.read_new():
-            self.broadcast({**event, "source": "eval", "run_id": run_id})
+            if isinstance(event, RELAYED_TYPES):
+                self.broadcast(event.model_copy(update={"run_id": run_id}))

@@ -11,7 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from agentcanvas.errors import UserInputError
+from agentcanvas.errors import (
+    AssetNotFoundError,
+    EpisodeNotFoundError,
+    RunNotFoundError,
+    UserInputError,
+)
 from agentcanvas.eval.comparison import compare_runs as compare_runs  # the compare route
 from agentcanvas.eval.comparison import success_of
 from agentcanvas.eval.records import IndexTail, summary_is_complete
@@ -40,7 +45,7 @@ class RunCache:
     def run_dir(self, run_id: str) -> RunDir:
         folder = safe_child(self.runs_dir, "run_id", run_id, field="run_id")
         if not folder.is_dir():
-            raise UserInputError(f"run_id: no run {run_id!r}")
+            raise RunNotFoundError(f"run_id: no run {run_id!r}")
         return RunDir(folder)
 
     def summary_file(self, run_id: str) -> dict[str, Any]:
@@ -116,7 +121,7 @@ def served(run_dir: RunDir, path: Path) -> Path:
 def episode_folder(run_dir: RunDir, index: int) -> Path:
     folder = served(run_dir, run_dir.episode_dir(index))
     if not folder.is_dir():
-        raise UserInputError(f"episode {index} of run {run_dir.root.name} does not exist")
+        raise EpisodeNotFoundError(f"episode {index} of run {run_dir.root.name} does not exist")
     return folder
 
 
@@ -143,7 +148,7 @@ def asset_path(run_dir: RunDir, index: int, name: str) -> Path:
     folder = served(run_dir, run_dir.episode_assets_dir(index))  # the real assets folder
     path = contained(folder, folder / name, field="asset")
     if not path.is_file():
-        raise UserInputError(f"asset: {name!r} does not exist in episode {index}")
+        raise AssetNotFoundError(f"asset: {name!r} does not exist in episode {index}")
     return path
 
 

@@ -19,15 +19,16 @@ from pathlib import Path
 from agentcanvas.errors import ServerDiedError
 from agentcanvas.eval.config import EvalConfig, EvalRun
 from agentcanvas.eval.determinism import collect_determinism
+from agentcanvas.eval.events import Broadcast
+from agentcanvas.eval.run_spec import RunSpec
 from agentcanvas.eval.runlock import RunLock
-from agentcanvas.eval.runner import BatchEvalRunner, Broadcast
+from agentcanvas.eval.runner import BatchEvalRunner
 from agentcanvas.eval.store import RunDir, atomic_write_json, new_run_id
 from agentcanvas.graph.model import Graph
 from agentcanvas.nodes.registry import WorkspaceComponentRegistry
 from agentcanvas.paths import runs_dir
 from agentcanvas.server.launcher import LocalProcessLauncher
 
-SPEC_VERSION = 1
 __all__ = [
     "ForegroundRun",
     "collect_determinism",
@@ -46,15 +47,7 @@ class ForegroundRun:
 
 def write_spec(run_dir: RunDir, config: EvalConfig, graph: Graph, run_id: str) -> None:
     """spec.json: the input contract of a run (config, scheduling block, frozen graph)."""
-    spec = {
-        "version": SPEC_VERSION,
-        "run_id": run_id,
-        "config": config.model_dump(mode="json"),
-        "scheduling": {"marginal_vram_mb": 0, "exclusive_gpu": False, "priority": 0},
-        "graph": graph.model_dump(mode="json"),
-        "active_workspace_dir": None,
-    }
-    atomic_write_json(run_dir.spec_path, spec)
+    RunSpec(run_id=run_id, config=config, graph=graph.model_dump(mode="json")).write(run_dir)
 
 
 async def run_foreground(

@@ -7,23 +7,27 @@ to its WebSocket clients. ``eval_complete`` is not written: the backend sends it
 has reaped the process and knows the run's final status.
 
 Appends are whole lines in one ``write``; the reader keeps its offset at the last complete
-line, so a line being written is read on the next poll, never half.
+line, so a line being written is read on the next poll, never half. Lines are the events'
+wire form (:mod:`agentcanvas.eval.events`) and are read back as the same models; a line that
+is not one (torn, or from another version) is skipped.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
+
+from pydantic import ValidationError
 
 from agentcanvas.errors import RunError
+from agentcanvas.eval.events import LIVE_EVENT, EvalEpisodeDone, EvalProgress, LiveEvent
 from agentcanvas.eval.store import append_jsonl
 
 __all__ = ["EVENTS_FILE", "RELAYED_TYPES", "EventLog", "EventTail", "events_path"]
 
 EVENTS_FILE: Final = "events.jsonl"
-RELAYED_TYPES: Final = frozenset({"eval_episode_done", "eval_progress"})
+RELAYED_TYPES: Final = (EvalEpisodeDone, EvalProgress)
 MAX_READ_BYTES: Final = 4 << 20  # per poll; the rest waits for the next one
 log = logging.getLogger(__name__)
 
@@ -39,11 +43,11 @@ class EventLog:
     def __init__(self, path: Path) -> None:
         self.path = path
 
-    def __call__(self, event: dict[str, Any]) -> None:
-        if event.get("type") not in RELAYED_TYPES:
+    def __call__(self, event: LiveEvent) -> None:
+        if not isinstance(event, RELAYED_TYPES):
             return
         try:
-            append_jsonl(self.path, event)
+            append_jsonl(self.path, event.wire())
         except RunError as exc:  # the live view misses an event; the records are on disk
             log.warning("live event not written: %s", exc)
 
@@ -55,8 +59,8 @@ class EventTail:
         self.path = path
         self.offset = 0 if from_start else _size(path)
 
-    def read_new(self) -> list[dict[str, Any]]:
-        """The complete lines added since the last call, parsed (torn lines are skipped)."""
+    def read_new(self) -> list[LiveEvent]:
+        """The complete lines added since the last call, as events (torn lines are skipped)."""
         size = _size(self.path)
         if size < self.offset:  # replaced or truncated: a new writer starts over
             self.offset = 0
@@ -82,9 +86,8 @@ def _size(path: Path) -> int:
         return 0
 
 
-def _parse(line: bytes) -> dict[str, Any] | None:
+def _parse(line: bytes) -> LiveEvent | None:
     try:
-        value = json.loads(line)
-    except ValueError:
+        return LIVE_EVENT.validate_json(line)
+    except ValidationError:
         return None
-    return value if isinstance(value, dict) else None

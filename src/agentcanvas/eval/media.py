@@ -24,7 +24,7 @@ from typing import Final
 import numpy as np
 from PIL import Image
 
-from agentcanvas.errors import StateError, UserInputError
+from agentcanvas.errors import AssetNotFoundError, StateError
 from agentcanvas.eval.config import EpisodeResult, EvalConfig, FramesMode
 
 __all__ = [
@@ -100,7 +100,7 @@ def video_fps(n_frames: int) -> int:
 def episode_video(episode_dir: Path, what: str) -> Path:
     """The cached mp4 of the episode in ``episode_dir``, made now if missing.
 
-    ``what`` names the episode in errors. UserInputError (404) when the episode has no
+    ``what`` names the episode in errors. AssetNotFoundError (404) when the episode has no
     frames; StateError (409) while it has not ended (its frames may still change)."""
     cached = episode_dir / VIDEO_NAME
     if cached.is_file():
@@ -109,7 +109,7 @@ def episode_video(episode_dir: Path, what: str) -> Path:
         raise StateError(f"{what} has not ended yet: its video is made once it ends")
     frames = frame_files(episode_dir / "assets")
     if not frames:
-        raise UserInputError(
+        raise AssetNotFoundError(
             f"{what} has no frames, so its video does not exist (runs keep frames with "
             "--save-frames or --frames every|failures; under failures an episode that "
             "succeeded keeps none)"

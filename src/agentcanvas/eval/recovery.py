@@ -4,85 +4,33 @@ The episode folders are the truth of a run: each ``episodes/ep*/episode.json`` i
 (atomically) before summary.json is rewritten, so after a crash summary.json may lag behind
 them by an episode or more, never the other way round. :func:`reconcile_summary` rebuilds the
 summary's per-episode records and counts from the episode folders, so after ``recover`` or a
-resume the two agree. :func:`load_spec` validates a spec.json that may have been edited,
-truncated or poisoned since it was written, naming the bad field (ConfigError).
+resume the two agree. A spec.json that may have been edited, truncated or poisoned since it
+was written is read through :meth:`~agentcanvas.eval.run_spec.RunSpec.read` (ConfigError
+naming the bad field).
 """
 
 from __future__ import annotations
 
-import math
 import shutil
-from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
-from agentcanvas.errors import ConfigError, RunError
+from agentcanvas.errors import RunError
 from agentcanvas.eval import metrics
 from agentcanvas.eval.config import EpisodeResult, EvalConfig, EvalRun
 from agentcanvas.eval.records import recorded_results
+from agentcanvas.eval.run_spec import RunSpec
 from agentcanvas.eval.runner import episode_tasks
 from agentcanvas.eval.store import RunDir, read_json
-from agentcanvas.graph.model import Graph, parse_graph
+from agentcanvas.graph.model import Graph
 
 __all__ = [
-    "SpecScheduling",
     "drop_cancelled_episodes",
     "episode_records",
     "episodes_planned",
-    "load_spec",
     "reconcile_summary",
     "refresh_counts",
 ]
-
-
-class SpecScheduling(BaseModel):
-    """spec.json's scheduling block (what admission reads)."""
-
-    model_config = ConfigDict(extra="allow")
-
-    priority: int = Field(default=0, ge=-100, le=100)
-    marginal_vram_mb: float = Field(default=0.0, ge=0)
-    exclusive_gpu: bool = False
-    submitted_at: float | None = None
-
-
-class _Spec(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    config: EvalConfig
-    scheduling: SpecScheduling = Field(default_factory=SpecScheduling)
-    graph: dict[str, Any]
-    shared_nodesets: list[str] = Field(default_factory=list)
-    active_workspace_dir: str | None = None
-
-
-def load_spec(run_dir: RunDir) -> dict[str, Any]:
-    """spec.json as a dict, after checking every field the scheduler and eval process read."""
-    path = run_dir.spec_path
-    data = read_json(path)  # RunError when missing or not JSON
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a JSON object, got {type(data).__name__}")
-    _check_finite(data, "spec.json")
-    try:
-        spec = _Spec.model_validate(data)
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
-        )
-        raise ConfigError(f"{path}: {problems}") from exc
-    parse_graph(spec.graph, source=f"{path} graph")
-    return data
-
-
-def _check_finite(value: Any, where: str) -> None:
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ConfigError(f"{where}: {value} is not a finite number")
-    if isinstance(value, dict):
-        for key, item in value.items():
-            _check_finite(item, f"{where}.{key}")
-    elif isinstance(value, list):
-        for position, item in enumerate(value):
-            _check_finite(item, f"{where}[{position}]")
 
 
 def episodes_planned(config: EvalConfig, graph: Graph) -> int:
@@ -126,9 +74,9 @@ def reconcile_summary(run_dir: RunDir) -> EvalRun:
     try:
         run = EvalRun.model_validate(read_json(run_dir.summary_path))
     except (RunError, ValidationError):
-        spec = load_spec(run_dir)
-        config = EvalConfig.model_validate(spec["config"])
-        graph = parse_graph(spec["graph"], source=f"{run_dir.spec_path} graph")
+        spec = RunSpec.read(run_dir)
+        config = spec.config
+        graph = spec.graph_model(source=f"{run_dir.spec_path} graph")
         run = EvalRun(
             run_id=run_dir.root.name,
             graph_name=config.graph_name,

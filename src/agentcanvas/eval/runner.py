@@ -25,7 +25,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from agentcanvas.errors import ConfigError, ServerDiedError, ServerError
@@ -45,6 +45,7 @@ from agentcanvas.eval.episode import (
     EpisodeWiring,
     run_episode,
 )
+from agentcanvas.eval.events import Broadcast, EvalComplete, EvalEpisodeDone, EvalProgress
 from agentcanvas.eval.seeding import episode_seed
 from agentcanvas.eval.store import RunDir, append_jsonl, atomic_write_json
 from agentcanvas.eval.worker_pool import EnvWorkerPool, WorkerHandle, partition_contiguous
@@ -52,7 +53,6 @@ from agentcanvas.graph.executor import ExecutionPrinciples
 from agentcanvas.graph.model import Graph
 from agentcanvas.nodes.registry import WorkspaceComponentRegistry
 
-Broadcast = Callable[[dict[str, Any]], None]
 LIVE_AGGREGATE_MIN_INTERVAL_S = 0.25  # live aggregates are refreshed at most this often
 LIVE_AGGREGATE_DUTY = 0.1  # and take at most this share of the run's wall time
 log = logging.getLogger(__name__)
@@ -189,14 +189,7 @@ class BatchEvalRunner:
             self.run.status = "completed"
         self.run.timings["finished_at"] = time.time()
         await asyncio.to_thread(self.save)
-        self.broadcast(
-            {
-                "type": "eval_complete",
-                "source": "eval",
-                "run_id": self.run.run_id,
-                "status": self.run.status,
-            }
-        )
+        self.broadcast(EvalComplete(run_id=self.run.run_id, status=self.run.status))
         return self.run
 
     async def _worker(
@@ -206,7 +199,9 @@ class BatchEvalRunner:
         shared = [self.registry.bound(n) for n in self.registry.servers.shared_in(self.graph)]
         async with pool.acquire_specific(worker_id) as handle:
             await _set_attached(shared, client, attach=True)
-            recording: asyncio.Future[None] | None = None  # owned here, awaited in turn
+            # Owned by this worker: awaited before the next one starts and in ``finally``,
+            # shielded so that cancelling the worker never cuts a record in half.
+            recording: asyncio.Task[None] | None = None
             try:
                 # Cancelled: episodes not started yet are left missing, never written one
                 # by one as "cancelled" records (the run's summary counts them).
@@ -216,9 +211,11 @@ class BatchEvalRunner:
                     spec = self.specs[index]
                     result = await self._run_one_episode(pool, handle, spec, client)
                     if recording is not None:
-                        await recording
+                        await asyncio.shield(recording)
                     # Persisting this episode overlaps the simulation of the next one.
-                    recording = asyncio.ensure_future(self._record(result))
+                    recording = asyncio.create_task(
+                        self._record(result), name=f"{client}:record {result.index}"
+                    )
                     if result.status == "timeout" and not self.cancel_event.is_set():
                         await self._replace_servers(pool, handle)
             finally:
@@ -329,23 +326,14 @@ class BatchEvalRunner:
             # File writes run in a thread: in-flight episodes keep running.
             await asyncio.to_thread(self._persist, result)
         self._new_results.set()
+        self.broadcast(EvalEpisodeDone(run_id=self.run.run_id, episode=result))
         self.broadcast(
-            {
-                "type": "eval_episode_done",
-                "source": "eval",
-                "run_id": self.run.run_id,
-                "episode": result.model_dump(mode="json"),
-            }
-        )
-        self.broadcast(
-            {
-                "type": "eval_progress",
-                "source": "eval",
-                "run_id": self.run.run_id,
-                "episodes_done": self.run.episodes_done,
-                "episodes_total": self.run.episodes_total,
-                "success_rate": _mean(self.run, "success"),
-            }
+            EvalProgress(
+                run_id=self.run.run_id,
+                episodes_done=self.run.episodes_done,
+                episodes_total=self.run.episodes_total,
+                success_rate=_mean(self.run, "success"),
+            )
         )
 
     def _spend_error_budget(self, result: EpisodeResult) -> None:

@@ -34,7 +34,6 @@ __all__ = [
     "SAFETY_MARGIN",
     "CalibrationStore",
     "graph_fingerprint",
-    "spec_graph_key",
 ]
 
 logger = logging.getLogger(__name__)
@@ -49,12 +48,6 @@ def graph_fingerprint(graph_json: Mapping[str, Any]) -> str:
     """A short hash of a frozen graph's JSON (key order and spacing do not count)."""
     text = json.dumps(graph_json, sort_keys=True, separators=(",", ":"), allow_nan=False)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def spec_graph_key(spec: Mapping[str, Any], graph_name: str) -> str:
-    """The key of a run spec's frozen graph (its name, for an old spec without a graph)."""
-    graph = spec.get("graph")
-    return graph_fingerprint(graph) if isinstance(graph, dict) else f"name:{graph_name}"
 
 
 class _CalibrationEntry(BaseModel):

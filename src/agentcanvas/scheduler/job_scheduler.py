@@ -26,19 +26,14 @@ from typing import Any
 import psutil
 
 from agentcanvas.errors import RunError, RunLockedError, StateError
-from agentcanvas.eval.config import TERMINAL_RUN_STATUSES, EvalConfig, EvalRun
-from agentcanvas.eval.recovery import (
-    SpecScheduling,
-    drop_cancelled_episodes,
-    episodes_planned,
-    load_spec,
-)
+from agentcanvas.eval.config import TERMINAL_RUN_STATUSES, EvalRun
+from agentcanvas.eval.recovery import drop_cancelled_episodes, episodes_planned
+from agentcanvas.eval.run_spec import RunSpec
 from agentcanvas.eval.runlock import hold
 from agentcanvas.eval.store import RunDir, atomic_write_json, new_run_id, read_json
-from agentcanvas.graph.model import parse_graph
 from agentcanvas.paths import safe_child
 from agentcanvas.scheduler.admission import HELD_RESOURCES, JobDemand, RunningLoad, decide
-from agentcanvas.scheduler.calibration import CalibrationStore, spec_graph_key
+from agentcanvas.scheduler.calibration import CalibrationStore, graph_fingerprint
 from agentcanvas.scheduler.estimates import Estimate, JobShape, estimate_job, explained
 from agentcanvas.scheduler.resources import ProcessTreeMonitor, ResourceSampler
 from agentcanvas.scheduler.restart import (
@@ -74,6 +69,7 @@ class QueuedJob:
     marginal_vram_mb: float
     exclusive_gpu: bool
     shared_nodesets: list[str]
+    active_workspace_dir: str | None = None
 
 
 @dataclass
@@ -115,18 +111,18 @@ class JobScheduler:
     queued_estimates: dict[str, dict[str, Estimate]] = field(default_factory=dict)
 
     # -- submit / cancel / resume ----------------------------------------------------------
-    def submit(self, spec: dict[str, Any], shared_urls: dict[str, str]) -> str:
+    def submit(self, spec: RunSpec, shared_urls: dict[str, str]) -> str:
         """Create the run folder and queue the run; never spawns."""
-        config = EvalConfig.model_validate(spec["config"])
-        total = episodes_planned(config, parse_graph(spec["graph"], source="spec graph"))
+        config = spec.config
+        total = episodes_planned(config, spec.graph_model(source="spec graph"))
         run_id = new_run_id(self.runs_dir)
         run_dir = RunDir(self.runs_dir / run_id)
         run_dir.create()
-        scheduling = spec.setdefault("scheduling", {})
-        scheduling.setdefault("submitted_at", time.time())
-        spec["run_id"] = run_id
+        submitted_at = spec.scheduling.submitted_at or time.time()
+        scheduling = spec.scheduling.model_copy(update={"submitted_at": submitted_at})
+        spec = spec.model_copy(update={"run_id": run_id, "scheduling": scheduling})
         with hold(run_dir):
-            atomic_write_json(run_dir.spec_path, spec)
+            spec.write(run_dir)
             atomic_write_json(run_dir.shared_urls_path, shared_urls)
             summary = EvalRun(
                 run_id=run_id,
@@ -139,21 +135,21 @@ class JobScheduler:
             self._enqueue(run_dir, spec)
         return run_id
 
-    def _enqueue(self, run_dir: RunDir, spec: dict[str, Any]) -> QueuedJob:
+    def _enqueue(self, run_dir: RunDir, spec: RunSpec) -> QueuedJob:
         """Queue a validated spec (the caller holds the run's lock)."""
-        config = EvalConfig.model_validate(spec["config"])
-        scheduling = SpecScheduling.model_validate(spec.get("scheduling", {}))
+        config, scheduling = spec.config, spec.scheduling
         job = QueuedJob(
             run_id=run_dir.root.name,
             run_dir=run_dir,
             graph_name=config.graph_name,
-            graph_key=spec_graph_key(spec, config.graph_name),
+            graph_key=graph_fingerprint(spec.graph),
             worker_count=config.worker_count,
             priority=scheduling.priority,
             seq=scheduling.submitted_at or time.time(),
             marginal_vram_mb=scheduling.marginal_vram_mb,
             exclusive_gpu=scheduling.exclusive_gpu,
-            shared_nodesets=list(spec.get("shared_nodesets", [])),
+            shared_nodesets=list(spec.shared_nodesets),
+            active_workspace_dir=spec.active_workspace_dir,
         )
         set_status(run_dir, "queued")
         self.queue.append(job)
@@ -192,11 +188,11 @@ class JobScheduler:
             summary = read_json(run_dir.summary_path)
             if summary.get("status") == "completed":
                 raise StateError(f"run {run_id} is completed; nothing to resume")
-            spec = load_spec(run_dir)
-            spec["shared_nodesets"] = shared
-            spec.setdefault("scheduling", {})["submitted_at"] = time.time()
-            spec["resume"] = True
-            atomic_write_json(run_dir.spec_path, spec)
+            spec = RunSpec.read(run_dir)
+            scheduling = spec.scheduling.model_copy(update={"submitted_at": time.time()})
+            update = {"shared_nodesets": shared, "scheduling": scheduling, "resume": True}
+            spec = spec.model_copy(update=update)
+            spec.write(run_dir)
             atomic_write_json(run_dir.shared_urls_path, shared_urls)
             run_dir.done_path.unlink(missing_ok=True)
             drop_cancelled_episodes(run_dir)  # run again: no stale record may outlive it
@@ -304,7 +300,7 @@ class JobScheduler:
             "--backend-url",
             self.backend_url,
         ]
-        env = _child_env(job.run_dir)
+        env = _child_env(job.active_workspace_dir)
         try:
             with hold(job.run_dir):  # "running" before the eval process takes the lock
                 set_status(job.run_dir, "running")
@@ -407,9 +403,8 @@ def _terminate_leader(child: ChildProcess, signum: signal.Signals) -> None:
             os.kill(child.pid, signum)
 
 
-def _child_env(run_dir: RunDir) -> dict[str, str]:
+def _child_env(active_workspace_dir: str | None) -> dict[str, str]:
     env = dict(os.environ)
-    spec = read_json(run_dir.spec_path)
-    if spec.get("active_workspace_dir"):
-        env["ACTIVE_WORKSPACE_DIR"] = str(spec["active_workspace_dir"])
+    if active_workspace_dir:
+        env["ACTIVE_WORKSPACE_DIR"] = active_workspace_dir
     return env

@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any, Final
 
 from agentcanvas.errors import AgentCanvasError, RunError, RunLockedError
-from agentcanvas.eval.config import TERMINAL_RUN_STATUSES, EvalConfig, EvalRun
-from agentcanvas.eval.recovery import episodes_planned, load_spec, reconcile_summary
+from agentcanvas.eval.config import TERMINAL_RUN_STATUSES, EvalRun
+from agentcanvas.eval.recovery import episodes_planned, reconcile_summary
+from agentcanvas.eval.run_spec import RunSpec
 from agentcanvas.eval.runlock import hold
 from agentcanvas.eval.store import RunDir, atomic_write_json, read_json
-from agentcanvas.graph.model import parse_graph
 from agentcanvas.paths import check_name
 
 __all__ = [
@@ -116,7 +116,7 @@ def mark_failed(run_dir: RunDir, reason: str) -> None:
     run_dir.touch_done()
 
 
-def recover_runs(runs_dir: Path, enqueue: Callable[[RunDir, dict[str, Any]], Any]) -> list[str]:
+def recover_runs(runs_dir: Path, enqueue: Callable[[RunDir, RunSpec], Any]) -> list[str]:
     """Re-queue queued runs (``enqueue``); mark ``running`` runs without ``_DONE`` aborted,
     their summaries reconciled with their episode folders. Returns the re-queued run ids."""
     requeued: list[str] = []
@@ -159,9 +159,9 @@ def _needs_recovery(run_dir: RunDir) -> bool:
     return status in ("pending", "queued", "running")
 
 
-def _recover_one(run_dir: RunDir, enqueue: Callable[[RunDir, dict[str, Any]], Any]) -> bool:
+def _recover_one(run_dir: RunDir, enqueue: Callable[[RunDir, RunSpec], Any]) -> bool:
     if not run_dir.summary_path.exists():
-        spec = load_spec(run_dir)
+        spec = RunSpec.read(run_dir)
         _write_queued_summary(run_dir, spec)
         enqueue(run_dir, spec)
         return True
@@ -174,16 +174,16 @@ def _recover_one(run_dir: RunDir, enqueue: Callable[[RunDir, dict[str, Any]], An
         raise RunError(f"{run_dir.summary_path} is not a JSON object")
     status = summary.get("status")
     if status in ("pending", "queued"):
-        enqueue(run_dir, load_spec(run_dir))
+        enqueue(run_dir, RunSpec.read(run_dir))
         return True
     if status == "running":
         mark_ended(run_dir, "aborted", "the backend restarted while it ran")
     return False
 
 
-def _write_queued_summary(run_dir: RunDir, spec: dict[str, Any]) -> None:
-    config = EvalConfig.model_validate(spec["config"])
-    graph = parse_graph(spec["graph"], source=f"{run_dir.spec_path} graph")
+def _write_queued_summary(run_dir: RunDir, spec: RunSpec) -> None:
+    config = spec.config
+    graph = spec.graph_model(source=f"{run_dir.spec_path} graph")
     run = EvalRun(
         run_id=run_dir.root.name,
         graph_name=config.graph_name,

@@ -2,6 +2,8 @@
 
 Each process has its own — an eval subprocess shares nothing with the backend — so the
 backend pushes subprocess progress to its WebSocket clients itself (JobScheduler hooks).
+It lives in the api layer it serves (it was ``agentcanvas/state.py``, which imported the
+api from below): the run cache and the progress relay it holds are api modules.
 """
 
 from __future__ import annotations
@@ -13,10 +15,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from agentcanvas import jsontext
-from agentcanvas.api.progress import ProgressRelay
-from agentcanvas.api.runs import RunCache
+from agentcanvas.background import TaskOwner
+from agentcanvas.eval.events import LiveEvent
 from agentcanvas.nodes.registry import WorkspaceComponentRegistry
 from agentcanvas.scheduler.job_scheduler import JobScheduler
+
+from .progress import ProgressRelay
+from .runs import RunCache
 
 log = logging.getLogger(__name__)
 
@@ -58,17 +63,20 @@ class ProcessServices:
     token: str | None = None
     runs: RunCache = field(init=False)
     progress: ProgressRelay = field(init=False)
-    inprocess: dict[str, asyncio.Future[None]] = field(default_factory=dict)
+    loops: TaskOwner = field(default_factory=lambda: TaskOwner("backend loop"))
+    """The scheduler's ticker and the progress relay (started and closed by the lifespan)."""
+    inprocess: TaskOwner = field(default_factory=lambda: TaskOwner("in-process run"))
+    """Runs started with ``via_subprocess: false``, by run id."""
 
     def __post_init__(self) -> None:
         self.runs = RunCache(self.scheduler.runs_dir)
         self.progress = ProgressRelay(self.scheduler.runs_dir, self.broadcast)
 
-    def broadcast(self, event: dict[str, Any]) -> None:
+    def broadcast(self, event: LiveEvent) -> None:
         """Queue ``event`` to every WebSocket client (never blocks the caller)."""
         if not self.ws_connections:
             return
-        text = jsontext.dumps(event, default=str)
+        text = jsontext.dumps(event.wire(), default=str)
         for socket in list(self.ws_connections):
             queue = getattr(socket, "outbox", None)
             if queue is None:
