@@ -16,6 +16,7 @@ import uvicorn
 from agentcanvas import exit_codes
 from agentcanvas.api.security import is_loopback
 from agentcanvas.cli import command, print_json
+from agentcanvas.cli_eval import add_meta_arguments
 from agentcanvas.errors import ConfigError, UserInputError
 from agentcanvas.paths import workspace_dir
 from agentcanvas.scheduler.settings import AdmissionSettings
@@ -114,11 +115,20 @@ def cmd_submit(args: argparse.Namespace) -> int:
         body["max_errors"] = parse_max_errors(args.max_errors)
     if args.episode_timeout is not None:
         body["episode_timeout_s"] = args.episode_timeout
+    body.update(_meta_body(args))
     started = _call(args, "POST", "/api/eval/v2/start", json=body)
     print_json(started, indent=None)
     if not args.follow:
         return 0
     return _follow(args, started["run_id"])
+
+
+def _meta_body(args: argparse.Namespace) -> dict[str, Any]:
+    """--name/--tag/--note as start-body fields, checked here (exit 1 naming the flag)."""
+    from agentcanvas.eval.run_meta import meta_from_flags
+
+    meta = meta_from_flags(args.name, args.tags, args.note)
+    return meta.model_dump(exclude_defaults=True)
 
 
 def _follow(args: argparse.Namespace, run_id: str) -> int:
@@ -221,6 +231,7 @@ def extend_parser(sub: Any) -> None:
     p.add_argument("--episode-timeout", type=float, help="wall-clock limit per episode, s")
     p.add_argument("--follow", action="store_true", help="follow progress until the run ends")
     p.add_argument("--url", default=DEFAULT_URL, help=url_help)
+    add_meta_arguments(p)
     p = sub.add_parser("runs", help="list runs on the backend")
     p.add_argument("--limit", type=int, default=50)
     p.add_argument("--json", action="store_true")

@@ -25,7 +25,7 @@ from agentcanvas.scheduler.resources import default_samplers
 from agentcanvas.scheduler.settings import AdmissionSettings
 from agentcanvas.state import ProcessServices
 
-from . import downloads, misc
+from . import downloads, misc, run_detail
 from . import eval as eval_api
 from .error_handlers import install_error_handlers
 from .limits import BodyLimitMiddleware
@@ -167,6 +167,7 @@ def create_app(
     app.add_middleware(GuardMiddleware, allowed_hosts=allowed_hosts or set(), token=token)
     app.include_router(eval_api.router)
     app.include_router(downloads.router)
+    app.include_router(run_detail.router)
     app.include_router(misc.router)
     install_error_handlers(app)
     if WEB_DIR.is_dir():

@@ -18,7 +18,7 @@ from agentcanvas.eval.records import IndexTail, summary_is_complete
 from agentcanvas.eval.store import RunDir, read_json, read_jsonl
 from agentcanvas.paths import check_name, contained, safe_child
 
-from .run_index import RunIndex, compact_row
+from .run_index import RunIndex, RunQuery, compact_row
 
 LOG_TAIL_BYTES = 200_000
 Outcome = Literal["success", "failure", "error"]
@@ -69,9 +69,11 @@ class RunCache:
             tail = self._tails[run_id] = IndexTail(self.run_dir(run_id).episodes_index_path)
         return {**raw, "episodes": tail.records()}
 
-    def list(self, offset: int, limit: int, status: str | None = None) -> dict[str, Any]:
+    def list(
+        self, offset: int, limit: int, status: str | None = None, query: RunQuery | None = None
+    ) -> dict[str, Any]:
         """Newest first; compact rows (no per-episode records), from the run index."""
-        return self._index.page(offset, limit, status)
+        return self._index.page(offset, limit, status, query)
 
 
 def compact(summary: dict[str, Any]) -> dict[str, Any]:
@@ -85,8 +87,11 @@ def episodes_page(
     status: str | None,
     sort: str,
     outcome: Outcome | None = None,
+    task: str | None = None,
 ) -> dict[str, Any]:
     episodes = summary.get("episodes", [])
+    if task:
+        episodes = [e for e in episodes if e.get("task") == task]
     if status:
         episodes = [e for e in episodes if e.get("status") == status]
     if outcome:
