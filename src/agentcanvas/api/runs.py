@@ -21,7 +21,7 @@ from agentcanvas.paths import check_name, contained, safe_child
 from .run_index import RunIndex, RunQuery, compact_row
 
 LOG_TAIL_BYTES = 200_000
-Outcome = Literal["success", "failure", "error"]
+Outcome = Literal["success", "failure", "error", "cancelled"]
 
 
 @dataclass
@@ -105,7 +105,10 @@ def episodes_page(
 
 
 def _outcome(episode: dict[str, Any]) -> Outcome | None:
-    """An error is a run failure (status not completed); a failure is the task's (success 0)."""
+    """An error is a run failure (status not completed, nor cancelled by a stopped run); a
+    failure is the task's (success 0)."""
+    if episode.get("status") == "cancelled":
+        return "cancelled"
     if episode.get("status") != "completed":
         return "error"
     success = _success(episode)

@@ -14,7 +14,7 @@ from typing import Annotated, Final
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agentcanvas.errors import ConfigError
+from agentcanvas.errors import ConfigError, RunError
 from agentcanvas.eval.store import atomic_write_json, read_json
 
 __all__ = [
@@ -80,7 +80,7 @@ def read_meta(run_root: Path) -> RunMeta:
         return RunMeta()
     try:
         return RunMeta.model_validate(read_json(path))
-    except (ValueError, OSError):  # a damaged meta.json hides nothing else of the run
+    except (ValueError, RunError):  # a damaged meta.json hides nothing else of the run
         return RunMeta()
 
 
