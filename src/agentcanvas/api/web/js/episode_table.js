@@ -64,7 +64,7 @@ function taskFilter(onChange) {
       if (JSON.stringify(tasks) === select.dataset.tasks) return;
       const current = select.value;
       select.dataset.tasks = JSON.stringify(tasks);
-      select.replaceChildren(option("", "all tasks"), tasks.map((t) => option(t)));
+      select.replaceChildren(option("", "all tasks"), ...tasks.map((t) => option(t)));
       select.value = tasks.includes(current) ? current : "";
     },
   };

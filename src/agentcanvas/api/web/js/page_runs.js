@@ -42,7 +42,7 @@ function runFilters(state, load) {
     const known = [...new Set([...tags, ...(state.tag ? [state.tag] : [])])].sort();
     if (JSON.stringify(known) === tag.dataset.known) return;
     tag.dataset.known = JSON.stringify(known);
-    tag.replaceChildren(option("", "all tags"), known.map((t) => option(t)));
+    tag.replaceChildren(option("", "all tags"), ...known.map((t) => option(t)));
     tag.value = state.tag;
   };
   return { el: [search, tag, status], setTags };
