@@ -254,7 +254,7 @@ function renderRun(page, summary, source) {
   if (!names.includes(page.taskState.metric)) page.taskState.metric = names[0];
   page.header.fill(shownSummary(page, summary), source);
   put(page.outcomes.body, outcomeBlock(summary, page.showEpisodes));
-  put(page.aggregates.body, aggregateTable(summary, names));
+  put(page.aggregates.body, scroller(aggregateTable(summary, names)));
   put(page.tasks.body, perTaskBlock(summary, names, page.taskState));
   put(page.config.body, configBlock(summary.config, page.dist?.step_budgets));
   put(page.determinism.body, determinismBlock(summary.determinism));
