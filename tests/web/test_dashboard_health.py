@@ -217,14 +217,14 @@ def test_the_live_run_page_keeps_its_episode_count_in_step(backend: Backend, pag
     run_id = backend.start_run("babyai_slow", 4, 1)
     open_route(page, backend, f"#/run/{run_id}")
     samples: list[dict[str, Any]] = []
+    shot_taken = False
     deadline = time.monotonic() + RUN_DEADLINE_S
     while time.monotonic() < deadline:
         sample = _live_sample(page)
         samples.append(sample)
-        if sample["status"] == "running" and sample["listed"] not in (None, "0") and len(
-            [s for s in samples if s["status"] == "running"]
-        ) == 5:
+        if not shot_taken and sample["status"] == "running" and sample["done"]:
             shot(page, "health_06_live_run_page")
+            shot_taken = True
         if sample["status"] == "completed":
             break
         time.sleep(0.1)

@@ -12,7 +12,7 @@ import { eventSummary, isLive, POLL_MS } from "./live.js";
 import { distributionsUrl, histogramBlock } from "./run_histograms.js";
 import { runMetaBlock } from "./run_meta_editor.js";
 import {
-  ACTIVE, coverageText, errorCount, etaText, healthBadge, progressBox, runAction, runActions,
+  ACTIVE, allEpisodesEnded, coverageText, errorCount, etaText, healthBadge, progressBox, runAction, runActions,
   setProgress, shownStatus,
 } from "./run_summary.js";
 
@@ -64,8 +64,9 @@ function runHeader(ctx, runId, onAction) {
       el.classList.toggle("unhealthy", UNHEALTHY.has(summary.health?.verdict));
       setProgress(progress, summary, source);
       eta.textContent = etaText(summary);
-      if (actions.dataset.status !== `${summary.status}/${summary.episodes_done}`) {
-        actions.dataset.status = `${summary.status}/${summary.episodes_done}`;
+      const actionKey = `${summary.status}/${allEpisodesEnded(summary)}`;
+      if (actions.dataset.status !== actionKey) {
+        actions.dataset.status = actionKey;
         actions.replaceChildren(...runActions(summary, onAction));
       }
       facts.textContent = `graph ${summary.graph_name} · started ${fmtTime(summary.timings?.started_at)}`

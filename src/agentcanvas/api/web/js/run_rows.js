@@ -4,7 +4,7 @@ import { runHref } from "./api.js";
 import { h, statusBadge } from "./dom.js";
 import { fmtNum, fmtTime } from "./format.js";
 import {
-  etaText, healthBadge, progressBox, runActions, setProgress, shownStatus, successText,
+  allEpisodesEnded, etaText, healthBadge, progressBox, runActions, setProgress, shownStatus, successText,
 } from "./run_summary.js";
 
 export const DIFF_PREFIX = "diff:";
@@ -59,7 +59,7 @@ const RUN_COLUMNS = {
   priority: { head: "Priority", num: true, fill: (td, s) => { td.textContent = s.priority ?? 0; } },
   waiting: { head: "Waiting for", fill: (td, s) => { td.textContent = s.waiting_reason || "–"; } },
   actions: { head: "", fill: (td, s, _source, on) => {
-    const key = `${s.status}/${s.episodes_done}`;
+    const key = `${s.status}/${allEpisodesEnded(s)}`;
     if (td.dataset.status === key) return; // keep buttons (and a pending confirm) stable
     td.dataset.status = key;
     td.replaceChildren(...runActions(s, on.action));
