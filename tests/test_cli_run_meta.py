@@ -20,9 +20,23 @@ def _run_folders(workspace: Path) -> list[Path]:
 def test_eval_writes_name_tags_and_note_to_the_run_folder(tmp_path: Path) -> None:
     workspace = write_truth_workspace(tmp_path)
     result = run_cli(
-        "eval", "walk", "-n", "2", "--json", "--name", "walk, first", "--tag", "a",
-        "--tag", "b", "--tag", "a", "--note", "line one\nline two",
-        workspace=workspace, timeout_s=CLI_TIMEOUT_S,
+        "eval",
+        "walk",
+        "-n",
+        "2",
+        "--json",
+        "--name",
+        "walk, first",
+        "--tag",
+        "a",
+        "--tag",
+        "b",
+        "--tag",
+        "a",
+        "--note",
+        "line one\nline two",
+        workspace=workspace,
+        timeout_s=CLI_TIMEOUT_S,
     )
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
@@ -34,8 +48,9 @@ def test_eval_writes_name_tags_and_note_to_the_run_folder(tmp_path: Path) -> Non
 
 def test_eval_without_meta_flags_writes_no_meta_file(tmp_path: Path) -> None:
     workspace = write_truth_workspace(tmp_path)
-    result = run_cli("eval", "walk", "-n", "1", "--json", workspace=workspace,
-                     timeout_s=CLI_TIMEOUT_S)
+    result = run_cli(
+        "eval", "walk", "-n", "1", "--json", workspace=workspace, timeout_s=CLI_TIMEOUT_S
+    )
     assert result.returncode == 0, result.stderr
     (folder,) = _run_folders(workspace)
     assert not (folder / "meta.json").exists()
@@ -44,11 +59,20 @@ def test_eval_without_meta_flags_writes_no_meta_file(tmp_path: Path) -> None:
 def test_a_bad_tag_or_name_exits_1_naming_the_flag(tmp_path: Path) -> None:
     workspace = write_truth_workspace(tmp_path)
     for flags, named in ((["--tag", "two words"], "--tag"), (["--name", ""], "--name")):
-        result = run_cli("eval", "walk", "-n", "1", *flags, workspace=workspace,
-                         timeout_s=CLI_TIMEOUT_S)
+        result = run_cli(
+            "eval", "walk", "-n", "1", *flags, workspace=workspace, timeout_s=CLI_TIMEOUT_S
+        )
         assert result.returncode == 1, result.stderr
         assert named in result.stderr and "Traceback" not in result.stderr
     assert _run_folders(workspace) == []
-    offline = run_cli("submit", "walk", "--url", "http://127.0.0.1:9", "--tag", "bad tag",
-                      workspace=workspace, timeout_s=CLI_TIMEOUT_S)
+    offline = run_cli(
+        "submit",
+        "walk",
+        "--url",
+        "http://127.0.0.1:9",
+        "--tag",
+        "bad tag",
+        workspace=workspace,
+        timeout_s=CLI_TIMEOUT_S,
+    )
     assert offline.returncode == 1 and "--tag" in offline.stderr  # refused before any request

@@ -55,7 +55,11 @@ def test_start_meta_is_stored_in_the_run_folder_and_listed(
     assert meta == {"name": "walk base", "tags": ["baseline", "tenv"], "note": "first try"}
     assert (backend.run_dir(run_id) / "meta.json").is_file()
     row = next(r for r in listing(backend)["runs"] if r["run_id"] == run_id)
-    assert (row["name"], row["tags"], row["note"]) == ("walk base", ["baseline", "tenv"], "first try")
+    assert (row["name"], row["tags"], row["note"]) == (
+        "walk base",
+        ["baseline", "tenv"],
+        "first try",
+    )
     assert row["health"]["verdict"] == "clean"
     unnamed = next(r for r in listing(backend)["runs"] if r["run_id"] == runs["other"])
     assert unnamed["name"] is None and unnamed["tags"] == ["tenv"]

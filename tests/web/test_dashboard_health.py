@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from support.backend import Backend
-from support.browser import NO_CHROMIUM, CHROMIUM, browser_session, new_page, shot
+from support.browser import CHROMIUM, NO_CHROMIUM, browser_session, new_page, shot
 from support.cli import run_cli
 from support.truth_workspace import write_truth_workspace
 
@@ -33,7 +33,9 @@ TASKS = ["BabyAI-GoToObj-v0", "BabyAI-GoToLocal-v0"]
 
 
 def _slow_oracle() -> str:
-    graph = json.loads(resources.files("agentcanvas").joinpath("graphs/babyai_oracle.json").read_text())
+    graph = json.loads(
+        resources.files("agentcanvas").joinpath("graphs/babyai_oracle.json").read_text()
+    )
     graph["name"] = "babyai_slow"
     graph["env"]["fields"]["step_latency_ms"] = SLOW_LATENCY_MS
     return json.dumps(graph)
@@ -73,9 +75,7 @@ def test_a_run_whose_every_episode_raised_looks_unhealthy(backend: Backend, page
     clean = backend.start_run("walk", 3, 1)
     summary = backend.wait_status(broken, "completed")
     backend.wait_status(clean, "completed")
-    assert summary["health"]["verdict"] == "errors" and summary["status_counts"] == {
-        "error": 3
-    }
+    assert summary["health"]["verdict"] == "errors" and summary["status_counts"] == {"error": 3}
 
     open_route(page, backend, "#/")
     row = page.locator(f"#runs-table tr[data-run-id='{broken}']")
@@ -94,7 +94,9 @@ def test_a_run_whose_every_episode_raised_looks_unhealthy(backend: Backend, page
 
     open_route(page, backend, f"#/run/{broken}")
     page.locator(".run-header.unhealthy #header-health [data-verdict=errors]").wait_for()
-    assert "No episode completed: 3 ended in error" in page.locator("#aggregates-panel").inner_text()
+    assert (
+        "No episode completed: 3 ended in error" in page.locator("#aggregates-panel").inner_text()
+    )
     assert page.locator(".stat.error strong").inner_text() == "3"
     assert page.locator(".stat.completed strong").inner_text() == "0"
     assert page.locator("#run-health").inner_text().startswith("health: errors")
@@ -112,17 +114,42 @@ def test_a_run_whose_every_episode_raised_looks_unhealthy(backend: Backend, page
 def test_names_and_tags_from_the_cli_show_filter_and_edit(backend: Backend, page: Any) -> None:
     args = ["--url", backend.url, "-n", "2"]
     named = run_cli(
-        "submit", "walk", *args, "--name", "cli walk", "--tag", "cli", "--tag", "tenv",
-        "--note", "queued from the CLI", workspace=backend.workspace, timeout_s=CLI_TIMEOUT_S,
+        "submit",
+        "walk",
+        *args,
+        "--name",
+        "cli walk",
+        "--tag",
+        "cli",
+        "--tag",
+        "tenv",
+        "--note",
+        "queued from the CLI",
+        workspace=backend.workspace,
+        timeout_s=CLI_TIMEOUT_S,
     )
     assert named.returncode == 0, named.stderr
     tight = run_cli(
-        "submit", "walk", *args, "--step-budget", "4", "--tag", "tenv",
-        workspace=backend.workspace, timeout_s=CLI_TIMEOUT_S,
+        "submit",
+        "walk",
+        *args,
+        "--step-budget",
+        "4",
+        "--tag",
+        "tenv",
+        workspace=backend.workspace,
+        timeout_s=CLI_TIMEOUT_S,
     )
     assert tight.returncode == 0, tight.stderr
-    bad = run_cli("submit", "walk", *args, "--tag", "no spaces", workspace=backend.workspace,
-                  timeout_s=CLI_TIMEOUT_S)
+    bad = run_cli(
+        "submit",
+        "walk",
+        *args,
+        "--tag",
+        "no spaces",
+        workspace=backend.workspace,
+        timeout_s=CLI_TIMEOUT_S,
+    )
     assert bad.returncode == 1 and "--tag" in bad.stderr
     named_id, tight_id = (json.loads(r.stdout)["run_id"] for r in (named, tight))
     for run_id in (named_id, tight_id):
@@ -136,19 +163,25 @@ def test_names_and_tags_from_the_cli_show_filter_and_edit(backend: Backend, page
     assert row.locator(".run-label").get_attribute("title") == "queued from the CLI"
     # Runs of walk differ in step budget (and, with the first test's, in episode count).
     assert "step_budget" in page.locator("#runs-table thead th.diff").all_inner_texts()
-    tight_cell = page.locator(f"#runs-table tr[data-run-id='{tight_id}'] td[data-col='diff:step_budget']")
+    tight_cell = page.locator(
+        f"#runs-table tr[data-run-id='{tight_id}'] td[data-col='diff:step_budget']"
+    )
     assert tight_cell.inner_text() == "4"
 
     page.fill("#runs-search", "cli walk")
     page.wait_for_function(
         "id => [...document.querySelectorAll('#runs-table tbody tr[data-run-id]')]"
-        ".map(r => r.dataset.runId).join() === id", arg=named_id)
+        ".map(r => r.dataset.runId).join() === id",
+        arg=named_id,
+    )
     page.fill("#runs-search", "")
     page.wait_for_selector(f"#runs-table tr[data-run-id='{tight_id}']")
     page.select_option("#runs-tag", "cli")
     page.wait_for_function(
         "id => [...document.querySelectorAll('#runs-table tbody tr[data-run-id]')]"
-        ".map(r => r.dataset.runId).join() === id", arg=named_id)
+        ".map(r => r.dataset.runId).join() === id",
+        arg=named_id,
+    )
     shot(page, "health_03_runs_filtered_by_tag")
 
     open_route(page, backend, f"#/run/{named_id}")
@@ -159,7 +192,9 @@ def test_names_and_tags_from_the_cli_show_filter_and_edit(backend: Backend, page
     page.fill("#meta-name", "walk, renamed")
     page.fill("#meta-tags", "cli, edited")
     page.click("#meta-form button[type=submit]")
-    page.wait_for_function("document.querySelector('.run-header h1').textContent === 'walk, renamed'")
+    page.wait_for_function(
+        "document.querySelector('.run-header h1').textContent === 'walk, renamed'"
+    )
     assert page.locator("#run-meta .tag").all_inner_texts() == ["cli", "edited"]
     assert (backend.run_dir(named_id) / "spec.json").read_bytes() == spec_before
     meta = json.loads((backend.run_dir(named_id) / "meta.json").read_text())
@@ -181,7 +216,8 @@ def test_task_filter_histograms_and_effective_step_budget(backend: Backend, page
     page.wait_for_function(
         "task => { const rows = [...document.querySelectorAll('#episode-table tbody tr')];"
         " return rows.length === 2 && rows.every(r => r.children[1].textContent === task); }",
-        arg=TASKS[1])
+        arg=TASKS[1],
+    )
     assert f"matching {TASKS[1]}" in page.locator("#episodes-panel h2").inner_text()
     # The record's graph steps and the env's steps metric are labelled, and differ by one.
     heads = page.locator("#episode-table thead th").all_inner_texts()
@@ -196,21 +232,24 @@ def test_task_filter_histograms_and_effective_step_budget(backend: Backend, page
     assert sorted(histograms.evaluate_all("rows => rows.map(r => r.dataset.task)")) == sorted(TASKS)
     assert page.locator("#histogram-table svg.histogram").count() == 4
     ns = page.locator("#histogram-table svg.histogram").evaluate_all(
-        "svgs => svgs.map(s => Number(s.dataset.n))")
+        "svgs => svgs.map(s => Number(s.dataset.n))"
+    )
     assert ns == [2, 2, 2, 2]
     shot(page, "health_05_task_filter_and_histograms")
 
 
 def _live_sample(page: Any) -> dict[str, Any]:
-    return dict(page.evaluate(
-        """() => {
+    return dict(
+        page.evaluate(
+            """() => {
           const heading = document.querySelector('#episodes-panel h2');
           const bar = document.querySelector('.run-header .progress');
           return { listed: heading?.dataset.total ?? null, status: bar?.dataset.status ?? '',
                    done: bar ? bar.querySelector('progress').value : null,
                    text: bar?.querySelector('.progress-text').textContent ?? '' };
         }"""
-    ))
+        )
+    )
 
 
 def test_the_live_run_page_keeps_its_episode_count_in_step(backend: Backend, page: Any) -> None:
@@ -235,4 +274,5 @@ def test_the_live_run_page_keeps_its_episode_count_in_step(backend: Backend, pag
     assert len({s["done"] for s in running}) >= 2, "the count did not advance live"
     page.wait_for_function(
         "document.querySelector('#episodes-panel h2').dataset.total === '8'"
-        " && document.querySelector('.run-header .progress-text').textContent === '8/8'")
+        " && document.querySelector('.run-header .progress-text').textContent === '8/8'"
+    )

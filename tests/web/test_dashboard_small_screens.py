@@ -36,7 +36,11 @@ def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
 def runs(backend: Backend) -> list[str]:
     """Two finished babyai_oracle runs (the first with frames), named and tagged."""
     first = backend.start_run(
-        "babyai_oracle", 1, 2, save_frames=True, name="a rather long run name for a phone",
+        "babyai_oracle",
+        1,
+        2,
+        save_frames=True,
+        name="a rather long run name for a phone",
         tags=["baseline", "phone"],
     )
     second = backend.start_run("babyai_oracle", 1, 2, step_budget=4, tags=["tight"])
@@ -82,7 +86,9 @@ def visit(page: Any, backend: Backend, route: str, ready: str) -> None:
     page.wait_for_selector(ready, state="attached")
 
 
-def test_runs_list_and_start_form_fit_a_phone(backend: Backend, runs: list[str], phone: Any) -> None:
+def test_runs_list_and_start_form_fit_a_phone(
+    backend: Backend, runs: list[str], phone: Any
+) -> None:
     visit(phone, backend, "#/", f"#runs-table tr[data-run-id='{runs[0]}']")
     phone.wait_for_selector("#f-graph_name option[value='babyai_oracle']", state="attached")
     assert_no_sideways_scroll(phone, "the runs list")
@@ -124,9 +130,7 @@ def test_compare_page_fits_a_phone(backend: Backend, runs: list[str], phone: Any
 
 
 @pytest.mark.parametrize("run_id", ["20200101_000000", "no-such-run"])
-def test_an_unknown_run_says_so_with_a_link_back(
-    backend: Backend, phone: Any, run_id: str
-) -> None:
+def test_an_unknown_run_says_so_with_a_link_back(backend: Backend, phone: Any, run_id: str) -> None:
     visit(phone, backend, f"#/run/{run_id}", "#no-such-run")
     text = phone.locator("#no-such-run").inner_text()
     assert "No such run" in text and run_id in text
