@@ -29,6 +29,7 @@ from . import downloads, misc, run_detail
 from . import eval as eval_api
 from .error_handlers import install_error_handlers
 from .limits import BodyLimitMiddleware
+from .method_not_allowed import install_method_not_allowed
 from .progress import POLL_S
 from .security import GuardMiddleware
 from .strict_json import StrictJSONResponse
@@ -170,6 +171,7 @@ def create_app(
     app.include_router(run_detail.router)
     app.include_router(misc.router)
     install_error_handlers(app)
+    install_method_not_allowed(app)
     if WEB_DIR.is_dir():
         app.router.routes.append(web_mount(WEB_DIR))
     return app
