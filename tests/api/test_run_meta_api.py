@@ -119,6 +119,8 @@ def test_patch_refuses_invalid_json_and_unknown_runs(backend: Backend) -> None:
     missing = backend.http.patch(f"{RUNS}/20200101_000000/meta", json={"name": "x"})
     assert missing.status_code == 404 and "20200101_000000" in missing.json()["detail"]
     assert backend.http.get(f"{RUNS}/not-a-run/meta").status_code == 422
+    other = backend.http.request("DELETE", f"{RUNS}/20200101_000000/meta")
+    assert other.status_code == 405 and other.headers["allow"] == "GET, PATCH"
 
 
 def test_a_bad_tag_at_start_queues_nothing(backend: Backend) -> None:
