@@ -54,6 +54,20 @@ def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
 
 
 @pytest.fixture(scope="module")
+def runs(backend: Backend) -> dict[str, str]:
+    """The finished runs the tests look at, queued together so that they run side by side:
+    ``raises`` (every episode raises), ``walk`` (clean), ``babyai_oracle`` (two tasks)."""
+    ids = {
+        "broken": backend.start_run("raises", 3, 1),
+        "clean": backend.start_run("walk", 3, 1),
+        "oracle": backend.start_run("babyai_oracle", 2, 2),
+    }
+    for run_id in ids.values():
+        backend.wait_status(run_id, "completed", RUN_DEADLINE_S)
+    return ids
+
+
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     yield from browser_session()
 
@@ -71,11 +85,11 @@ def open_route(page: Any, backend: Backend, route: str) -> None:
     page.wait_for_selector("#live-status[data-state='live']")
 
 
-def test_a_run_whose_every_episode_raised_looks_unhealthy(backend: Backend, page: Any) -> None:
-    broken = backend.start_run("raises", 3, 1)
-    clean = backend.start_run("walk", 3, 1)
-    summary = backend.wait_status(broken, "completed")
-    backend.wait_status(clean, "completed")
+def test_a_run_whose_every_episode_raised_looks_unhealthy(
+    backend: Backend, runs: dict[str, str], page: Any
+) -> None:
+    broken, clean = runs["broken"], runs["clean"]
+    summary = backend.status(broken)
     assert summary["health"]["verdict"] == "errors" and summary["status_counts"] == {"error": 3}
 
     open_route(page, backend, "#/")
@@ -209,9 +223,11 @@ def test_names_and_tags_from_the_cli_show_filter_and_edit(backend: Backend, page
     shot(page, "health_04_run_page_name_tags_note")
 
 
-def test_task_filter_histograms_and_effective_step_budget(backend: Backend, page: Any) -> None:
-    run_id = backend.start_run("babyai_oracle", 2, 2)
-    summary = backend.wait_status(run_id, "completed")
+def test_task_filter_histograms_and_effective_step_budget(
+    backend: Backend, runs: dict[str, str], page: Any
+) -> None:
+    run_id = runs["oracle"]
+    summary = backend.status(run_id)
     assert summary["config"]["step_budget"] is None
     budget = summary["episodes"][0]["step_budget"]
 
@@ -286,12 +302,11 @@ def test_the_live_run_page_keeps_its_episode_count_in_step(backend: Backend, pag
 
 
 def test_a_run_cancelled_after_its_last_episode_shows_completed(
-    backend: Backend, page: Any
+    backend: Backend, runs: dict[str, str], page: Any
 ) -> None:
     """A folder written before the backend said ``completed`` for such a run: its summary is
     a real finished run's, with the status a cancel that came too late used to leave."""
-    finished = backend.start_run("walk", 2, 1)
-    backend.wait_status(finished, "completed")
+    finished = runs["clean"]
     late = "20200101_000001"
     shutil.copytree(backend.run_dir(finished), backend.run_dir(late))
     summary_path = backend.run_dir(late) / "summary.json"
@@ -308,4 +323,4 @@ def test_a_run_cancelled_after_its_last_episode_shows_completed(
     open_route(page, backend, f"#/run/{late}")
     page.locator(".run-header .status-slot .st-completed").wait_for()
     assert page.locator(".run-header button.resume").count() == 0
-    assert page.locator(".run-header .progress-text").inner_text() == "2/2"
+    assert page.locator(".run-header .progress-text").inner_text() == "3/3"
