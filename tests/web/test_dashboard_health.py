@@ -203,6 +203,8 @@ def test_names_and_tags_from_the_cli_show_filter_and_edit(backend: Backend, page
         ".map(r => r.dataset.runId).join() === id",
         arg=named_id,
     )
+    # Filtered to one run, the columns still say how it differs from its graph's other runs.
+    assert "step_budget" in page.locator("#runs-table thead th.diff").all_inner_texts()
     shot(page, "health_03_runs_filtered_by_tag")
 
     open_route(page, backend, f"#/run/{named_id}")

@@ -90,13 +90,14 @@ class RunIndex:
         self, offset: int, limit: int, status: str | None = None, query: RunQuery | None = None
     ) -> dict[str, Any]:
         """``{"total", "runs", "tags"}``: rows of ``status`` (all when None) matching
-        ``query``, paged, each with ``config_diff`` (see :func:`config_differences_by_graph`);
-        ``tags``: every tag of every run, for a filter."""
+        ``query``, paged, each with ``config_diff``: the fields that differ between all the
+        runs of its graph (:func:`config_differences_by_graph`), filtered or not; ``tags``:
+        every tag of every run, for a filter."""
         query = RunQuery(status=status or (query.status if query else None),
                          text=query.text if query else None, tag=query.tag if query else None)
         every = self.rows()
         rows = [row for row in every if query.matches(row)]
-        differing = config_differences_by_graph(rows)
+        differing = config_differences_by_graph(every)  # all runs of a graph, not the page
         shown = []
         for row in rows[offset : offset + limit]:
             keys = differing.get(str(row.get("graph_name")), [])
