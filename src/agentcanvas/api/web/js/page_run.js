@@ -12,8 +12,8 @@ import { eventSummary, isLive, POLL_MS } from "./live.js";
 import { distributionsUrl, histogramBlock } from "./run_histograms.js";
 import { runMetaBlock } from "./run_meta_editor.js";
 import {
-  ACTIVE, allEpisodesEnded, coverageText, errorCount, etaText, healthBadge, progressBox, runAction, runActions,
-  setProgress, shownStatus,
+  ACTIVE, allEpisodesEnded, coverageText, errorCount, etaText, healthBadge, progressBox,
+  runAction, runActions, setProgress, shownStatus,
 } from "./run_summary.js";
 
 const RUN_FLUSH_MS = 500;
