@@ -260,6 +260,19 @@ def test_task_filter_histograms_and_effective_step_budget(
         "svgs => svgs.map(s => Number(s.dataset.n))"
     )
     assert ns == [2, 2, 2, 2]
+    page.click(f"#task-table .task-link[data-task='{TASKS[0]}']")  # a per-task row filters too
+    page.wait_for_function(
+        "task => document.querySelector('#episode-task').value === task && [...document"
+        ".querySelectorAll('#episode-table tbody tr')].every(r => r.children[1].textContent"
+        " === task)",
+        arg=TASKS[0],
+    )
+    page.select_option("#episode-task", TASKS[1])
+    page.wait_for_function(
+        "task => [...document.querySelectorAll('#episode-table tbody tr')]"
+        ".every(r => r.children[1].textContent === task)",
+        arg=TASKS[1],
+    )
     shot(page, "health_05_task_filter_and_histograms")
 
 
@@ -325,4 +338,5 @@ def test_a_run_cancelled_after_its_last_episode_shows_completed(
     open_route(page, backend, f"#/run/{late}")
     page.locator(".run-header .status-slot .st-completed").wait_for()
     assert page.locator(".run-header button.resume").count() == 0
+    assert page.locator("#run-health").inner_text().startswith("health: clean")
     assert page.locator(".run-header .progress-text").inner_text() == "3/3"

@@ -13,7 +13,7 @@ import { distributionsUrl, histogramBlock } from "./run_histograms.js";
 import { runMetaBlock } from "./run_meta_editor.js";
 import {
   ACTIVE, allEpisodesEnded, coverageText, errorCount, etaText, healthBadge, progressBox,
-  runAction, runActions, setProgress, shownStatus,
+  runAction, runActions, setProgress, shownStatus, shownVerdict,
 } from "./run_summary.js";
 
 const RUN_FLUSH_MS = 500;
@@ -120,18 +120,21 @@ function outcomeBlock(summary, showEpisodes) {
       h("strong", {}, notRun), h("span", {}, "not run")) : null,
     errors.length ? h("p", { class: "error-breakdown" }, "errors by status: ",
       errors.map(([status, n]) => `${status} ${n}`).join(" · ")) : null,
-    healthLine(summary.health));
+    healthLine(summary));
 }
 
 // The run's health verdict: a run with errors never looks like a clean one.
-function healthLine(health) {
+function healthLine(summary) {
+  const health = summary.health;
   if (!health) return null;
-  const kind = health.verdict === "clean" ? "st-completed"
-    : health.verdict === "in_progress" ? "st-running"
-      : health.verdict === "cancelled" ? "st-cancelled" : "st-failed";
+  const verdict = shownVerdict(summary);
+  const kind = verdict === "clean" ? "st-completed"
+    : verdict === "in_progress" ? "st-running"
+      : verdict === "cancelled" ? "st-cancelled" : "st-failed";
+  const reason = verdict === health.verdict ? health.reason
+    : "every episode had ended when the run was cancelled";
   return h("p", { class: "health", id: "run-health" },
-    h("span", { class: `badge ${kind}` }, `health: ${health.verdict}`),
-    health.reason ? ` ${health.reason}` : "");
+    h("span", { class: `badge ${kind}` }, `health: ${verdict}`), reason ? ` ${reason}` : "");
 }
 
 function taskRows(summary, metric) {
@@ -141,7 +144,13 @@ function taskRows(summary, metric) {
   });
 }
 
-function perTaskBlock(summary, names, state) {
+// A task's name filters the episode table to it.
+function taskLink(task, showTask) {
+  return h("button", { type: "button", class: "link task-link", dataset: { task },
+    title: "show this task's episodes", onclick: () => showTask(task) }, task);
+}
+
+function perTaskBlock(summary, names, state, showTask) {
   const tasks = Object.entries(summary.aggregate_by_task ?? {});
   if (!tasks.length) return [notice("No per-task results yet.")];
   const select = h("select", { "aria-label": "metric for the chart" }, names.map((n) => option(n)));
@@ -157,7 +166,7 @@ function perTaskBlock(summary, names, state) {
   draw();
   const meanAndInterval = (a) => (a ? `${fmtNum(a.mean)} ${fmtInterval(a.lo, a.hi)}` : "–");
   const table = dataTable("task-table", ["Task", "n", ...names.map((n) => `${n} [95 %]`)],
-    tasks.map(([task, aggregates]) => h("tr", {}, rowHead(task),
+    tasks.map(([task, aggregates]) => h("tr", {}, rowHead(taskLink(task, showTask)),
       num(Object.values(aggregates)[0]?.n ?? 0), names.map((n) => num(meanAndInterval(aggregates[n]))))),
     Array.from({ length: names.length + 1 }, (_, i) => i + 1));
   return [scroller(table), h("label", { class: "inline" }, "Chart: ", select), chartSlot];
@@ -228,6 +237,10 @@ function runLayout(ctx, runId, onAction) {
     taskState: { metric: "success" },
   };
   page.episodes = episodeTable(ctx, runId, (total) => page.onRecorded(total));
+  page.showTask = (task) => {
+    page.episodes.showTask(task);
+    page.episodes.el.scrollIntoView({ behavior: "smooth" });
+  };
   page.showEpisodes = (filter) => {
     page.episodes.show(filter);
     page.episodes.el.scrollIntoView({ behavior: "smooth" });
@@ -256,7 +269,7 @@ function renderRun(page, summary, source) {
   page.header.fill(shownSummary(page, summary), source);
   put(page.outcomes.body, outcomeBlock(summary, page.showEpisodes));
   put(page.aggregates.body, scroller(aggregateTable(summary, names)));
-  put(page.tasks.body, perTaskBlock(summary, names, page.taskState));
+  put(page.tasks.body, perTaskBlock(summary, names, page.taskState, page.showTask));
   put(page.config.body, configBlock(summary.config, page.dist?.step_budgets));
   put(page.determinism.body, determinismBlock(summary.determinism));
   page.episodes.setMetrics(names);

@@ -64,12 +64,19 @@ export function shownStatus(summary) {
 
 const HEALTH_CLASS = { clean: "st-completed", in_progress: "st-running", cancelled: "st-cancelled" };
 
+// The verdict shown: a run cancelled after its last episode ended, without errors, is clean.
+export function shownVerdict(summary) {
+  const health = summary.health;
+  if (!health) return null;
+  return summary.status === "cancelled" && allEpisodesEnded(summary) && !health.error_count
+    ? "clean" : health.verdict;
+}
+
 // The run's health verdict as a badge: a run with errors never looks like a clean one.
 export function healthBadge(summary) {
   const health = summary.health;
   if (!health) return h("span", { class: "badge" }, "–");
-  const verdict = summary.status === "cancelled" && allEpisodesEnded(summary) && !health.error_count
-    ? "clean" : health.verdict;
+  const verdict = shownVerdict(summary);
   return h("span", {
     class: `badge health ${HEALTH_CLASS[verdict] ?? "st-failed"}`, dataset: { verdict },
     title: health.reason || "", text: verdict === "errors" ? `${health.error_count} errors` : verdict,
