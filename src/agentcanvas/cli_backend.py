@@ -16,6 +16,7 @@ import uvicorn
 from agentcanvas import exit_codes
 from agentcanvas.api.security import is_loopback
 from agentcanvas.cli import command, print_json
+from agentcanvas.cli_eval import add_meta_arguments
 from agentcanvas.errors import ConfigError, UserInputError
 from agentcanvas.paths import workspace_dir
 from agentcanvas.scheduler.settings import AdmissionSettings
@@ -117,11 +118,20 @@ def cmd_submit(args: argparse.Namespace) -> int:
         body["episode_timeout_s"] = args.episode_timeout
     if args.save_frames or args.frames:
         body["frames"] = args.frames or "every"
+    body.update(_meta_body(args))
     started = _call(args, "POST", "/api/eval/v2/start", json=body)
     print_json(started, indent=None)
     if not args.follow:
         return 0
     return _follow(args, started["run_id"])
+
+
+def _meta_body(args: argparse.Namespace) -> dict[str, Any]:
+    """--name/--tag/--note as start-body fields, checked here (exit 1 naming the flag)."""
+    from agentcanvas.eval.run_meta import meta_from_flags
+
+    meta = meta_from_flags(args.name, args.tags, args.note)
+    return meta.model_dump(exclude_defaults=True)
 
 
 def _follow(args: argparse.Namespace, run_id: str) -> int:
@@ -226,6 +236,7 @@ def extend_parser(sub: Any) -> None:
     p.add_argument("--save-frames", action="store_true", help="save frames (= --frames every)")
     p.add_argument("--frames", choices=["every", "failures", "none"], help=FRAMES_HELP)
     p.add_argument("--url", default=DEFAULT_URL, help=url_help)
+    add_meta_arguments(p)
     p = sub.add_parser("runs", help="list runs on the backend")
     p.add_argument("--limit", type=int, default=50)
     p.add_argument("--json", action="store_true")

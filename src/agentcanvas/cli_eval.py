@@ -19,7 +19,10 @@ from agentcanvas.eval.config import EvalConfig, EvalRun
 from agentcanvas.eval.events import EvalProgress, LiveEvent
 from agentcanvas.eval.foreground import ForegroundRun, run_foreground
 from agentcanvas.eval.invariance import diff_runs
+from agentcanvas.eval.run_meta import RunMeta, meta_from_flags, write_meta
+from agentcanvas.eval.store import RunDir, new_run_id
 from agentcanvas.eval.tasks import check_tasks
+from agentcanvas.paths import runs_dir
 from agentcanvas.server.batch_audit import check_batcher_settings
 
 FRAMES_HELP = "which episodes keep frames (default: every with --save-frames, else none)"
@@ -117,7 +120,18 @@ class _ProgressView:
             )
 
 
-def _run(args: argparse.Namespace, workers: int, label: str) -> ForegroundRun:
+def add_meta_arguments(p: argparse.ArgumentParser) -> None:
+    """``--name``, ``--tag`` (repeatable) and ``--note``: what tells this run apart."""
+    p.add_argument("--name", help="a short name for the run, shown in the runs list")
+    p.add_argument(
+        "--tag", action="append", dest="tags", metavar="TAG", help="a tag (repeatable)"
+    )
+    p.add_argument("--note", help="free text about the run (why, what changed)")
+
+
+def _run(
+    args: argparse.Namespace, workers: int, label: str, meta: RunMeta | None = None
+) -> ForegroundRun:
     check_batcher_settings()  # refused here, naming the variable, before any server starts
     registry = _registry()
     graph = resolve_graph(registry, args.graph)
@@ -126,9 +140,16 @@ def _run(args: argparse.Namespace, workers: int, label: str) -> ForegroundRun:
     n_tasks = (
         len(config.tasks) if config.tasks else max(1, len(graph.env.tasks) if graph.env else 1)
     )
+    run_dir = None
+    if meta is not None and meta != RunMeta():  # the folder first, so the name shows at once
+        folder = runs_dir(registry.workspace)
+        run_dir = RunDir(folder / new_run_id(folder))
+        write_meta(run_dir.root, meta)
     view = _ProgressView(config.episode_count * n_tasks, label)
     with view.progress:
-        return asyncio.run(run_foreground(registry, graph, config, broadcast=view))
+        return asyncio.run(
+            run_foreground(registry, graph, config, broadcast=view, run_dir=run_dir)
+        )
 
 
 def print_summary(run: EvalRun, where: str) -> None:
@@ -177,7 +198,8 @@ def print_summary(run: EvalRun, where: str) -> None:
 
 @command("eval")
 def cmd_eval(args: argparse.Namespace) -> int:
-    result = _run(args, args.workers, f"eval w={args.workers}")
+    meta = meta_from_flags(args.name, args.tags, args.note)  # refused before anything runs
+    result = _run(args, args.workers, f"eval w={args.workers}", meta)
     summary = result.summary
     if args.json:
         print_json(summary.model_dump(mode="json"), indent=1)
@@ -251,6 +273,7 @@ def extend_parser(sub: Any) -> None:
     add_eval_arguments(p)
     p.add_argument("-w", "--workers", type=int, default=1, help="parallel workers (speed only)")
     p.add_argument("--json", action="store_true", help="print only the final summary JSON")
+    add_meta_arguments(p)
     p = sub.add_parser(
         "verify-invariance", help="run at several worker counts and diff results", **codes
     )

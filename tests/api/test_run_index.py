@@ -55,15 +55,19 @@ def test_rows_are_newest_first_compact_and_paged(runs_dir: Path) -> None:
     assert all("episodes" not in r for r in page["runs"])
     assert page["runs"][1]["success_rate"] == 1.0 and page["runs"][0]["success_rate"] is None
     completed = RunIndex(runs_dir).page(1, 10, status="completed")
-    assert completed == {"total": 2, "runs": [RunIndex(runs_dir).rows()[2]]}
+    oldest = {**RunIndex(runs_dir).rows()[2], "config_diff": {}}
+    assert completed == {"total": 2, "runs": [oldest], "tags": []}
 
 
 def test_a_row_equals_the_compact_summary_of_the_status_endpoint(runs_dir: Path) -> None:
     path = write_summary(runs_dir, "20260101_000001", "completed", success=0.25)
     summary = json.loads(path.read_text())
 
-    assert RunIndex(runs_dir).rows() == [compact(summary)] == [compact_row(summary)]
-    assert RunCache(runs_dir).list(0, 50) == {"total": 1, "runs": [compact(summary)]}
+    no_meta = {"name": None, "tags": [], "note": None}  # the row adds meta.json's fields
+    assert RunIndex(runs_dir).rows() == [{**compact(summary), **no_meta}]
+    assert compact(summary) == compact_row(summary)
+    row = {**compact(summary), **no_meta, "config_diff": {}}
+    assert RunCache(runs_dir).list(0, 50) == {"total": 1, "runs": [row], "tags": []}
 
 
 def test_an_unchanged_summary_is_not_read_again(runs_dir: Path) -> None:
@@ -120,4 +124,4 @@ def test_a_removed_run_leaves_the_listing(runs_dir: Path) -> None:
     shutil.rmtree(runs_dir / "20260101_000001")
 
     assert [r["run_id"] for r in index.rows()] == ["20260101_000002"]
-    assert RunIndex(runs_dir / "missing").page(0, 10) == {"total": 0, "runs": []}
+    assert RunIndex(runs_dir / "missing").page(0, 10) == {"total": 0, "runs": [], "tags": []}

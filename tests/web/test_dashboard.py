@@ -425,7 +425,7 @@ def test_cancel_resume_and_live_run_page(live_backend: Backend, page: Any) -> No
     wait_run_state(row.locator(".progress[data-status=running]"), live_backend, run_id)
     open_page(page, live_backend, f"#/run/{run_id}")
     bar = page.locator(".run-header .progress")
-    wait_run_state(page.locator(".run-header .st-completed"), live_backend, run_id)
+    wait_run_state(page.locator(".run-header .status-slot .st-completed"), live_backend, run_id)
     assert bar.locator(".progress-text").inner_text() == "8/8"
     page.wait_for_function(  # the table follows the run to its end (eval_complete reloads it)
         "document.querySelectorAll('#episode-table tbody tr[data-outcome=success]').length === 8"

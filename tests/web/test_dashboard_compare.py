@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from support.backend import Backend
-from support.browser import CHROMIUM, NO_CHROMIUM, checked_page, chromium_browser, shot
+from support.browser import CHROMIUM, NO_CHROMIUM, shot
 
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason=NO_CHROMIUM)
 pytest.importorskip("playwright.sync_api")
@@ -47,18 +47,6 @@ def run_ids(backend: Backend) -> list[str]:
     for run_id in ids:
         backend.wait_status(run_id, "completed", RUN_DEADLINE_S)
     return ids
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    with chromium_browser() as chromium:
-        yield chromium
-
-
-@pytest.fixture
-def page(browser: Any) -> Iterator[Any]:
-    with checked_page(browser) as fresh:
-        yield fresh
 
 
 def test_leaderboard_of_three_runs_then_the_paired_view_of_two(

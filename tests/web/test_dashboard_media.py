@@ -18,7 +18,7 @@ import imageio.v2 as imageio
 import pytest
 
 from support.backend import Backend
-from support.browser import CHROMIUM, NO_CHROMIUM, checked_page, chromium_browser, shot
+from support.browser import CHROMIUM, NO_CHROMIUM, shot
 from support.cli import run_cli
 
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason=NO_CHROMIUM)
@@ -56,18 +56,6 @@ def runs(backend: Backend) -> dict[str, dict[str, Any]]:
         "every": _submit(backend, "--save-frames"),
         "failures": _submit(backend, "--frames", "failures"),
     }
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    with chromium_browser() as chromium:
-        yield chromium
-
-
-@pytest.fixture
-def page(browser: Any) -> Iterator[Any]:
-    with checked_page(browser) as fresh:
-        yield fresh
 
 
 def _failed(summary: dict[str, Any]) -> list[int]:

@@ -24,10 +24,11 @@ from agentcanvas.scheduler.job_scheduler import JobScheduler, SchedulerHooks
 from agentcanvas.scheduler.resources import default_samplers
 from agentcanvas.scheduler.settings import AdmissionSettings
 
-from . import downloads, leaderboard, media, misc
+from . import downloads, leaderboard, media, misc, run_detail
 from . import eval as eval_api
 from .error_handlers import install_error_handlers
 from .limits import BodyLimitMiddleware
+from .method_not_allowed import install_method_not_allowed
 from .progress import POLL_S
 from .security import GuardMiddleware
 from .services import ProcessServices
@@ -169,8 +170,10 @@ def create_app(
     app.include_router(downloads.router)
     app.include_router(media.router)
     app.include_router(leaderboard.router)
+    app.include_router(run_detail.router)
     app.include_router(misc.router)
     install_error_handlers(app)
+    install_method_not_allowed(app)
     if WEB_DIR.is_dir():
         app.router.routes.append(web_mount(WEB_DIR))
     return app

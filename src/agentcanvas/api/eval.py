@@ -17,6 +17,7 @@ from agentcanvas.eval import health
 from agentcanvas.eval.config import EvalConfig, FramesMode, MaxErrors
 from agentcanvas.eval.events import EvalComplete
 from agentcanvas.eval.foreground import run_foreground
+from agentcanvas.eval.run_meta import RunName, RunNote, RunTags
 from agentcanvas.eval.run_spec import RunSpec, SpecScheduling
 from agentcanvas.eval.store import RunDir, new_run_id, read_json
 from agentcanvas.eval.tasks import check_tasks
@@ -38,6 +39,8 @@ from .models import (
     error_responses,
 )
 from .overlay import borrow_shared, check_overlay, overlay_registry
+from .run_detail import save_start_meta
+from .run_index import RunQuery
 from .services import ProcessServices
 
 router = APIRouter(prefix="/api/eval/v2", tags=["eval"], responses=error_responses(400, 403, 422))
@@ -73,6 +76,9 @@ class StartRequest(RequestModel):
     marginal_vram_mb: float = Field(default=0.0, ge=0, le=1e9)
     exclusive_gpu: bool = False
     active_workspace_dir: str | None = Field(default=None, min_length=1, max_length=1024)
+    name: RunName | None = Field(default=None, description="A short name for the run.")
+    tags: RunTags | None = Field(default=None, description="Labels to filter runs by.")
+    note: RunNote | None = Field(default=None, description="Free text about the run.")
 
 
 class StartResponse(BaseModel):
@@ -107,6 +113,7 @@ async def start_eval_v2(body: StartRequest, request: Request) -> StartResponse:
     )
     if not use_subprocess:
         run_id = await _start_in_process(svc, graph, config, overlay)
+        save_start_meta(svc.runs.run_dir(run_id).root, body.name, body.tags, body.note)
         return StartResponse(run_id=run_id, status="running", via_subprocess=False)
     urls = await borrow_shared(svc.registry, resolver, graph)
     spec = RunSpec(
@@ -121,6 +128,7 @@ async def start_eval_v2(body: StartRequest, request: Request) -> StartResponse:
         active_workspace_dir=None if overlay is None else str(overlay),
     )
     run_id = svc.scheduler.submit(spec, urls)
+    save_start_meta(svc.runs.run_dir(run_id).root, body.name, body.tags, body.note)
     svc.request_tick()
     return StartResponse(run_id=run_id, status="queued", via_subprocess=True)
 
@@ -227,8 +235,11 @@ async def list_runs(
     offset: int = Query(0, ge=0),
     limit: int = Query(50, ge=1, le=500),
     status: str | None = Query(None, max_length=32),
+    q: str | None = Query(None, max_length=200, description="Words in name, tags, note, id."),
+    tag: str | None = Query(None, max_length=40, description="Only runs with this tag."),
 ) -> dict[str, Any]:
-    return services(request).runs.list(offset, limit, status)
+    query = RunQuery(text=q, tag=tag)
+    return services(request).runs.list(offset, limit, status, query)
 
 
 @router.get("/runs/{run_id}/episodes", responses=NOT_FOUND)
@@ -240,10 +251,11 @@ async def list_episodes(
     status: str | None = Query(None, max_length=32),
     sort: str = Query("index:asc", pattern=r"^(index|steps|status|task):(asc|desc)$"),
     outcome: runs.Outcome | None = None,
+    task: str | None = Query(None, max_length=128, description="Only this task's episodes."),
 ) -> dict[str, Any]:
     """A page of episode records; ``outcome`` error = not completed, failure = success 0."""
     summary = services(request).runs.summary(run_id)
-    return runs.episodes_page(summary, offset, limit, status, sort, outcome)
+    return runs.episodes_page(summary, offset, limit, status, sort, outcome, task)
 
 
 @router.get("/runs/{run_id}/episodes/{index}", responses=NOT_FOUND)

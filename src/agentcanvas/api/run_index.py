@@ -5,6 +5,10 @@ request stats every ``summary.json`` (cheap) and re-reads only those whose (mtim
 inode) changed since the last request; a re-read skips the per-episode records without
 building them (msgspec keeps them as raw bytes, never parsed), so a listing costs the same
 whatever the runs' size and however many of them are running.
+
+A row also carries the run's name, tags and note (``meta.json``, part of the cache key), its
+health verdict, and ``config_diff``: the config fields whose values differ between the listed
+runs of the same graph, so two runs that differ in step budget do not look alike.
 """
 
 from __future__ import annotations
@@ -17,12 +21,51 @@ from typing import Any
 import msgspec
 
 from agentcanvas.errors import UnsafeNameError
+from agentcanvas.eval import health
+from agentcanvas.eval.run_meta import META_FILE, read_meta
 from agentcanvas.paths import check_name
 
-__all__ = ["RunIndex", "compact_row"]
+__all__ = ["RunIndex", "RunQuery", "compact_row", "config_differences_by_graph"]
 
 _RawSummary = dict[str, msgspec.Raw]
-_StatKey = tuple[int, int, int]
+_StatKey = tuple[int, int, int, int, int]
+_NOT_COMPARED = frozenset({"worker_count", "graph_name", "version"})  # speed dial, group key
+
+
+@dataclass(frozen=True)
+class RunQuery:
+    """Which runs a listing shows: by status, a text in name/tags/note/id/graph, a tag."""
+
+    status: str | None = None
+    text: str | None = None
+    tag: str | None = None
+
+    def matches(self, row: dict[str, Any]) -> bool:
+        if self.status and row.get("status") != self.status:
+            return False
+        if self.tag and self.tag not in row.get("tags", []):
+            return False
+        if not self.text:
+            return True
+        fields = [row.get("name"), row.get("note"), row.get("run_id"), row.get("graph_name")]
+        haystack = " ".join([*(f for f in fields if f), *row.get("tags", [])]).casefold()
+        return all(word in haystack for word in self.text.casefold().split())
+
+
+def config_differences_by_graph(rows: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """Per graph with two or more runs among ``rows``: the config fields whose values differ."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        config = row.get("config")
+        if isinstance(config, dict):
+            groups.setdefault(str(row.get("graph_name")), []).append(config)
+    differing: dict[str, list[str]] = {}
+    for graph, configs in groups.items():
+        keys = sorted(set().union(*configs) - _NOT_COMPARED)
+        diff = [k for k in keys if len({msgspec.json.encode(c.get(k)) for c in configs}) > 1]
+        if len(configs) > 1 and diff:
+            differing[graph] = diff
+    return differing
 
 
 def compact_row(fields: dict[str, Any]) -> dict[str, Any]:
@@ -31,6 +74,8 @@ def compact_row(fields: dict[str, Any]) -> dict[str, Any]:
     metrics = row.get("aggregate_metrics")
     success = metrics.get("success") if isinstance(metrics, dict) else None
     row["success_rate"] = success.get("mean") if isinstance(success, dict) else None
+    if "health" not in row:  # written by the scheduler, before any runner existed
+        row["health"] = health.of_summary(row).model_dump(mode="json")
     return row
 
 
@@ -41,10 +86,25 @@ class RunIndex:
     runs_dir: Path
     _rows: dict[str, tuple[_StatKey, dict[str, Any]]] = field(default_factory=dict)
 
-    def page(self, offset: int, limit: int, status: str | None = None) -> dict[str, Any]:
-        """``{"total", "runs"}``: rows matching ``status`` (all when None), paged."""
-        rows = [row for row in self.rows() if not status or row.get("status") == status]
-        return {"total": len(rows), "runs": rows[offset : offset + limit]}
+    def page(
+        self, offset: int, limit: int, status: str | None = None, query: RunQuery | None = None
+    ) -> dict[str, Any]:
+        """``{"total", "runs", "tags"}``: rows of ``status`` (all when None) matching
+        ``query``, paged, each with ``config_diff``: the fields that differ between all the
+        runs of its graph (:func:`config_differences_by_graph`), filtered or not; ``tags``:
+        every tag of every run, for a filter."""
+        query = RunQuery(status=status or (query.status if query else None),
+                         text=query.text if query else None, tag=query.tag if query else None)
+        every = self.rows()
+        rows = [row for row in every if query.matches(row)]
+        differing = config_differences_by_graph(every)  # all runs of a graph, not the page
+        shown = []
+        for row in rows[offset : offset + limit]:
+            keys = differing.get(str(row.get("graph_name")), [])
+            config = row.get("config") or {}
+            shown.append({**row, "config_diff": {k: config.get(k) for k in keys}})
+        tags = sorted({tag for row in every for tag in row.get("tags", [])})
+        return {"total": len(rows), "runs": shown, "tags": tags}
 
     def rows(self) -> list[dict[str, Any]]:
         """Every readable run's row, newest (largest run id) first."""
@@ -77,14 +137,24 @@ class RunIndex:
             stat = path.stat()
         except OSError:
             return None
-        key = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
+        meta_stat = _meta_stat(self.runs_dir / run_id)
+        key = (stat.st_mtime_ns, stat.st_size, stat.st_ino, *meta_stat)
         cached = self._rows.get(run_id)
         if cached is not None and cached[0] == key:
             return cached
         row = _read_row(path)
         if row is None:  # unreadable now (a run being created): the last row, if any
             return cached
+        row.update(read_meta(path.parent).model_dump())
         return key, row
+
+
+def _meta_stat(folder: Path) -> tuple[int, int]:
+    try:
+        stat = (folder / META_FILE).stat()
+    except OSError:
+        return (0, -1)
+    return (stat.st_mtime_ns, stat.st_ino)
 
 
 def _read_row(path: Path) -> dict[str, Any] | None:

@@ -23,10 +23,10 @@ from agentcanvas.eval.records import IndexTail, summary_is_complete
 from agentcanvas.eval.store import RunDir, read_json, read_jsonl
 from agentcanvas.paths import check_name, contained, safe_child
 
-from .run_index import RunIndex, compact_row
+from .run_index import RunIndex, RunQuery, compact_row
 
 LOG_TAIL_BYTES = 200_000
-Outcome = Literal["success", "failure", "error"]
+Outcome = Literal["success", "failure", "error", "cancelled"]
 
 
 @dataclass
@@ -74,9 +74,11 @@ class RunCache:
             tail = self._tails[run_id] = IndexTail(self.run_dir(run_id).episodes_index_path)
         return {**raw, "episodes": tail.records()}
 
-    def list(self, offset: int, limit: int, status: str | None = None) -> dict[str, Any]:
+    def list(
+        self, offset: int, limit: int, status: str | None = None, query: RunQuery | None = None
+    ) -> dict[str, Any]:
         """Newest first; compact rows (no per-episode records), from the run index."""
-        return self._index.page(offset, limit, status)
+        return self._index.page(offset, limit, status, query)
 
 
 def compact(summary: dict[str, Any]) -> dict[str, Any]:
@@ -90,8 +92,11 @@ def episodes_page(
     status: str | None,
     sort: str,
     outcome: Outcome | None = None,
+    task: str | None = None,
 ) -> dict[str, Any]:
     episodes = summary.get("episodes", [])
+    if task:
+        episodes = [e for e in episodes if e.get("task") == task]
     if status:
         episodes = [e for e in episodes if e.get("status") == status]
     if outcome:
@@ -105,7 +110,10 @@ def episodes_page(
 
 
 def _outcome(episode: dict[str, Any]) -> Outcome | None:
-    """An error is a run failure (status not completed); a failure is the task's (success 0)."""
+    """An error is a run failure (status not completed, nor cancelled by a stopped run); a
+    failure is the task's (success 0)."""
+    if episode.get("status") == "cancelled":
+        return "cancelled"
     if episode.get("status") != "completed":
         return "error"
     success = success_of(episode)

@@ -49,3 +49,34 @@ export function chartDomain(rows) {
   const lo = Math.min(0, ...values), hi = Math.max(0, ...values);
   return lo === hi ? [lo, lo + 1] : [lo, hi];
 }
+
+// A small histogram from the server's {edges, counts, n, mean}: one bar per bin, the range
+// and the mean below it, each bar's range and count as its tooltip.
+export function histogramChart(hist, { label, format = fmtNum }) {
+  const W = 260, H = 96, PAD = 6, TOP = 14, BOTTOM = 20;
+  const chart = svg("svg", { class: "chart histogram", viewBox: `0 0 ${W} ${H}`, width: W,
+    role: "img", "aria-label": label, "data-n": hist?.n ?? 0 });
+  if (!hist) {
+    chart.append(svg("text", { class: "tick", x: W / 2, y: H / 2, "text-anchor": "middle" }, "no data"));
+    return chart;
+  }
+  const peak = Math.max(...hist.counts, 1);
+  const barW = (W - 2 * PAD) / hist.counts.length;
+  const plotH = H - TOP - BOTTOM;
+  hist.counts.forEach((count, i) => {
+    const height = (count / peak) * plotH;
+    const bin = `${format(hist.edges[i])} – ${format(hist.edges[i + 1])}`;
+    chart.append(svg("rect", { class: "bar", x: PAD + i * barW + 1, y: TOP + plotH - height,
+      width: Math.max(1, barW - 2), height: Math.max(count ? 1 : 0, height), "data-count": count },
+    svg("title", {}, `${bin}: ${count}`)));
+  });
+  const axis = TOP + plotH;
+  chart.append(svg("line", { class: "axis", x1: PAD, x2: W - PAD, y1: axis, y2: axis }));
+  const edge = (x, anchor, text) => chart.append(svg("text", { class: "tick", x, y: axis + 14,
+    "text-anchor": anchor }, text));
+  edge(PAD, "start", format(hist.edges[0]));
+  edge(W - PAD, "end", format(hist.edges[hist.edges.length - 1]));
+  edge(W / 2, "middle", `mean ${format(hist.mean)} · n ${hist.n}`);
+  chart.append(svg("text", { class: "tick", x: PAD, y: 10 }, `max ${peak}`));
+  return chart;
+}

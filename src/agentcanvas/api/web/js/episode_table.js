@@ -5,12 +5,17 @@ import { fillRows, h, num, option, panel, scroller, statusBadge } from "./dom.js
 import { fmtNum, truncate } from "./format.js";
 import { PAGE_SIZE, pagerBar } from "./pager.js";
 
-const EPISODES_REFRESH_MS = 2000;
+const EPISODES_REFRESH_MS = 1000;
 const EPISODE_STATUSES = ["completed", "timeout", "exception", "error", "no_verdict", "cancelled"];
 
-const EPISODE_SORTS = { index: "Index", task: "Task", status: "Status", steps: "Steps" };
+const EPISODE_SORTS = { index: "Index", task: "Task", status: "Status", steps: "Graph steps" };
+// Why the record's steps and an env's `steps` metric differ by one.
+export const STEPS_NOTE = "Graph steps: iterations of the graph, the first of which observes the "
+  + "reset state before any action. An env's own “steps” metric counts actions, so it is one "
+  + "less when the agent acts from the second iteration on (the step budget counts iterations).";
 
 export function episodeOutcome(e) {
+  if (e.status === "cancelled") return ["cancelled", "cancelled"];
   if (e.status !== "completed") return ["error", "error"];
   const s = e.metrics?.success;
   if (s === null || s === undefined) return ["–", "none"];
@@ -31,6 +36,7 @@ const OUTCOME_FILTERS = [
   ["outcome:success", "successes"],
   ["outcome:failure", "task failures (success 0)"],
   ["outcome:error", "errors (not completed)"],
+  ["outcome:cancelled", "cancelled (run stopped)"],
 ];
 
 function episodeHead(sort, metrics, sortBy) {
@@ -42,13 +48,33 @@ function episodeHead(sort, metrics, sortBy) {
       h("button", { type: "button", class: "sort", "data-sort": key, onclick: () => sortBy(key) },
         EPISODE_SORTS[key], sorted ? (order === "asc" ? " ▲" : " ▼") : ""));
   };
+  const metricHead = (m) => (m === "steps"
+    ? h("th", { scope: "col", title: STEPS_NOTE }, "steps (env actions)") : plain(m));
   return h("tr", {}, sortable("index"), sortable("task"), plain("Ep. #"), sortable("status"),
-    plain("Outcome"), sortable("steps"), metrics.map(plain), plain("Attempts"), plain("Error"));
+    plain("Outcome"), sortable("steps"), metrics.map(metricHead), plain("Attempts"), plain("Error"));
 }
 
-export function episodeTable(ctx, runId) {
+function taskFilter(onChange) {
+  const select = h("select", { id: "episode-task", "aria-label": "filter episodes by task" },
+    option("", "all tasks"));
+  select.addEventListener("change", () => onChange(select.value));
+  return {
+    el: select,
+    setTasks(tasks) {
+      if (JSON.stringify(tasks) === select.dataset.tasks) return;
+      const current = select.value;
+      select.dataset.tasks = JSON.stringify(tasks);
+      select.replaceChildren(option("", "all tasks"), ...tasks.map((t) => option(t)));
+      select.value = tasks.includes(current) ? current : "";
+    },
+  };
+}
+
+// `onCount(total)` is called with the unfiltered count of every load, in the same task that
+// writes the heading, so that a run page can keep its progress in step with the table.
+export function episodeTable(ctx, runId, onCount = () => {}) {
   const get = latestGet(ctx);
-  const state = { offset: 0, filter: "", sort: "index:asc", metrics: [] };
+  const state = { offset: 0, filter: "", task: "", sort: "index:asc", metrics: [] };
   const { el, body, heading } = panel("Episodes", "episodes-panel");
   const thead = h("thead");
   const tbody = h("tbody");
@@ -58,8 +84,10 @@ export function episodeTable(ctx, runId) {
     h("optgroup", { label: "outcome" }, OUTCOME_FILTERS.map(([value, text]) => option(value, text))),
     h("optgroup", { label: "status" }, EPISODE_STATUSES.map((s) => option(`status:${s}`, s))));
   filter.addEventListener("change", () => show(filter.value));
-  body.append(h("div", { class: "toolbar" }, filter, pager.el),
-    scroller(h("table", { class: "data", id: "episode-table" }, thead, tbody)));
+  const tasks = taskFilter((task) => { Object.assign(state, { task, offset: 0 }); load(); });
+  const note = h("p", { class: "muted steps-note", id: "steps-note" }, STEPS_NOTE);
+  body.append(h("div", { class: "toolbar" }, tasks.el, filter, pager.el),
+    scroller(h("table", { class: "data", id: "episode-table" }, thead, tbody)), note);
   function show(value) {
     Object.assign(state, { filter: value, offset: 0 });
     filter.value = value;
@@ -75,14 +103,24 @@ export function episodeTable(ctx, runId) {
     const query = new URLSearchParams({ offset: state.offset, limit: PAGE_SIZE, sort: state.sort });
     const [kind, value] = state.filter.split(":");
     if (value) query.set(kind, value);
+    if (state.task) query.set("task", state.task);
     const data = await get(`${runApi(runId)}/episodes?${query}`);
     if (!data) return;
+    note.hidden = !state.metrics.includes("steps");
     thead.replaceChildren(episodeHead(state.sort, state.metrics, sortBy));
     fillRows(tbody, data.episodes.map((e) => episodeRow(runId, e, state.metrics)),
       8 + state.metrics.length, "No episodes match.");
     pager.update(state.offset, data.episodes.length, data.total);
-    heading.textContent = `Episodes (${data.total}${state.filter ? ` matching ${state.filter}` : ""})`;
+    const filters = [state.task, state.filter].filter(Boolean).join(", ");
+    heading.textContent = `Episodes (${data.total}${filters ? ` matching ${filters}` : ""})`;
+    heading.dataset.total = String(data.total);
+    if (!filters) onCount(data.total);
   }
   const refresh = ctx.throttle(() => load().catch((err) => ctx.fail(tbody, err)), EPISODES_REFRESH_MS);
-  return { el, load, refresh, show, setMetrics: (names) => { state.metrics = names; } };
+  return {
+    el, load, refresh, show,
+    setMetrics: (names) => { state.metrics = names; },
+    setTasks: (names) => tasks.setTasks(names),
+    showTask: (task) => { tasks.el.value = task; Object.assign(state, { task, offset: 0 }); load(); },
+  };
 }

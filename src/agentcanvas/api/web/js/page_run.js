@@ -10,7 +10,12 @@ import { fmtInterval, fmtNum, fmtTime, isNum } from "./format.js";
 import { failureVideos } from "./failure_videos.js";
 import { graphDiagram } from "./graph_view.js";
 import { eventSummary, isLive, POLL_MS } from "./live.js";
-import { ACTIVE, etaText, progressBox, runAction, runActions, setProgress } from "./run_summary.js";
+import { distributionsUrl, histogramBlock } from "./run_histograms.js";
+import { runMetaBlock } from "./run_meta_editor.js";
+import {
+  ACTIVE, allEpisodesEnded, coverageText, errorCount, etaText, healthBadge, progressBox,
+  runAction, runActions, setProgress, shownStatus, shownVerdict,
+} from "./run_summary.js";
 
 const RUN_FLUSH_MS = 500;
 
@@ -19,8 +24,17 @@ function metricNames(summary) {
   return names.sort((a, b) => (a === "success" ? -1 : b === "success" ? 1 : a.localeCompare(b)));
 }
 
+const UNHEALTHY = new Set(["errors", "failed", "aborted"]);
+
 function runHeader(ctx, runId, onAction) {
   const status = h("span", { class: "status-slot" });
+  const health = h("span", { class: "health-slot", id: "header-health" });
+  const title = h("h1", {}, `Run ${runId}`);
+  const idLine = h("small", { class: "run-id" });
+  const meta = runMetaBlock(ctx, runId, (m) => {
+    title.textContent = m.name || `Run ${runId}`;
+    idLine.textContent = m.name ? `run ${runId}` : "";
+  });
   const progress = progressBox();
   const eta = h("span", { class: "eta" });
   const actions = h("span", { class: "actions" });
@@ -38,18 +52,22 @@ function runHeader(ctx, runId, onAction) {
     }));
   const compare = h("a", { href: `#/compare?a=${enc(runId)}`, text: "compare with…" });
   const el = h("header", { class: "run-header" },
-    h("div", { class: "title-row" }, h("h1", {}, `Run ${runId}`), status, actions),
+    h("div", { class: "title-row" }, title, idLine, status, health, actions), meta.el,
     h("div", { class: "progress-row" }, progress, eta,
       h("span", { class: "links" }, logs, downloads, compare)),
     facts, problem);
   return {
     el,
+    meta,
     fill(summary, source) {
-      status.replaceChildren(statusBadge(summary.status));
+      status.replaceChildren(statusBadge(shownStatus(summary)));
+      health.replaceChildren(healthBadge(summary));
+      el.classList.toggle("unhealthy", UNHEALTHY.has(summary.health?.verdict));
       setProgress(progress, summary, source);
       eta.textContent = etaText(summary);
-      if (actions.dataset.status !== summary.status) {
-        actions.dataset.status = summary.status;
+      const actionKey = `${summary.status}/${allEpisodesEnded(summary)}`;
+      if (actions.dataset.status !== actionKey) {
+        actions.dataset.status = actionKey;
         actions.replaceChildren(...runActions(summary, onAction));
       }
       facts.textContent = `graph ${summary.graph_name} · started ${fmtTime(summary.timings?.started_at)}`
@@ -60,14 +78,22 @@ function runHeader(ctx, runId, onAction) {
   };
 }
 
-function aggregateTable(aggregates, names) {
+function aggregateTable(summary, names) {
+  const aggregates = summary.aggregate_metrics ?? {};
+  const errors = errorCount(summary);
+  if (!names.length && errors && !(summary.status_counts?.completed)) {
+    return notice(`No episode completed: ${errors} ended in error, so there is no score. `
+      + "See the errors below.", "error");
+  }
   if (!names.length) return notice("No completed episodes yet.");
-  return dataTable("aggregate-table", ["Metric", "Mean", "95 % interval", "n", "missing", "method"],
-    names.map((name) => {
-      const a = aggregates[name];
-      return h("tr", { dataset: { metric: name } }, rowHead(name), num(fmtNum(a.mean)),
-        num(fmtInterval(a.lo, a.hi)), num(a.n), num(a.n_missing ?? 0), h("td", {}, a.method));
-    }), [1, 2, 3, 4]);
+  return dataTable("aggregate-table", ["Metric", "Mean", "95 % interval", "n (of planned)",
+    "missing", "method"],
+  names.map((name) => {
+    const a = aggregates[name];
+    return h("tr", { dataset: { metric: name } }, rowHead(name), num(fmtNum(a.mean)),
+      num(fmtInterval(a.lo, a.hi)), num(coverageText(a.n, summary)), num(a.n_missing ?? 0),
+      h("td", {}, a.method));
+  }), [1, 2, 3, 4]);
 }
 
 // Errors (episode status ≠ completed) are the run's failures; task failures are success = 0.
@@ -77,29 +103,39 @@ function outcomeBlock(summary, showEpisodes) {
   const success = summary.aggregate_metrics?.success;
   const successes = success && isNum(success.mean) ? Math.round(success.mean * success.n) : null;
   const failures = successes === null ? null : success.n - successes;
-  const errors = Object.entries(counts).filter(([status]) => status !== "completed");
+  const errors = Object.entries(counts).filter(([s]) => s !== "completed" && s !== "cancelled");
   const errorTotal = errors.reduce((sum, [, n]) => sum + n, 0);
+  const cancelled = counts.cancelled ?? 0;
+  const notRun = ACTIVE.has(summary.status) ? 0
+    : Math.max(0, (summary.episodes_total ?? 0) - (summary.episodes_done ?? 0));
   const stat = (label, value, kind, filter) => h("button", {
     type: "button", class: `stat ${kind}`, "data-outcome": kind, onclick: () => showEpisodes(filter),
   }, h("strong", {}, value ?? "–"), h("span", {}, label));
   return h("div", { class: "outcomes" },
     stat("completed", completed, "completed", "status:completed"),
-    stat("successes", successes, "success", "outcome:success"),
+    stat(`successes (${coverageText(success?.n, summary)})`, successes, "success", "outcome:success"),
     stat("task failures (success = 0)", failures, "failure", "outcome:failure"),
-    stat("errors (did not complete)", errorTotal, "error", "outcome:error"),
+    stat("errors (raised, timed out, no verdict)", errorTotal, "error", "outcome:error"),
+    cancelled ? stat("cancelled (run stopped)", cancelled, "cancelled", "outcome:cancelled") : null,
+    notRun ? h("div", { class: "stat not-run", "data-outcome": "not-run" },
+      h("strong", {}, notRun), h("span", {}, "not run")) : null,
     errors.length ? h("p", { class: "error-breakdown" }, "errors by status: ",
       errors.map(([status, n]) => `${status} ${n}`).join(" · ")) : null,
-    healthLine(summary.health));
+    healthLine(summary));
 }
 
 // The run's health verdict: a run with errors never looks like a clean one.
-function healthLine(health) {
+function healthLine(summary) {
+  const health = summary.health;
   if (!health) return null;
-  const kind = health.verdict === "clean" ? "st-completed"
-    : health.verdict === "in_progress" ? "st-running" : "st-failed";
+  const verdict = shownVerdict(summary);
+  const kind = verdict === "clean" ? "st-completed"
+    : verdict === "in_progress" ? "st-running"
+      : verdict === "cancelled" ? "st-cancelled" : "st-failed";
+  const reason = verdict === health.verdict ? health.reason
+    : "every episode had ended when the run was cancelled";
   return h("p", { class: "health", id: "run-health" },
-    h("span", { class: `badge ${kind}` }, `health: ${health.verdict}`),
-    health.reason ? ` ${health.reason}` : "");
+    h("span", { class: `badge ${kind}` }, `health: ${verdict}`), reason ? ` ${reason}` : "");
 }
 
 function taskRows(summary, metric) {
@@ -109,7 +145,13 @@ function taskRows(summary, metric) {
   });
 }
 
-function perTaskBlock(summary, names, state) {
+// A task's name filters the episode table to it.
+function taskLink(task, showTask) {
+  return h("button", { type: "button", class: "link task-link", dataset: { task },
+    title: "show this task's episodes", onclick: () => showTask(task) }, task);
+}
+
+function perTaskBlock(summary, names, state, showTask) {
   const tasks = Object.entries(summary.aggregate_by_task ?? {});
   if (!tasks.length) return [notice("No per-task results yet.")];
   const select = h("select", { "aria-label": "metric for the chart" }, names.map((n) => option(n)));
@@ -125,15 +167,21 @@ function perTaskBlock(summary, names, state) {
   draw();
   const meanAndInterval = (a) => (a ? `${fmtNum(a.mean)} ${fmtInterval(a.lo, a.hi)}` : "–");
   const table = dataTable("task-table", ["Task", "n", ...names.map((n) => `${n} [95 %]`)],
-    tasks.map(([task, aggregates]) => h("tr", {}, rowHead(task),
+    tasks.map(([task, aggregates]) => h("tr", {}, rowHead(taskLink(task, showTask)),
       num(Object.values(aggregates)[0]?.n ?? 0), names.map((n) => num(meanAndInterval(aggregates[n]))))),
     Array.from({ length: names.length + 1 }, (_, i) => i + 1));
   return [scroller(table), h("label", { class: "inline" }, "Chart: ", select), chartSlot];
 }
 
-function configBlock(config) {
-  return keyValues(Object.entries(config ?? {}).map(([key, value]) =>
-    [key, Array.isArray(value) ? value.join(", ") : value === null ? "–" : String(value)]));
+function configBlock(config, budgets) {
+  const shown = (key, value) => {
+    if (key === "step_budget" && value === null && budgets?.length) {
+      return h("span", { id: "effective-step-budget" }, `${budgets.join(", ")} `,
+        h("span", { class: "muted" }, "(effective, from the graph or env; not set for the run)"));
+    }
+    return Array.isArray(value) ? value.join(", ") : value === null ? "–" : String(value);
+  };
+  return keyValues(Object.entries(config ?? {}).map(([key, value]) => [key, shown(key, value)]));
 }
 
 function determinismBlock(info) {
@@ -183,51 +231,99 @@ function runLayout(ctx, runId, onAction) {
     outcomes: panel("Outcomes", "outcomes-panel"),
     aggregates: panel("Aggregate metrics (95 % intervals)", "aggregates-panel"),
     tasks: panel("Per task", "tasks-panel"),
+    histograms: panel("Distributions per task (completed episodes)", "histograms-panel"),
     config: panel("Config", "config-panel"),
     determinism: panel("Determinism", "determinism-panel"),
     graph: panel("Frozen graph", "graph-panel"),
-    episodes: episodeTable(ctx, runId),
     taskState: { metric: "success" },
+  };
+  page.episodes = episodeTable(ctx, runId, (total) => page.onRecorded(total));
+  page.showTask = (task) => {
+    page.episodes.showTask(task);
+    page.episodes.el.scrollIntoView({ behavior: "smooth" });
   };
   page.showEpisodes = (filter) => {
     page.episodes.show(filter);
     page.episodes.el.scrollIntoView({ behavior: "smooth" });
   };
   ctx.root.append(page.header.el, h("div", { class: "grid two" }, page.outcomes.el, page.aggregates.el),
-    page.tasks.el, page.episodes.el, page.graph.el,
+    page.tasks.el, page.histograms.el, page.episodes.el, page.graph.el,
     h("div", { class: "grid two" }, page.config.el, page.determinism.el));
   return page;
+}
+
+// While a run goes, its progress counts the records the episode table lists (one source for
+// both numbers); when it has ended, the summary's counts are final.
+function shownSummary(page, summary) {
+  if (!ACTIVE.has(summary.status) || page.recorded === null) return summary;
+  return { ...summary, episodes_done: page.recorded };
+}
+
+function runTasks(summary, graph, dist) {
+  return [...new Set([...(summary.config?.tasks ?? []), ...(graph?.env?.tasks ?? []),
+    ...Object.keys(summary.aggregate_by_task ?? {}), ...Object.keys(dist?.tasks ?? {})])].sort();
 }
 
 function renderRun(page, summary, source) {
   const names = metricNames(summary);
   if (!names.includes(page.taskState.metric)) page.taskState.metric = names[0];
-  page.header.fill(summary, source);
+  page.header.fill(shownSummary(page, summary), source);
   put(page.outcomes.body, outcomeBlock(summary, page.showEpisodes));
-  put(page.aggregates.body, aggregateTable(summary.aggregate_metrics ?? {}, names));
-  put(page.tasks.body, perTaskBlock(summary, names, page.taskState));
-  put(page.config.body, configBlock(summary.config));
+  put(page.aggregates.body, scroller(aggregateTable(summary, names)));
+  put(page.tasks.body, perTaskBlock(summary, names, page.taskState, page.showTask));
+  put(page.config.body, configBlock(summary.config, page.dist?.step_budgets));
   put(page.determinism.body, determinismBlock(summary.determinism));
   page.episodes.setMetrics(names);
+  page.episodes.setTasks(runTasks(summary, page.graphDoc, page.dist));
+}
+
+function noSuchRun(ctx, runId) {
+  ctx.root.replaceChildren(h("section", { class: "panel", id: "no-such-run" },
+    h("h1", {}, "No such run"),
+    h("p", {}, "There is no run ", h("code", {}, runId), " in this workspace."),
+    h("p", {}, h("a", { href: "#/", id: "back-to-runs" }, "← back to the runs list"))));
 }
 
 export function runView(ctx, runId) {
   const get = latestGet(ctx);
   let summary = null;
+  let missing = false;
   const page = runLayout(ctx, runId, (kind, id, button) => runAction(kind, id, button).then(reload));
+  Object.assign(page, { recorded: null, dist: null, graphDoc: null });
+  page.onRecorded = (total) => {
+    page.recorded = total;
+    if (summary) page.header.fill(shownSummary(page, summary));
+  };
   async function load() {
     const fresh = await get(`${API}/status/${enc(runId)}?compact=true`);
     if (!fresh) return;
     summary = fresh;
+    page.dist = await api(distributionsUrl(runId)).catch(() => page.dist);
+    if (!ctx.alive) return;
+    put(page.histograms.body, histogramBlock(page.dist));
     renderRun(page, summary, "load");
     await page.episodes.load();
   }
   function reload() {
-    load().catch((err) => ctx.fail(page.outcomes.body, err));
+    if (missing) return;
+    load().catch((err) => {
+      if (!summary && (err.status === 404 || err.status === 422)) {
+        missing = true;
+        noSuchRun(ctx, runId);
+        return;
+      }
+      ctx.fail(page.outcomes.body, err);
+    });
   }
   api(`${runApi(runId)}/graph`)
-    .then((graph) => ctx.alive && put(page.graph.body, graphBlock(graph)))
-    .catch((err) => ctx.fail(page.graph.body, err));
+    .then((graph) => {
+      if (!ctx.alive || missing) return;
+      page.graphDoc = graph;
+      put(page.graph.body, graphBlock(graph));
+      if (summary) page.episodes.setTasks(runTasks(summary, graph, page.dist));
+    })
+    .catch((err) => !missing && ctx.fail(page.graph.body, err));
+  page.header.meta.load().catch(() => {});
   reload();
   failureVideos(ctx, runId, page.tasks.el);
   const redraw = ctx.throttle(() => renderRun(page, summary, "ws"), RUN_FLUSH_MS);

@@ -4,13 +4,49 @@ import { API, api, enc, latestGet } from "./api.js";
 import { fillRows, h, option, panel, scroller } from "./dom.js";
 import { eventSummary, isLive, POLL_MS } from "./live.js";
 import { PAGE_SIZE, pagerBar } from "./pager.js";
-import { fillRunRow, rowsFor, runRow, runTableHead } from "./run_rows.js";
+import { DIFF_PREFIX, fillRunRow, rowsFor, runRow, runTableHead } from "./run_rows.js";
 import { ACTIVE, runAction } from "./run_summary.js";
 import { startForm } from "./start_form.js";
 
 const ROW_FLUSH_MS = 250;
 const LIST_REFRESH_MS = 1000;
 const RUN_STATUSES = ["pending", "queued", "running", "completed", "failed", "cancelled", "aborted"];
+const SEARCH_DEBOUNCE_MS = 300;
+const LIST_COLUMNS = ["pick", "run", "status", "health", "graph", "workers", "progress", "success",
+  "eta", "started", "actions"];
+
+// The listed columns, plus one per config field that differs between runs of the same graph.
+function listColumns(runs) {
+  const keys = new Set(runs.flatMap((s) => Object.keys(s.config_diff ?? {})));
+  const diff = [...keys].sort().map((k) => DIFF_PREFIX + k);
+  const at = LIST_COLUMNS.indexOf("graph") + 1;
+  return [...LIST_COLUMNS.slice(0, at), ...diff, ...LIST_COLUMNS.slice(at)];
+}
+
+// Text search on name/tags/note/id, a tag filter, and a status filter.
+function runFilters(state, load) {
+  const reload = () => { state.offset = 0; load(); };
+  const status = h("select", { id: "runs-filter", "aria-label": "filter runs by status" },
+    option("", "all statuses"), RUN_STATUSES.map((s) => option(s)));
+  status.addEventListener("change", () => { state.status = status.value; reload(); });
+  const search = h("input", { type: "search", id: "runs-search", placeholder: "search name, tag, note",
+    "aria-label": "search runs by name, tag or note" });
+  let timer = null;
+  search.addEventListener("input", () => {
+    clearTimeout(timer);
+    timer = setTimeout(() => { state.text = search.value.trim(); reload(); }, SEARCH_DEBOUNCE_MS);
+  });
+  const tag = h("select", { id: "runs-tag", "aria-label": "filter runs by tag" }, option("", "all tags"));
+  tag.addEventListener("change", () => { state.tag = tag.value; reload(); });
+  const setTags = (tags) => {
+    const known = [...new Set([...tags, ...(state.tag ? [state.tag] : [])])].sort();
+    if (JSON.stringify(known) === tag.dataset.known) return;
+    tag.dataset.known = JSON.stringify(known);
+    tag.replaceChildren(option("", "all tags"), ...known.map((t) => option(t)));
+    tag.value = state.tag;
+  };
+  return { el: [search, tag, status], setTags };
+}
 
 function queuePanel(ctx, on) {
   const get = latestGet(ctx);
@@ -53,30 +89,33 @@ function queuePanel(ctx, on) {
 
 function runsTable(ctx, on) {
   const get = latestGet(ctx);
-  const columns = ["pick", "run", "status", "graph", "workers", "progress", "success", "eta", "started",
-    "actions"];
-  const state = { offset: 0, status: "" };
+  const state = { offset: 0, status: "", text: "", tag: "" };
   const { el, body, heading } = panel("Runs", "runs-panel");
+  const thead = runTableHead(LIST_COLUMNS);
   const tbody = h("tbody");
   const pager = pagerBar((offset) => { state.offset = offset; load(); });
-  const filter = h("select", { id: "runs-filter", "aria-label": "filter runs by status" },
-    option("", "all statuses"), RUN_STATUSES.map((s) => option(s)));
-  filter.addEventListener("change", () => { state.status = filter.value; state.offset = 0; load(); });
+  const filters = runFilters(state, () => load());
   const compare = h("button", { type: "button", id: "compare-picked", disabled: true,
     text: "Compare 2 picked" });
   compare.addEventListener("click", () => {
     location.hash = `#/compare?a=${enc(on.picked[0])}&b=${enc(on.picked[1])}`;
   });
-  body.append(h("div", { class: "toolbar" }, filter, compare, pager.el),
-    scroller(h("table", { class: "runs", id: "runs-table" }, runTableHead(columns), tbody)));
+  const table = h("table", { class: "runs", id: "runs-table" }, thead, tbody);
+  body.append(h("div", { class: "toolbar" }, filters.el, compare, pager.el), scroller(table));
   async function load() {
     const query = new URLSearchParams({ offset: state.offset, limit: PAGE_SIZE });
     if (state.status) query.set("status", state.status);
+    if (state.text) query.set("q", state.text);
+    if (state.tag) query.set("tag", state.tag);
     const data = await get(`${API}/runs?${query}`);
     if (!data) return;
     data.runs.forEach((s) => on.remember(s));
+    filters.setTags(data.tags ?? []);
+    const columns = listColumns(data.runs);
+    table.replaceChild(runTableHead(columns), table.tHead);
+    const filtered = state.status || state.text || state.tag;
     fillRows(tbody, data.runs.map((s) => runRow(columns, s, on)), columns.length,
-      "No runs yet — start one above.");
+      filtered ? "No runs match." : "No runs yet — start one above.");
     pager.update(state.offset, data.runs.length, data.total);
     heading.textContent = `Runs (${data.total})`;
   }
@@ -84,7 +123,8 @@ function runsTable(ctx, on) {
   return {
     el, load, refresh, compare,
     // A run not on this page appears by reloading page 1 when it would be listed there.
-    wants: (summary) => state.offset === 0 && (!state.status || state.status === summary.status),
+    wants: (summary) => state.offset === 0 && !state.text && !state.tag
+      && (!state.status || state.status === summary.status),
   };
 }
 

@@ -2,8 +2,42 @@
 
 import { runHref } from "./api.js";
 import { h, statusBadge } from "./dom.js";
-import { fmtTime } from "./format.js";
-import { etaText, progressBox, runActions, setProgress, successText } from "./run_summary.js";
+import { fmtNum, fmtTime } from "./format.js";
+import {
+  allEpisodesEnded, etaText, healthBadge, progressBox, runActions, setProgress, shownStatus, successText,
+} from "./run_summary.js";
+
+export const DIFF_PREFIX = "diff:";
+
+// A run's name (or its id), its tags as chips, its note as the tooltip.
+function runLabel(s) {
+  const link = h("a", { href: runHref(s.run_id), text: s.name || s.run_id, class: "run-link" });
+  return h("span", { class: "run-label", title: s.note || "" }, link,
+    s.name ? h("small", { class: "run-id" }, s.run_id) : null,
+    s.tags?.length ? h("span", { class: "tags" }, s.tags.map((t) => tagChip(t))) : null);
+}
+
+export function tagChip(tag) {
+  return h("span", { class: "tag", dataset: { tag } }, tag);
+}
+
+function diffValue(value) {
+  if (value === null || value === undefined) return "–";
+  if (Array.isArray(value)) return value.join(", ");
+  return typeof value === "object" ? JSON.stringify(value) : fmtNum(value);
+}
+
+// A column for one config field that differs between runs of the same graph.
+function diffColumn(name) {
+  const key = name.slice(DIFF_PREFIX.length);
+  return { head: key, num: false, diff: true, fill: (td, s) => {
+    if (!s.config_diff) return; // a live update without listing fields keeps the cell
+    const differs = s.config_diff && key in s.config_diff;
+    td.textContent = differs ? diffValue(s.config_diff[key]) : "";
+  } };
+}
+
+const column = (name) => (name.startsWith(DIFF_PREFIX) ? diffColumn(name) : RUN_COLUMNS[name]);
 
 // Columns of run rows: `build` makes static content once, `fill` refreshes live content.
 const RUN_COLUMNS = {
@@ -11,8 +45,9 @@ const RUN_COLUMNS = {
     type: "checkbox", class: "pick", value: s.run_id, checked: on.isPicked(s.run_id),
     "aria-label": `pick ${s.run_id} for comparison`, onchange: on.pick,
   }) },
-  run: { head: "Run", build: (s) => h("a", { href: runHref(s.run_id), text: s.run_id }) },
-  status: { head: "Status", fill: (td, s) => td.replaceChildren(statusBadge(s.status)) },
+  run: { head: "Run", build: (s) => runLabel(s) },
+  status: { head: "Status", fill: (td, s) => td.replaceChildren(statusBadge(shownStatus(s))) },
+  health: { head: "Health", fill: (td, s) => td.replaceChildren(healthBadge(s)) },
   graph: { head: "Graph", fill: (td, s) => { td.textContent = s.graph_name ?? ""; } },
   workers: { head: "Workers", num: true,
     fill: (td, s) => { td.textContent = s.config?.worker_count ?? s.worker_count ?? ""; } },
@@ -24,30 +59,38 @@ const RUN_COLUMNS = {
   priority: { head: "Priority", num: true, fill: (td, s) => { td.textContent = s.priority ?? 0; } },
   waiting: { head: "Waiting for", fill: (td, s) => { td.textContent = s.waiting_reason || "–"; } },
   actions: { head: "", fill: (td, s, _source, on) => {
-    if (td.dataset.status === s.status) return; // keep buttons (and a pending confirm) stable
-    td.dataset.status = s.status;
+    const key = `${s.status}/${allEpisodesEnded(s)}`;
+    if (td.dataset.status === key) return; // keep buttons (and a pending confirm) stable
+    td.dataset.status = key;
     td.replaceChildren(...runActions(s, on.action));
   } },
 };
 
+function cellClass(spec) {
+  return spec.num ? "num" : spec.diff ? "diff" : undefined;
+}
+
 export function runTableHead(columns) {
-  return h("thead", {}, h("tr", {}, columns.map((name) =>
-    h("th", { scope: "col", class: RUN_COLUMNS[name].num ? "num" : undefined }, RUN_COLUMNS[name].head))));
+  return h("thead", {}, h("tr", {}, columns.map((name) => {
+    const spec = column(name);
+    return h("th", { scope: "col", class: cellClass(spec),
+      title: spec.diff ? "differs between runs of this graph" : undefined }, spec.head);
+  })));
 }
 
 export function runRow(columns, summary, on) {
   const tr = h("tr", { dataset: { runId: summary.run_id } });
   for (const name of columns) {
-    const column = RUN_COLUMNS[name];
-    tr.append(h("td", { "data-col": name, class: column.num ? "num" : undefined },
-      column.build ? column.build(summary, on) : null));
+    const spec = column(name);
+    tr.append(h("td", { "data-col": name, class: cellClass(spec) },
+      spec.build ? spec.build(summary, on) : null));
   }
   fillRunRow(tr, summary, "load", on);
   return tr;
 }
 
 export function fillRunRow(tr, summary, source, on) {
-  for (const td of tr.children) RUN_COLUMNS[td.dataset.col].fill?.(td, summary, source, on);
+  for (const td of tr.children) column(td.dataset.col).fill?.(td, summary, source, on);
 }
 
 export function rowsFor(container, runId) {

@@ -1,4 +1,5 @@
-// A run's compact summary shown as progress, success, ETA, and its cancel / resume actions.
+// A run's compact summary shown as progress, health, success with its coverage, ETA, and its
+// cancel / resume actions. Errors are amber/red on the bar and cancelled episodes grey, apart.
 
 import { API, api, enc } from "./api.js";
 import { h } from "./dom.js";
@@ -7,24 +8,85 @@ import { fmtDuration, fmtPct, isNum } from "./format.js";
 const CONFIRM_MS = 3000;
 export const ACTIVE = new Set(["pending", "queued", "running"]);
 const RESUMABLE = new Set(["aborted", "cancelled", "failed"]);
+const ERROR_STATUSES = ["error", "exception", "timeout", "no_verdict"];
 
+// The <progress> stays first (for screen readers and scripts); the visible bar is segmented.
 export function progressBox() {
+  const segments = ["ok", "err", "cancel"].map((kind) => h("span", { class: `seg ${kind}` }));
   return h("div", { class: "progress" },
-    h("progress", { max: 1, value: 0 }), h("span", { class: "progress-text" }));
+    h("progress", { max: 1, value: 0, class: "sr-only" }),
+    h("span", { class: "segbar", "aria-hidden": "true" }, segments),
+    h("span", { class: "progress-text" }));
+}
+
+export function errorCount(summary) {
+  const counts = summary.status_counts ?? {};
+  return ERROR_STATUSES.reduce((sum, status) => sum + (counts[status] ?? 0), 0);
 }
 
 // Episodes recorded as cancelled (a cancelled run's remainder) do not count as done.
-export function setProgress(box, summary, source) {
-  const bar = box.querySelector("progress");
+export function progressCounts(summary) {
   const total = summary.episodes_total || 0;
   const cancelled = summary.status_counts?.cancelled ?? 0;
-  const done = (summary.episodes_done || 0) - cancelled;
+  const done = Math.max(0, (summary.episodes_done || 0) - cancelled);
+  return { total, cancelled, done, errors: Math.min(errorCount(summary), done) };
+}
+
+export function setProgress(box, summary, source) {
+  const bar = box.querySelector("progress");
+  const { total, cancelled, done, errors } = progressCounts(summary);
   bar.max = Math.max(total, 1);
   bar.value = Math.min(done, bar.max);
-  const text = total ? `${done}/${total}${cancelled ? ` · ${cancelled} cancelled` : ""}` : "–";
-  box.querySelector(".progress-text").textContent = text;
-  box.dataset.status = summary.status || "";
+  const pct = (n) => `${(100 * n) / Math.max(total, 1)}%`;
+  const [ok, err, cancel] = box.querySelectorAll(".seg");
+  ok.style.width = pct(done - errors);
+  err.style.width = pct(errors);
+  cancel.style.width = pct(Math.min(cancelled, Math.max(0, total - done)));
+  const parts = [`${done}/${total}`, errors ? `${errors} errors` : "",
+    cancelled ? `${cancelled} cancelled` : ""].filter(Boolean);
+  box.querySelector(".progress-text").textContent = total ? parts.join(" · ") : "–";
+  box.dataset.status = shownStatus(summary);
+  box.dataset.errors = String(errors);
+  box.dataset.allErrors = String(done > 0 && errors === done);
   if (source) box.dataset.source = source;
+}
+
+// Whether nothing is left to run: every planned episode ended, none as cancelled.
+export function allEpisodesEnded(summary) {
+  const { total, done } = progressCounts(summary);
+  return total > 0 && done >= total;
+}
+
+// A run cancelled after its last episode had ended lost nothing: it shows as completed.
+export function shownStatus(summary) {
+  return summary.status === "cancelled" && allEpisodesEnded(summary) ? "completed" : summary.status;
+}
+
+const HEALTH_CLASS = { clean: "st-completed", in_progress: "st-running", cancelled: "st-cancelled" };
+
+// The verdict shown: a run cancelled after its last episode ended, without errors, is clean.
+export function shownVerdict(summary) {
+  const health = summary.health;
+  if (!health) return null;
+  return summary.status === "cancelled" && allEpisodesEnded(summary) && !health.error_count
+    ? "clean" : health.verdict;
+}
+
+// The run's health verdict as a badge: a run with errors never looks like a clean one.
+export function healthBadge(summary) {
+  const health = summary.health;
+  if (!health) return h("span", { class: "badge" }, "–");
+  const verdict = shownVerdict(summary);
+  return h("span", {
+    class: `badge health ${HEALTH_CLASS[verdict] ?? "st-failed"}`, dataset: { verdict },
+    title: health.reason || "", text: verdict === "errors" ? `${health.error_count} errors` : verdict,
+  });
+}
+
+// "n = 29 of 900": how many episodes a rate rests on, out of those planned.
+export function coverageText(n, summary) {
+  const total = summary.episodes_total;
+  return isNum(total) && total > 0 ? `n = ${n ?? 0} of ${total}` : `n = ${n ?? 0}`;
 }
 
 export function successRate(summary) {
@@ -35,8 +97,8 @@ export function successRate(summary) {
 export function successText(summary) {
   const agg = summary.aggregate_metrics?.success;
   const rate = successRate(summary);
-  if (!isNum(rate)) return "–";
-  return agg && isNum(agg.lo) ? `${fmtPct(rate)} (n=${agg.n})` : fmtPct(rate);
+  if (!isNum(rate)) return errorCount(summary) ? "– (no verdicts)" : "–";
+  return agg ? `${fmtPct(rate)} (${coverageText(agg.n, summary)})` : fmtPct(rate);
 }
 
 export function etaText(summary) {
@@ -78,7 +140,7 @@ export function runActions(summary, onAction) {
   if (ACTIVE.has(summary.status)) {
     buttons.push(confirmButton("Cancel", "Really cancel?", (b) => onAction("cancel", summary.run_id, b)));
   }
-  if (RESUMABLE.has(summary.status)) {
+  if (RESUMABLE.has(shownStatus(summary)) && !allEpisodesEnded(summary)) {
     const resume = h("button", { type: "button", text: "Resume" });
     resume.addEventListener("click", () => {
       resume.disabled = true;

@@ -12,8 +12,23 @@ const FORM_FIELDS = [
   { name: "seed", label: "Seed", kind: "int", value: "0", min: 0 },
   { name: "tasks", label: "Tasks", kind: "text", optional: true,
     placeholder: "graph's tasks (comma-separated)" },
+  { name: "name", label: "Name", kind: "text", optional: true, placeholder: "optional" },
+  { name: "tags", label: "Tags", kind: "text", optional: true, placeholder: "comma-separated" },
+  { name: "note", label: "Note", kind: "text", optional: true, placeholder: "optional" },
   { name: "save_frames", label: "Save frames", kind: "bool" },
 ];
+const TAG = /^[A-Za-z0-9][A-Za-z0-9_.:+=-]{0,39}$/;
+
+// "a, b" → ["a", "b"]; shared by the start form and the run page's editor.
+export function splitTags(text) {
+  return text.split(",").map((t) => t.trim()).filter(Boolean);
+}
+
+export function tagsProblem(text) {
+  const bad = splitTags(text).find((t) => !TAG.test(t));
+  return bad === undefined ? null
+    : `tag ${JSON.stringify(bad)}: letters, digits and _.:+=- only, at most 40 characters`;
+}
 
 function formField(field) {
   const id = `f-${field.name}`;
@@ -42,7 +57,7 @@ function checkField(field, raw) {
   if (field.name === "tasks" && text && text.split(",").some((t) => !t.trim())) {
     return "comma-separated task ids, none empty";
   }
-  return null;
+  return field.name === "tags" ? tagsProblem(text) : null;
 }
 
 function formBody(form) {
@@ -56,6 +71,9 @@ function formBody(form) {
   };
   if (value("step_budget")) body.step_budget = Number(value("step_budget"));
   if (value("tasks")) body.tasks = value("tasks").split(",").map((t) => t.trim());
+  if (value("name")) body.name = value("name");
+  if (splitTags(value("tags")).length) body.tags = [...new Set(splitTags(value("tags")))];
+  if (value("note")) body.note = value("note");
   return body;
 }
 

@@ -1,0 +1,329 @@
+"""The dashboard's health, names and episodes views in real Chromium against a real backend.
+
+One ``agentcanvas serve`` per module, on a workspace with node sets that raise
+(support.truth_workspace) and a slow copy of babyai_oracle: a run whose every episode raised
+looks unhealthy in the list and on its page; names and tags set with ``agentcanvas submit``
+show, search and filter, and edit; the episode table filters by task, the run page draws
+per-task histograms and the effective step budget; the live run page keeps its episode count
+in step with its progress. Screenshots go to ``test-artifacts/screenshots/``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Iterator
+from importlib import resources
+from typing import Any
+
+import pytest
+
+from support.backend import Backend
+from support.browser import CHROMIUM, NO_CHROMIUM, shot
+from support.cli import run_cli
+from support.truth_workspace import write_truth_workspace
+
+pytest.importorskip("playwright.sync_api")
+pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason=NO_CHROMIUM)
+
+RUN_DEADLINE_S = 90.0
+CLI_TIMEOUT_S = 60.0
+SLOW_LATENCY_MS = 150.0
+TASKS = ["BabyAI-GoToObj-v0", "BabyAI-GoToLocal-v0"]
+
+
+def _slow_oracle() -> str:
+    graph = json.loads(
+        resources.files("agentcanvas").joinpath("graphs/babyai_oracle.json").read_text()
+    )
+    graph["name"] = "babyai_slow"
+    graph["env"]["fields"]["step_latency_ms"] = SLOW_LATENCY_MS
+    return json.dumps(graph)
+
+
+@pytest.fixture(scope="module")
+def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
+    workspace = write_truth_workspace(tmp_path_factory.mktemp("health_ws"))
+    (workspace / "graphs" / "babyai_slow.json").write_text(_slow_oracle())
+    backend = Backend(workspace)
+    try:
+        yield backend
+    finally:
+        backend.close()
+
+
+@pytest.fixture(scope="module")
+def runs(backend: Backend) -> dict[str, str]:
+    """The finished runs the tests look at, queued together so that they run side by side:
+    ``raises`` (every episode raises), ``walk`` (clean), ``babyai_oracle`` (two tasks)."""
+    ids = {
+        "broken": backend.start_run("raises", 3, 1),
+        "clean": backend.start_run("walk", 3, 1),
+        "oracle": backend.start_run("babyai_oracle", 2, 2),
+    }
+    for run_id in ids.values():
+        backend.wait_status(run_id, "completed", RUN_DEADLINE_S)
+    return ids
+
+
+def open_route(page: Any, backend: Backend, route: str) -> None:
+    page.goto(f"{backend.url}/{route}")
+    page.wait_for_selector("#live-status[data-state='live']")
+
+
+def test_a_run_whose_every_episode_raised_looks_unhealthy(
+    backend: Backend, runs: dict[str, str], page: Any
+) -> None:
+    broken, clean = runs["broken"], runs["clean"]
+    summary = backend.status(broken)
+    assert summary["health"]["verdict"] == "errors" and summary["status_counts"] == {"error": 3}
+
+    open_route(page, backend, "#/")
+    row = page.locator(f"#runs-table tr[data-run-id='{broken}']")
+    row.locator("[data-col=health] .badge[data-verdict=errors]").wait_for()
+    assert row.locator("[data-col=health]").inner_text() == "3 errors"
+    bar = row.locator(".progress")
+    assert bar.get_attribute("data-all-errors") == "true"
+    assert "3 errors" in bar.inner_text()
+    assert row.locator(".seg.err").evaluate("s => s.getBoundingClientRect().width") > 50
+    assert row.locator(".seg.ok").evaluate("s => s.getBoundingClientRect().width") == 0
+    assert row.locator("[data-col=success]").inner_text() == "– (no verdicts)"
+    good = page.locator(f"#runs-table tr[data-run-id='{clean}']")
+    assert good.locator(".badge[data-verdict=clean]").count() == 1
+    assert "(n = 3 of 3)" in good.locator("[data-col=success]").inner_text()
+    shot(page, "health_01_runs_list_all_errors")
+
+    open_route(page, backend, f"#/run/{broken}")
+    page.locator(".run-header.unhealthy #header-health [data-verdict=errors]").wait_for()
+    assert (
+        "No episode completed: 3 ended in error" in page.locator("#aggregates-panel").inner_text()
+    )
+    assert page.locator(".stat.error strong").inner_text() == "3"
+    assert page.locator(".stat.completed strong").inner_text() == "0"
+    assert page.locator("#run-health").inner_text().startswith("health: errors")
+    page.wait_for_selector("#episode-table tbody tr[data-outcome=error]")
+    assert page.locator("#episode-table tbody tr[data-outcome=error]").count() == 3
+    shot(page, "health_02_run_page_all_errors")
+
+    open_route(page, backend, f"#/run/{clean}")
+    page.locator("#header-health [data-verdict=clean]").wait_for()
+    assert page.locator(".run-header.unhealthy").count() == 0
+    row_n = page.locator("#aggregate-table tr[data-metric=success] td").nth(2).inner_text()
+    assert row_n == "n = 3 of 3"
+
+
+def test_names_and_tags_from_the_cli_show_filter_and_edit(backend: Backend, page: Any) -> None:
+    args = ["--url", backend.url, "-n", "2"]
+    named = run_cli(
+        "submit",
+        "walk",
+        *args,
+        "--name",
+        "cli walk",
+        "--tag",
+        "cli",
+        "--tag",
+        "tenv",
+        "--note",
+        "queued from the CLI",
+        workspace=backend.workspace,
+        timeout_s=CLI_TIMEOUT_S,
+    )
+    assert named.returncode == 0, named.stderr
+    bad = run_cli(
+        "submit",
+        "walk",
+        *args,
+        "--tag",
+        "no spaces",
+        workspace=backend.workspace,
+        timeout_s=CLI_TIMEOUT_S,
+    )
+    assert bad.returncode == 1 and "--tag" in bad.stderr
+    named_id = json.loads(named.stdout)["run_id"]
+
+    open_route(page, backend, "#/")  # the other run is queued from the start form
+    page.wait_for_selector("#f-graph_name option[value='walk']", state="attached")
+    page.select_option("#f-graph_name", "walk")
+    page.fill("#f-episode_count", "2")
+    page.fill("#f-step_budget", "4")
+    page.fill("#f-name", "form walk")
+    page.fill("#f-tags", "tenv, form")
+    page.fill("#f-note", "queued from the form")
+    page.click("#start-form button[type=submit]")
+    tight_id = page.get_attribute("#start-message [data-run-id]", "data-run-id")
+    for run_id in (named_id, tight_id):
+        backend.wait_status(run_id, "completed")
+    assert json.loads((backend.run_dir(tight_id) / "meta.json").read_text()) == {
+        "name": "form walk",
+        "tags": ["tenv", "form"],
+        "note": "queued from the form",
+    }
+    page.reload()
+    row = page.locator(f"#runs-table tr[data-run-id='{named_id}']")
+    row.wait_for()
+    assert row.locator(".run-link").inner_text() == "cli walk"
+    assert row.locator(".tag").all_inner_texts() == ["cli", "tenv"]
+    assert row.locator(".run-label").get_attribute("title") == "queued from the CLI"
+    # Runs of walk differ in step budget (and, with the first test's, in episode count).
+    assert "step_budget" in page.locator("#runs-table thead th.diff").all_inner_texts()
+    tight_cell = page.locator(
+        f"#runs-table tr[data-run-id='{tight_id}'] td[data-col='diff:step_budget']"
+    )
+    assert tight_cell.inner_text() == "4"
+
+    assert page.locator(f"#runs-table tr[data-run-id='{tight_id}'] .run-link").inner_text() == (
+        "form walk"
+    )
+    page.fill("#runs-search", "cli walk")
+    page.wait_for_function(
+        "id => [...document.querySelectorAll('#runs-table tbody tr[data-run-id]')]"
+        ".map(r => r.dataset.runId).join() === id",
+        arg=named_id,
+    )
+    page.fill("#runs-search", "")
+    page.wait_for_selector(f"#runs-table tr[data-run-id='{tight_id}']")
+    page.select_option("#runs-tag", "cli")
+    page.wait_for_function(
+        "id => [...document.querySelectorAll('#runs-table tbody tr[data-run-id]')]"
+        ".map(r => r.dataset.runId).join() === id",
+        arg=named_id,
+    )
+    # Filtered to one run, the columns still say how it differs from its graph's other runs.
+    assert "step_budget" in page.locator("#runs-table thead th.diff").all_inner_texts()
+    shot(page, "health_03_runs_filtered_by_tag")
+
+    open_route(page, backend, f"#/run/{named_id}")
+    page.wait_for_function("document.querySelector('.run-header h1').textContent === 'cli walk'")
+    assert page.locator("#run-note").inner_text() == "queued from the CLI"
+    spec_before = (backend.run_dir(named_id) / "spec.json").read_bytes()
+    page.click("#meta-edit")
+    page.fill("#meta-name", "walk, renamed")
+    page.fill("#meta-tags", "cli, edited")
+    page.click("#meta-form button[type=submit]")
+    page.wait_for_function(
+        "document.querySelector('.run-header h1').textContent === 'walk, renamed'"
+    )
+    assert page.locator("#run-meta .tag").all_inner_texts() == ["cli", "edited"]
+    assert (backend.run_dir(named_id) / "spec.json").read_bytes() == spec_before
+    meta = json.loads((backend.run_dir(named_id) / "meta.json").read_text())
+    assert meta["name"] == "walk, renamed" and meta["tags"] == ["cli", "edited"]
+    shot(page, "health_04_run_page_name_tags_note")
+
+
+def test_task_filter_histograms_and_effective_step_budget(
+    backend: Backend, runs: dict[str, str], page: Any
+) -> None:
+    run_id = runs["oracle"]
+    summary = backend.status(run_id)
+    assert summary["config"]["step_budget"] is None
+    budget = summary["episodes"][0]["step_budget"]
+
+    open_route(page, backend, f"#/run/{run_id}")
+    page.wait_for_selector("#episode-table tbody tr[data-index]")
+    assert page.locator("#effective-step-budget").inner_text().startswith(f"{budget} ")
+    page.wait_for_selector(f"#episode-task option[value='{TASKS[1]}']", state="attached")
+    page.select_option("#episode-task", TASKS[1])
+    page.wait_for_function(
+        "task => { const rows = [...document.querySelectorAll('#episode-table tbody tr')];"
+        " return rows.length === 2 && rows.every(r => r.children[1].textContent === task); }",
+        arg=TASKS[1],
+    )
+    assert f"matching {TASKS[1]}" in page.locator("#episodes-panel h2").inner_text()
+    # The record's graph steps and the env's steps metric are labelled, and differ by one.
+    heads = page.locator("#episode-table thead th").all_inner_texts()
+    assert "Graph steps" in heads and "steps (env actions)" in heads
+    graph_steps = page.locator("#episode-table tbody tr td:nth-child(6)").all_inner_texts()
+    env_col = heads.index("steps (env actions)") + 1
+    env_steps = page.locator(f"#episode-table tbody tr td:nth-child({env_col})").all_inner_texts()
+    assert [int(g) - int(e) for g, e in zip(graph_steps, env_steps, strict=True)] == [1, 1]
+    assert page.locator("#steps-note").is_visible()
+
+    histograms = page.locator("#histogram-table tbody tr")
+    assert sorted(histograms.evaluate_all("rows => rows.map(r => r.dataset.task)")) == sorted(TASKS)
+    assert page.locator("#histogram-table svg.histogram").count() == 4
+    ns = page.locator("#histogram-table svg.histogram").evaluate_all(
+        "svgs => svgs.map(s => Number(s.dataset.n))"
+    )
+    assert ns == [2, 2, 2, 2]
+    page.click(f"#task-table .task-link[data-task='{TASKS[0]}']")  # a per-task row filters too
+    page.wait_for_function(
+        "task => document.querySelector('#episode-task').value === task && [...document"
+        ".querySelectorAll('#episode-table tbody tr')].every(r => r.children[1].textContent"
+        " === task)",
+        arg=TASKS[0],
+    )
+    page.select_option("#episode-task", TASKS[1])
+    page.wait_for_function(
+        "task => [...document.querySelectorAll('#episode-table tbody tr')]"
+        ".every(r => r.children[1].textContent === task)",
+        arg=TASKS[1],
+    )
+    shot(page, "health_05_task_filter_and_histograms")
+
+
+def _live_sample(page: Any) -> dict[str, Any]:
+    return dict(
+        page.evaluate(
+            """() => {
+          const heading = document.querySelector('#episodes-panel h2');
+          const bar = document.querySelector('.run-header .progress');
+          return { listed: heading?.dataset.total ?? null, status: bar?.dataset.status ?? '',
+                   done: bar ? bar.querySelector('progress').value : null,
+                   text: bar?.querySelector('.progress-text').textContent ?? '' };
+        }"""
+        )
+    )
+
+
+def test_the_live_run_page_keeps_its_episode_count_in_step(backend: Backend, page: Any) -> None:
+    run_id = backend.start_run("babyai_slow", 4, 1)
+    open_route(page, backend, f"#/run/{run_id}")
+    samples: list[dict[str, Any]] = []
+    shot_taken = False
+    deadline = time.monotonic() + RUN_DEADLINE_S
+    while time.monotonic() < deadline:
+        sample = _live_sample(page)
+        samples.append(sample)
+        if not shot_taken and sample["status"] == "running" and sample["done"]:
+            shot(page, "health_06_live_run_page")
+            shot_taken = True
+        if sample["status"] == "completed":
+            break
+        time.sleep(0.1)
+    running = [s for s in samples if s["status"] == "running" and s["listed"] is not None]
+    assert running, f"never saw the run running: {samples[-3:]}\n{backend.log()[-2000:]}"
+    out_of_step = [s for s in running if int(s["listed"]) != s["done"]]
+    assert not out_of_step, out_of_step[:5]
+    assert len({s["done"] for s in running}) >= 2, "the count did not advance live"
+    page.wait_for_function(
+        "document.querySelector('#episodes-panel h2').dataset.total === '8'"
+        " && document.querySelector('.run-header .progress-text').textContent === '8/8'"
+    )
+
+
+def test_a_run_cancelled_after_its_last_episode_shows_completed(
+    backend: Backend, runs: dict[str, str], page: Any
+) -> None:
+    """A folder written before the backend said ``completed`` for such a run: its summary is
+    a real finished run's, with the status a cancel that came too late used to leave."""
+    finished = runs["clean"]
+    late = "20200101_000001"
+    shutil.copytree(backend.run_dir(finished), backend.run_dir(late))
+    summary_path = backend.run_dir(late) / "summary.json"
+    summary = json.loads(summary_path.read_text())
+    summary.update(run_id=late, status="cancelled")
+    summary["health"] = {"verdict": "cancelled", "error_count": 0, "reason": "the run is cancelled"}
+    summary_path.write_text(json.dumps(summary))
+
+    open_route(page, backend, "#/")
+    row = page.locator(f"#runs-table tr[data-run-id='{late}']")
+    row.locator("[data-col=status] .st-completed").wait_for()
+    assert row.locator("[data-col=health] [data-verdict=clean]").count() == 1
+    assert row.locator("button.resume").count() == 0
+    open_route(page, backend, f"#/run/{late}")
+    page.locator(".run-header .status-slot .st-completed").wait_for()
+    assert page.locator(".run-header button.resume").count() == 0
+    assert page.locator("#run-health").inner_text().startswith("health: clean")
+    assert page.locator(".run-header .progress-text").inner_text() == "3/3"
