@@ -2,7 +2,8 @@
 for the dashboard's Chromium tests.
 
 ``make test`` runs everything; ``make test-fast`` (``pytest -m "not slow"``) is the inner loop.
-A module elsewhere that is slow says so itself with ``pytestmark = pytest.mark.slow``.
+Slow modules outside those folders (real runs through servers or subprocesses, taking seconds
+each) are listed in ``SLOW_MODULES``; add a module there when its tests start real runs.
 """
 
 from __future__ import annotations
@@ -20,12 +21,37 @@ from support.backend import Backend
 TESTS = Path(__file__).parent
 SLOW_FOLDERS = {"integration", "web", "cluster"}
 BROWSER_FOLDERS = {"web"}
+SLOW_MODULES = {
+    "api/test_api_validation.py",
+    "api/test_app_shutdown.py",
+    "api/test_downloads.py",
+    "api/test_episode_video.py",
+    "api/test_large_runs.py",
+    "api/test_leaderboard.py",
+    "api/test_live_progress.py",
+    "api/test_openapi_schemathesis.py",
+    "api/test_overlay_rest.py",
+    "api/test_start_checks.py",
+    "cli/test_cli_eval.py",
+    "cli/test_cli_run_health.py",
+    "cli/test_cli_run_meta.py",
+    "eval/test_batch_audit_runs.py",
+    "eval/test_crash_consistency.py",
+    "eval/test_invariance_builtin.py",
+    "eval/test_runlock.py",
+    "eval/test_runner.py",
+    "eval/test_step_timeouts.py",
+    "eval/test_supervision.py",
+    "eval/test_termination.py",
+    "eval/test_work_stealing.py",
+}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        folder = Path(item.path).relative_to(TESTS).parts[0]
-        if folder in SLOW_FOLDERS:
+        relative = Path(item.path).relative_to(TESTS)
+        folder = relative.parts[0]
+        if folder in SLOW_FOLDERS or relative.as_posix() in SLOW_MODULES:
             item.add_marker(pytest.mark.slow)
         if folder in BROWSER_FOLDERS:
             item.add_marker(pytest.mark.browser)
