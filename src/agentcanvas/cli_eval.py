@@ -14,6 +14,7 @@ from rich.table import Table
 from agentcanvas import exit_codes
 from agentcanvas.cli import _registry, command, print_json, resolve_graph
 from agentcanvas.cli_determinism import determinism_table
+from agentcanvas.cluster import select_engine
 from agentcanvas.errors import ConfigError
 from agentcanvas.eval.config import EvalConfig, EvalRun
 from agentcanvas.eval.foreground import ForegroundRun, run_foreground
@@ -50,6 +51,16 @@ def add_eval_arguments(p: argparse.ArgumentParser) -> None:
         "or no_verdict (default: never stop; the health verdict reports them)",
     )
     p.add_argument("--save-frames", action="store_true", help="save frames as PNG assets")
+    p.add_argument(
+        "--engine",
+        choices=("local", "ray"),
+        default="local",
+        help="local: node-set servers on this host (default); ray: episodes in Ray actors",
+    )
+    p.add_argument(
+        "--ray-address",
+        help="engine ray: auto, host:port or ray://host:10001 (default: start a local Ray)",
+    )
 
 
 def build_config(args: argparse.Namespace, graph_name: str, workers: int) -> EvalConfig:
@@ -67,6 +78,8 @@ def build_config(args: argparse.Namespace, graph_name: str, workers: int) -> Eva
             episode_timeout_s=args.episode_timeout,
             max_errors=parse_max_errors(args.max_errors),
             save_frames=args.save_frames,
+            engine=args.engine,
+            ray_address=args.ray_address,
         )
     except ValidationError as exc:
         item = exc.errors()[0]
@@ -123,7 +136,8 @@ def _run(args: argparse.Namespace, workers: int, label: str) -> ForegroundRun:
     )
     view = _ProgressView(config.episode_count * n_tasks, label)
     with view.progress:
-        return asyncio.run(run_foreground(registry, graph, config, broadcast=view))
+        engine = select_engine(config)
+        return asyncio.run(run_foreground(registry, graph, config, broadcast=view, engine=engine))
 
 
 def print_summary(run: EvalRun, where: str) -> None:

@@ -12,6 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse
 from pydantic import BaseModel, Field, ValidationError
 
+from agentcanvas.cluster import select_engine
 from agentcanvas.errors import ConfigError, StateError, UserInputError
 from agentcanvas.eval import health
 from agentcanvas.eval.config import EvalConfig, MaxErrors
@@ -66,6 +67,8 @@ class StartRequest(RequestModel):
         "episodes; past it the run stops with status failed. Default: never stop.",
     )
     save_frames: bool = False
+    engine: Literal["local", "ray"] = "local"
+    ray_address: str | None = Field(default=None, max_length=256)
     via_subprocess: bool = True
     priority: JsonInt = Field(default=0, ge=-100, le=100)
     marginal_vram_mb: float = Field(default=0.0, ge=0, le=1e9)
@@ -106,7 +109,8 @@ async def start_eval_v2(body: StartRequest, request: Request) -> StartResponse:
     if not use_subprocess:
         run_id = await _start_in_process(svc, graph, config, overlay)
         return StartResponse(run_id=run_id, status="running", via_subprocess=False)
-    urls = await borrow_shared(svc.registry, resolver, graph)
+    ray = config.engine == "ray"  # the Ray engine runs its own model actors
+    urls = {} if ray else await borrow_shared(svc.registry, resolver, graph)
     spec = {
         "version": 1,
         "config": config.model_dump(mode="json"),
@@ -142,13 +146,17 @@ async def _start_in_process(
     run_dir = RunDir(svc.scheduler.runs_dir / new_run_id(svc.scheduler.runs_dir))
     registry = WorkspaceComponentRegistry(workspace=svc.workspace, active_workspace=overlay)
     registry.scan_all()
-    urls = await borrow_shared(svc.registry, registry, graph)
+    ray = config.engine == "ray"  # the Ray engine runs its own model actors
+    urls = {} if ray else await borrow_shared(svc.registry, registry, graph)
     for name, url in urls.items():
         await registry.register_remote_nodeset(name, url)
+    engine = select_engine(config)
 
     async def go() -> None:
         try:
-            await run_foreground(registry, graph, config, broadcast=svc.broadcast, run_dir=run_dir)
+            await run_foreground(
+                registry, graph, config, broadcast=svc.broadcast, run_dir=run_dir, engine=engine
+            )
         finally:
             svc.registry.release_shared_nodesets(sorted(urls))
             svc.inprocess.pop(run_dir.root.name, None)

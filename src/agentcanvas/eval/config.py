@@ -98,6 +98,15 @@ class EvalConfig(BaseModel):
     )
     save_frames: bool = Field(default=False, description="Render frames and save them as assets.")
     record_log: bool = Field(default=True, description="Write each episode's log.jsonl.")
+    engine: Literal["local", "ray"] = Field(
+        default="local", description="local: servers on this host; ray: episodes in Ray actors."
+    )
+    ray_address: str | None = Field(
+        default=None,
+        max_length=256,
+        pattern=r"^(auto|(ray://)?[A-Za-z0-9.\-]+:[0-9]{1,5})$",
+        description="Engine ray: auto, host:port or ray://host:10001; default: a local Ray.",
+    )
 
     @field_validator("tasks")
     @classmethod
@@ -166,6 +175,10 @@ class DeterminismInfo(BaseModel):
     batched_functions: dict[str, BatchedFunctionInfo] = Field(default_factory=dict)
     reasons: list[str] = Field(default_factory=list)
     seed_function: str = "sha256(agentcanvas-v1|run_seed|task|episode_index) mod 2**31"
+    engine: str = Field(default="local", description="The engine that ran the episodes.")
+    worker_nodes: dict[str, list[str]] = Field(
+        default_factory=dict, description="Engine ray: the Ray node ids each worker ran on."
+    )
 
 
 class WorkerStats(BaseModel):
