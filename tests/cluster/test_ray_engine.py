@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from agentcanvas.cluster.engine import RayEngine
+from agentcanvas.cluster.session import node_addresses
 from support.batched_nodesets import write_batched_workspace
 from support.ray_cluster import identities, live_actor_names, run_graph
 from support.workspace import home_workspace
@@ -30,6 +31,8 @@ def test_every_node_is_on_loopback(ray_cluster: Any) -> None:
     nodes = [n for n in ray.nodes() if n["Alive"]]
     assert len(nodes) == 3
     assert {n["NodeManagerAddress"] for n in nodes} == {"127.0.0.1"}
+    assert ray.get_runtime_context().gcs_address.startswith("127.0.0.1:")  # this driver too
+    assert set(node_addresses()) == {"127.0.0.1"}
 
 
 @pytest.mark.parametrize("graph", sorted(BUILTIN))
@@ -70,17 +73,3 @@ async def test_workspace_nodeset_records_equal_local(
     function = ray_run.determinism.batched_functions["probe_model.steady"]
     assert function.verified and function.mode == "batched"
     assert ray_run.determinism.guaranteed
-
-
-async def test_batch_dependent_model_is_caught_on_ray(
-    ray_cluster: Any, probe_workspace: Path
-) -> None:
-    """The model actor runs the start-up check: a batch-dependent function drops to
-    per-request passes and the run says its invariance was not guaranteed by batching."""
-    run = await run_graph(
-        probe_workspace, "centred_graph", RayEngine(), episode_count=2, worker_count=2
-    )
-    function = run.determinism.batched_functions["probe_model.centred"]
-    assert not function.verified and function.mode == "per_request"
-    local = await run_graph(probe_workspace, "centred_graph", episode_count=2, worker_count=1)
-    assert identities(run) == identities(local)

@@ -8,6 +8,9 @@ that a removed node is declared dead (and its actors restarted elsewhere) in sec
 from __future__ import annotations
 
 import os
+
+# Read by Ray when it is first imported: set before anything can import it.
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 from pathlib import Path
 from typing import Any
 
@@ -50,9 +53,7 @@ def start_cluster() -> Any:
 
 
 def add_node(cluster: Any) -> Any:
-    return cluster.add_node(
-        num_cpus=1, node_ip_address=LOOPBACK, object_store_memory=OBJECT_STORE
-    )
+    return cluster.add_node(num_cpus=1, node_ip_address=LOOPBACK, object_store_memory=OBJECT_STORE)
 
 
 def registry_for(workspace: Path) -> WorkspaceComponentRegistry:
@@ -70,9 +71,7 @@ async def run_graph(
     engine = engine or LocalEngine()
     cfg = EvalConfig(graph_name=graph.name, engine=engine.name, **config)  # type: ignore[arg-type]
     (workspace / "runs").mkdir(exist_ok=True)
-    done = await run_foreground(
-        registry, graph, cfg, base_dir=workspace / "runs", engine=engine
-    )
+    done = await run_foreground(registry, graph, cfg, base_dir=workspace / "runs", engine=engine)
     return done.summary
 
 

@@ -10,6 +10,7 @@ otherwise resolve the host's network address: ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTE
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,8 +23,6 @@ LOCAL_SESSION_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 
 def import_ray() -> Any:
     """The ``ray`` module, or a ConfigError saying how to install it."""
-    for name, value in LOCAL_SESSION_ENV.items():
-        os.environ.setdefault(name, value)
     try:
         import ray
     except ImportError as exc:  # pragma: no cover - the extra is part of the dev install
@@ -49,6 +48,9 @@ class RaySession:
 def open_session(address: str | None, worker_count: int) -> RaySession:
     """Join ``address`` (auto, ray://..., host:port), an already initialised Ray, or start a
     local one on loopback with CPUs for ``worker_count`` workers."""
+    if not address and "ray" not in sys.modules:  # read by Ray when it is first imported
+        for name, value in LOCAL_SESSION_ENV.items():
+            os.environ.setdefault(name, value)
     ray = import_ray()
     if ray.is_initialized():
         return RaySession(address, owned=False)
@@ -74,6 +76,7 @@ def open_session(address: str | None, worker_count: int) -> RaySession:
 
 
 def node_addresses() -> list[str]:
-    """The address every alive node of the cluster reports."""
+    """The address every alive node of the cluster reports, and the GCS this driver uses."""
     ray = import_ray()
-    return [str(n["NodeManagerAddress"]) for n in ray.nodes() if n.get("Alive")]
+    nodes = [str(n["NodeManagerAddress"]) for n in ray.nodes() if n.get("Alive")]
+    return [*nodes, str(ray.get_runtime_context().gcs_address).rsplit(":", 1)[0]]
