@@ -28,16 +28,15 @@ def model_options(
     manifest: NodeSetManifest, runtime_env: dict[str, Any], name: str
 ) -> dict[str, Any]:
     """Options of a shared node set's actor: the resources its manifest declares."""
-    declared = getattr(manifest, "resources", None)
+    declared = manifest.resources
     options: dict[str, Any] = {
-        "num_cpus": float(getattr(declared, "num_cpus", 0.0)),
-        "num_gpus": float(getattr(declared, "num_gpus", 0.0)),
+        "num_cpus": declared.num_cpus,
+        "num_gpus": declared.num_gpus,
         "max_restarts": MAX_RESTARTS,
         "max_task_retries": 0,  # the handle retries, so a call is never run twice unseen
         "runtime_env": runtime_env,
         "name": name,
     }
-    memory_mb = float(getattr(declared, "memory_mb", 0.0))
-    if memory_mb > 0:
-        options["memory"] = int(memory_mb * 1024 * 1024)
+    if declared.memory_mb > 0:
+        options["memory"] = int(declared.memory_mb * 1024 * 1024)
     return options
