@@ -48,7 +48,7 @@ class RaySession:
 def open_session(address: str | None, worker_count: int) -> RaySession:
     """Join ``address`` (auto, ray://..., host:port), an already initialised Ray, or start a
     local one on loopback with CPUs for ``worker_count`` workers."""
-    if not address and "ray" not in sys.modules:  # read by Ray when it is first imported
+    if is_loopback(address) and "ray" not in sys.modules:  # Ray reads it when imported
         for name, value in LOCAL_SESSION_ENV.items():
             os.environ.setdefault(name, value)
     ray = import_ray()
@@ -73,6 +73,15 @@ def open_session(address: str | None, worker_count: int) -> RaySession:
         **common,
     )
     return RaySession(None, owned=True)
+
+
+def is_loopback(address: str | None) -> bool:
+    """No address (a local Ray) or one on 127.0.0.1 / localhost: Ray must not resolve it to
+    the host's network address."""
+    if not address:
+        return True
+    host = address.removeprefix("ray://").rsplit(":", 1)[0]
+    return host == "localhost" or host.startswith("127.")
 
 
 def node_addresses() -> list[str]:
