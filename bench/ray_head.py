@@ -14,7 +14,9 @@ about the budget), on both engines, in the same process:
   per episode and writes what comes back.
 
 Head CPU is this process's CPU time (every thread: the event loop, Ray's core worker)
-during ``execute`` only (servers and actors already started), per episode. The issue's
+during ``execute`` only (servers and actors already started), less what the process burns
+idle (measured for a second just before), per episode. The episode's log.jsonl is encoded
+by the worker, so the head writes it in one call. The issue's
 requirement: on the Ray engine it does not grow with episode length. Throughput is
 episodes/s of the same runs (wall time of ``execute``), side by side, with the ratio; on
 this 2-core machine the simulated cluster shares the CPUs with the head, so it measures
@@ -87,6 +89,13 @@ def start_cluster() -> Any:
     return cluster
 
 
+async def idle_cpu_per_s(seconds: float = 1.0) -> float:
+    """This process's CPU per second while the run has not started (Ray's own threads)."""
+    cpu, wall = time.process_time(), time.perf_counter()
+    await asyncio.sleep(seconds)
+    return (time.process_time() - cpu) / (time.perf_counter() - wall)
+
+
 async def measure(engine: Engine, budget: int, episodes: int, workers: int, base: Path) -> Measured:
     """One run; CPU and wall time of ``execute`` only."""
     registry = WorkspaceComponentRegistry(workspace=base)
@@ -116,9 +125,11 @@ async def measure(engine: Engine, budget: int, episodes: int, workers: int, base
     if group is not None:  # the actors start outside the measured span, like the servers
         await group.start(run_id, workers)
     try:
+        idle = await idle_cpu_per_s()
         cpu, wall = time.process_time(), time.perf_counter()
         summary = await runner.execute()
         cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+        cpu = max(0.0, cpu - idle * wall)  # what the background threads burn anyway
     finally:
         await finalise_run(registry, runner, run_dir, engine)
     assert summary.status == "completed", summary.error

@@ -12,6 +12,7 @@ import pytest
 
 from agentcanvas.cluster.engine import RayEngine
 from agentcanvas.cluster.session import node_addresses
+from agentcanvas.eval.config import EvalRun
 from support.batched_nodesets import write_batched_workspace
 from support.cli import run_cli
 from support.ray_cluster import identities, live_actor_names, run_graph
@@ -50,6 +51,7 @@ async def test_builtin_graph_records_equal_local(
     assert ray_run.determinism.engine == "ray" and local.determinism.engine == "local"
     assert ray_run.determinism.guaranteed == local.determinism.guaranteed
     assert live_actor_names() == []  # the run's actors are gone with it
+    assert _logs(tmp_path, ray_run) == _logs(tmp_path, local)  # written by the head
     nodes = ray_run.determinism.worker_nodes  # SPREAD: the two workers on two nodes
     assert sorted(nodes) == ["0", "1"] and len({ids[0] for ids in nodes.values()}) == 2
     assert sum(w.episodes for w in ray_run.workers) == ray_run.episodes_total
@@ -103,3 +105,14 @@ def test_cli_refuses_a_bad_ray_address(tmp_path: Path) -> None:
     )
     assert done.returncode == 1
     assert "ray_address" in done.stderr and "Traceback" not in done.stderr
+
+
+def _logs(base: Path, run: EvalRun) -> list[list[dict[str, Any]]]:
+    """Each episode's log.jsonl, without its wall-clock latencies."""
+    root = base / "runs" / run.run_id / "episodes"
+    logs = []
+    for folder in sorted(root.glob("ep*")):
+        lines = (folder / "log.jsonl").read_text().splitlines()
+        logs.append([{k: v for k, v in json.loads(x).items() if k != "latency_ms"} for x in lines])
+    assert len(logs) == run.episodes_total
+    return logs

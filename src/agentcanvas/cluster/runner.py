@@ -25,7 +25,7 @@ from agentcanvas.errors import ServerDiedError
 from agentcanvas.eval.config import DeterminismInfo, EpisodeResult, EvalConfig
 from agentcanvas.eval.dispatch import WorkStealingDispatcher
 from agentcanvas.eval.runner import BatchEvalRunner, Broadcast
-from agentcanvas.eval.store import RunDir, append_jsonl
+from agentcanvas.eval.store import RunDir
 from agentcanvas.graph.model import DEFAULT_STEP_BUDGET, Graph
 from agentcanvas.nodes.registry import WorkspaceComponentRegistry
 
@@ -180,9 +180,8 @@ class RayEvalRunner(BatchEvalRunner):
         self.run_dir.create_episode(index)
         log_path = self.run_dir.episode_log_path(index)
         log_path.unlink(missing_ok=True)  # a retry or a resume starts the log afresh
-        if self.config.record_log:
-            for entry in reply.log:
-                append_jsonl(log_path, entry)
+        if self.config.record_log and reply.log:
+            log_path.write_bytes(reply.log)  # one write: no per-step work at the head
         if reply.frames:
             assets = self.run_dir.episode_assets_dir(index)
             assets.mkdir(parents=True, exist_ok=True)

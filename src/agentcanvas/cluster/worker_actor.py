@@ -7,8 +7,9 @@ through model-actor handles, and runs each episode with the same ``run_episode``
 cross the wire encoding (``nodes.boundary``), so a record equals the local engine's.
 
 The head sends an episode's identity and options; the actor answers with its EpisodeResult,
-the episode's firing log and its frames (file name → PNG bytes), which the head writes into
-the run folder. One call per episode: the head's work does not grow with episode length.
+the episode's firing log (encoded here) and its frames (file name → PNG bytes), which the
+head writes into the run folder. One call per episode: the head's work does not grow with
+episode length.
 """
 
 from __future__ import annotations
@@ -22,10 +23,13 @@ from typing import Any
 
 from agentcanvas.cluster.model_actor import RayModelHandle, load_catalogue
 from agentcanvas.eval.episode import EpisodeOptions, EpisodeSpec, EpisodeWiring, run_episode
+from agentcanvas.eval.store import encode_jsonl_line
 from agentcanvas.graph.executor import ExecutionPrinciples
 from agentcanvas.graph.model import parse_graph
 from agentcanvas.nodes.base import NodeSetHandle
 from agentcanvas.server.runtime import fix_numeric_threads
+
+LOG_NAME = Path("log.jsonl")
 
 
 @dataclass
@@ -45,17 +49,19 @@ class EpisodeReply:
     """What comes back: the record (JSON), the firing log and the frames."""
 
     result: dict[str, Any]
-    log: list[dict[str, Any]] = field(default_factory=list)
+    log: bytes = b""  # log.jsonl as the local engine writes it, encoded here, not at the head
     frames: dict[str, bytes] = field(default_factory=dict)
     node_id: str = ""
 
 
-class _ListLog:
+class _EncodedLog:
+    """The episode's firing log, each entry encoded as the line log.jsonl gets."""
+
     def __init__(self) -> None:
-        self.entries: list[dict[str, Any]] = []
+        self.lines = bytearray()
 
     def record(self, entry: dict[str, Any]) -> None:
-        self.entries.append(entry)
+        self.lines += encode_jsonl_line(LOG_NAME, entry)
 
 
 class EpisodeWorker:
@@ -103,7 +109,7 @@ class EpisodeWorker:
     async def run(self, request: EpisodeRequest) -> EpisodeReply:
         """Run one episode here and send back its record, log and frames."""
         await self._attach()
-        log = _ListLog() if request.record_log else None
+        log = _EncodedLog() if request.record_log else None
         asset_dir = tempfile.mkdtemp(prefix="agentcanvas-frames-") if request.save_frames else ""
         try:
             wiring = EpisodeWiring(
@@ -129,7 +135,7 @@ class EpisodeWorker:
                 shutil.rmtree(asset_dir, ignore_errors=True)
         return EpisodeReply(
             result=result.model_dump(mode="json"),
-            log=log.entries if log is not None else [],
+            log=bytes(log.lines) if log is not None else b"",
             frames=frames,
             node_id=await self.node_id(),
         )
