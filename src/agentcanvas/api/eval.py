@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field, ValidationError
 from agentcanvas.cluster import select_engine
 from agentcanvas.errors import ConfigError, StateError, UserInputError
 from agentcanvas.eval import health
-from agentcanvas.eval.config import EvalConfig, MaxErrors
+from agentcanvas.eval.config import RAY_ADDRESS_PATTERN, EvalConfig, MaxErrors
 from agentcanvas.eval.foreground import run_foreground
 from agentcanvas.eval.recovery import load_spec
 from agentcanvas.eval.store import RunDir, new_run_id, read_json
@@ -68,7 +68,7 @@ class StartRequest(RequestModel):
     )
     save_frames: bool = False
     engine: Literal["local", "ray"] = "local"
-    ray_address: str | None = Field(default=None, max_length=256)
+    ray_address: str | None = Field(default=None, max_length=256, pattern=RAY_ADDRESS_PATTERN)
     via_subprocess: bool = True
     priority: JsonInt = Field(default=0, ge=-100, le=100)
     marginal_vram_mb: float = Field(default=0.0, ge=0, le=1e9)

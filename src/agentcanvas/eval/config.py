@@ -23,6 +23,7 @@ EpisodeStatus = Literal["completed", "timeout", "exception", "error", "no_verdic
 RunStatus = Literal["pending", "queued", "running", "completed", "failed", "cancelled", "aborted"]
 TERMINAL_RUN_STATUSES = ("completed", "failed", "cancelled", "aborted")
 MetricValue = float | int | bool | str | None
+RAY_ADDRESS_PATTERN = r"^(auto|(ray://)?[A-Za-z0-9.\-]+:[0-9]{1,5})$"
 
 
 def _max_errors_not_bool(value: Any) -> Any:
@@ -104,7 +105,7 @@ class EvalConfig(BaseModel):
     ray_address: str | None = Field(
         default=None,
         max_length=256,
-        pattern=r"^(auto|(ray://)?[A-Za-z0-9.\-]+:[0-9]{1,5})$",
+        pattern=RAY_ADDRESS_PATTERN,
         description="Engine ray: auto, host:port or ray://host:10001; default: a local Ray.",
     )
 
