@@ -143,6 +143,11 @@ class RayEvalRunner(BatchEvalRunner):
         except ray.exceptions.RayActorError as exc:
             log.warning("worker %d lost episode %d: %s", worker_id, item.index, exc)
             return None
+        except ray.exceptions.RayTaskError as exc:  # the actor's own error, not a loss
+            cause = getattr(exc, "cause", None)
+            if isinstance(cause, ServerDiedError):  # a model actor that never came back
+                raise ServerDiedError(str(cause)) from exc  # the run ends aborted
+            raise
         except TimeoutError:
             log.warning("worker %d silent past the deadline on episode %d", worker_id, item.index)
             self.group.restart(worker_id)
