@@ -14,6 +14,7 @@ from rich.table import Table
 from agentcanvas import exit_codes
 from agentcanvas.cli import _registry, command, print_json, resolve_graph
 from agentcanvas.cli_determinism import determinism_table
+from agentcanvas.cluster import select_engine
 from agentcanvas.errors import ConfigError
 from agentcanvas.eval.config import EvalConfig, EvalRun
 from agentcanvas.eval.events import EvalProgress, LiveEvent
@@ -57,6 +58,16 @@ def add_eval_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--save-frames", action="store_true", help="save frames (= --frames every)")
     p.add_argument("--frames", choices=["every", "failures", "none"], help=FRAMES_HELP)
+    p.add_argument(
+        "--engine",
+        choices=("local", "ray"),
+        default="local",
+        help="local: node-set servers on this host (default); ray: episodes in Ray actors",
+    )
+    p.add_argument(
+        "--ray-address",
+        help="engine ray: auto, host:port or ray://host:10001 (default: start a local Ray)",
+    )
 
 
 def build_config(args: argparse.Namespace, graph_name: str, workers: int) -> EvalConfig:
@@ -75,6 +86,8 @@ def build_config(args: argparse.Namespace, graph_name: str, workers: int) -> Eva
             max_errors=parse_max_errors(args.max_errors),
             save_frames=args.save_frames,
             frames=args.frames,
+            engine=args.engine,
+            ray_address=args.ray_address,
         )
     except ValidationError as exc:
         item = exc.errors()[0]
@@ -147,8 +160,11 @@ def _run(
         write_meta(run_dir.root, meta)
     view = _ProgressView(config.episode_count * n_tasks, label)
     with view.progress:
+        engine = select_engine(config)
         return asyncio.run(
-            run_foreground(registry, graph, config, broadcast=view, run_dir=run_dir)
+            run_foreground(
+                registry, graph, config, broadcast=view, run_dir=run_dir, engine=engine
+            )
         )
 
 

@@ -27,9 +27,10 @@ import sys
 import time
 from pathlib import Path
 
+from agentcanvas.cluster import select_engine
 from agentcanvas.errors import RunLockedError
 from agentcanvas.eval.config import EpisodeResult
-from agentcanvas.eval.foreground import collect_determinism, finalise_run, record_failure
+from agentcanvas.eval.foreground import finalise_run, record_failure
 from agentcanvas.eval.live_events import EventLog, events_path
 from agentcanvas.eval.records import recorded_results
 from agentcanvas.eval.run_spec import RunSpec
@@ -62,6 +63,9 @@ async def run(run_dir: RunDir, parent: int) -> str:
     spec = RunSpec.read(run_dir)
     shared_urls: dict[str, str] = read_json(run_dir.shared_urls_path)
     config = spec.config
+    engine = select_engine(config)  # engine ray: its own actors, no borrowed servers
+    if engine.name == "ray":
+        shared_urls = {}
     registry = WorkspaceComponentRegistry(active_workspace=_overlay(spec))
     registry.scan_all()
     marks["registry_scanned_at"] = time.time()
@@ -73,15 +77,15 @@ async def run(run_dir: RunDir, parent: int) -> str:
         marks["shared_borrowed_at"] = time.time()
         graph = spec.graph_model()
         registry.validate(graph)
-        await registry.ensure_nodesets_for_graph(graph, worker_count=config.worker_count)
+        await engine.start(registry, graph, config)
         marks["servers_ready_at"] = time.time()
-        term.runner = BatchEvalRunner(
+        term.runner = engine.runner(
             registry,
             graph,
             config,
             run_dir,
             run_id=run_dir.root.name,
-            determinism=await collect_determinism(registry, graph),
+            determinism=await engine.determinism(registry, graph),
             previous=previous_results(run_dir, spec),
             broadcast=EventLog(events_path(run_dir.root)),
         )
@@ -96,7 +100,7 @@ async def run(run_dir: RunDir, parent: int) -> str:
             if term.runner is not None:
                 _record_orphaned(term.runner, run_dir)
             _kill_own_group()
-        await asyncio.shield(finalise_run(registry, term.runner, run_dir))
+        await asyncio.shield(finalise_run(registry, term.runner, run_dir, engine))
 
 
 def _record_orphaned(runner: BatchEvalRunner, run_dir: RunDir) -> None:

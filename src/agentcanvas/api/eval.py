@@ -12,9 +12,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse
 from pydantic import BaseModel, Field, ValidationError
 
+from agentcanvas.cluster import select_engine
 from agentcanvas.errors import ConfigError, EpisodeNotFoundError, StateError
 from agentcanvas.eval import health
-from agentcanvas.eval.config import EvalConfig, FramesMode, MaxErrors
+from agentcanvas.eval.config import RAY_ADDRESS_PATTERN, EvalConfig, FramesMode, MaxErrors
 from agentcanvas.eval.events import EvalComplete
 from agentcanvas.eval.foreground import run_foreground
 from agentcanvas.eval.run_meta import RunName, RunNote, RunTags
@@ -71,6 +72,8 @@ class StartRequest(RequestModel):
     )
     save_frames: bool = False
     frames: FramesMode | None = Field(default=None, description="every, failures or none.")
+    engine: Literal["local", "ray"] = "local"
+    ray_address: str | None = Field(default=None, max_length=256, pattern=RAY_ADDRESS_PATTERN)
     via_subprocess: bool = True
     priority: JsonInt = Field(default=0, ge=-100, le=100)
     marginal_vram_mb: float = Field(default=0.0, ge=0, le=1e9)
@@ -115,7 +118,8 @@ async def start_eval_v2(body: StartRequest, request: Request) -> StartResponse:
         run_id = await _start_in_process(svc, graph, config, overlay)
         save_start_meta(svc.runs.run_dir(run_id).root, body.name, body.tags, body.note)
         return StartResponse(run_id=run_id, status="running", via_subprocess=False)
-    urls = await borrow_shared(svc.registry, resolver, graph)
+    ray = config.engine == "ray"  # the Ray engine runs its own model actors
+    urls = {} if ray else await borrow_shared(svc.registry, resolver, graph)
     spec = RunSpec(
         config=config,
         scheduling=SpecScheduling(
@@ -151,13 +155,17 @@ async def _start_in_process(
     run_dir = RunDir(svc.scheduler.runs_dir / new_run_id(svc.scheduler.runs_dir))
     registry = WorkspaceComponentRegistry(workspace=svc.workspace, active_workspace=overlay)
     registry.scan_all()
-    urls = await borrow_shared(svc.registry, registry, graph)
+    ray = config.engine == "ray"  # the Ray engine runs its own model actors
+    urls = {} if ray else await borrow_shared(svc.registry, registry, graph)
     for name, url in urls.items():
         await registry.register_remote_nodeset(name, url)
+    engine = select_engine(config)
 
     async def go() -> None:
         try:
-            await run_foreground(registry, graph, config, broadcast=svc.broadcast, run_dir=run_dir)
+            await run_foreground(
+                registry, graph, config, broadcast=svc.broadcast, run_dir=run_dir, engine=engine
+            )
         finally:
             svc.registry.release_shared_nodesets(sorted(urls))
 

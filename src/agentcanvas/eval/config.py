@@ -24,6 +24,7 @@ FramesMode = Literal["every", "failures", "none"]
 RunStatus = Literal["pending", "queued", "running", "completed", "failed", "cancelled", "aborted"]
 TERMINAL_RUN_STATUSES = ("completed", "failed", "cancelled", "aborted")
 MetricValue = float | int | bool | str | None
+RAY_ADDRESS_PATTERN = r"^(auto|(ray://)?[A-Za-z0-9.\-]+:[0-9]{1,5})$"
 
 
 def _max_errors_not_bool(value: Any) -> Any:
@@ -104,6 +105,15 @@ class EvalConfig(BaseModel):
         "succeed) or none. Default: every when save_frames, else none.",
     )
     record_log: bool = Field(default=True, description="Write each episode's log.jsonl.")
+    engine: Literal["local", "ray"] = Field(
+        default="local", description="local: servers on this host; ray: episodes in Ray actors."
+    )
+    ray_address: str | None = Field(
+        default=None,
+        max_length=256,
+        pattern=RAY_ADDRESS_PATTERN,
+        description="Engine ray: auto, host:port or ray://host:10001; default: a local Ray.",
+    )
 
     @field_validator("tasks")
     @classmethod
@@ -172,6 +182,10 @@ class DeterminismInfo(BaseModel):
     batched_functions: dict[str, BatchedFunctionInfo] = Field(default_factory=dict)
     reasons: list[str] = Field(default_factory=list)
     seed_function: str = "sha256(agentcanvas-v1|run_seed|task|episode_index) mod 2**31"
+    engine: str = Field(default="local", description="The engine that ran the episodes.")
+    worker_nodes: dict[str, list[str]] = Field(
+        default_factory=dict, description="Engine ray: the Ray node ids each worker ran on."
+    )
 
 
 class WorkerStats(BaseModel):

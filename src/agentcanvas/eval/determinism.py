@@ -78,6 +78,10 @@ async def _server_report(
 ) -> dict[str, Any] | str:
     """The server's ``/batch_audit`` for this run, or why it could not be read."""
     handle = registry.bound(nodeset)
+    audit = getattr(handle, "batch_audit", None)  # the Ray engine's model actors
+    if callable(audit):
+        audited: dict[str, Any] = await audit(run_id)
+        return audited
     url = getattr(handle, "url", None)
     if not isinstance(url, str):
         return "in_process"

@@ -19,6 +19,7 @@ from pathlib import Path
 from agentcanvas.errors import ServerDiedError
 from agentcanvas.eval.config import EvalConfig, EvalRun
 from agentcanvas.eval.determinism import collect_determinism
+from agentcanvas.eval.engine import Engine, LocalEngine
 from agentcanvas.eval.events import Broadcast
 from agentcanvas.eval.run_spec import RunSpec
 from agentcanvas.eval.runlock import RunLock
@@ -57,14 +58,18 @@ async def run_foreground(
     broadcast: Broadcast | None = None,
     base_dir: Path | None = None,
     run_dir: RunDir | None = None,
+    engine: Engine | None = None,
 ) -> ForegroundRun:
-    """Run ``config`` on ``graph`` here, start to finish; the run folder is always finalised."""
+    """Run ``config`` on ``graph`` here, start to finish; the run folder is always finalised.
+    ``engine``: where the episodes run (default: this host's node-set servers)."""
     if run_dir is None:
         folder = base_dir or runs_dir(registry.workspace)
         run_dir = RunDir(folder / new_run_id(folder))
     run_dir.create()
     with RunLock(run_dir).acquire():
-        return await _run_locked(registry, graph, config, broadcast, run_dir)
+        return await _run_locked(
+            registry, graph, config, broadcast, run_dir, engine or LocalEngine()
+        )
 
 
 async def _run_locked(
@@ -73,6 +78,7 @@ async def _run_locked(
     config: EvalConfig,
     broadcast: Broadcast | None,
     run_dir: RunDir,
+    engine: Engine,
 ) -> ForegroundRun:
     run_id = run_dir.root.name
     write_spec(run_dir, config, graph, run_id)
@@ -80,22 +86,22 @@ async def _run_locked(
     registry.servers.launcher = LocalProcessLauncher(log_dir=run_dir.root / "servers")
     (run_dir.root / "servers").mkdir(exist_ok=True)
     try:
-        await registry.ensure_nodesets_for_graph(graph, worker_count=config.worker_count)
-        runner = BatchEvalRunner(
+        await engine.start(registry, graph, config)
+        runner = engine.runner(
             registry,
             graph,
             config,
             run_dir,
             run_id=run_id,
             broadcast=broadcast,
-            determinism=await collect_determinism(registry, graph),
+            determinism=await engine.determinism(registry, graph),
         )
         summary = await runner.execute()
     except BaseException as exc:
         record_failure(run_dir, runner, config, exc)
         raise
     finally:
-        await asyncio.shield(finalise_run(registry, runner, run_dir))
+        await asyncio.shield(finalise_run(registry, runner, run_dir, engine))
     return ForegroundRun(run_id, run_dir, summary)
 
 
@@ -140,12 +146,20 @@ def root_cause(exc: BaseException) -> BaseException:
 
 
 async def finalise_run(
-    registry: WorkspaceComponentRegistry, runner: BatchEvalRunner | None, run_dir: RunDir
+    registry: WorkspaceComponentRegistry,
+    runner: BatchEvalRunner | None,
+    run_dir: RunDir,
+    engine: Engine | None = None,
 ) -> None:
-    """Stop owned servers (borrowed ones are left alone), save, and touch ``_DONE`` — except
-    for an aborted run, which stays without ``_DONE`` so it can be resumed."""
+    """Stop owned servers (borrowed ones are left alone) and the engine's actors, save, and
+    touch ``_DONE`` — except for an aborted run, which stays without ``_DONE`` so it can be
+    resumed."""
     try:
-        await registry.shutdown_all()
+        try:
+            if engine is not None:
+                await engine.close()
+        finally:
+            await registry.shutdown_all()
     finally:
         if runner is not None:
             runner.save()

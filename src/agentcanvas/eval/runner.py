@@ -157,26 +157,17 @@ class BatchEvalRunner:
         self._refresh_progress()
         self._new_results.set()  # resumed results: aggregates before the first boundary
         self.save()
-        env_ns = self.graph.env.nodeset if self.graph.env else None
-        replicated = self.registry.servers.replicated_in(self.graph)
         dispatcher = WorkStealingDispatcher(
             partition_contiguous(todo, self.config.worker_count),
             {s.index: s.task for s in self.specs},
             steal=self.work_stealing,
         )
         self.run.workers = dispatcher.stats  # updated in place as episodes are handed out
-        pool = EnvWorkerPool(self.registry, self.config.worker_count, env_ns, replicated)
-        async with pool, asyncio.TaskGroup() as group:
+        async with asyncio.TaskGroup() as group:
             aggregator = group.create_task(self._live_aggregates())
-            workers = [
-                group.create_task(self._worker(pool, worker_id, dispatcher))
-                for worker_id in range(self.config.worker_count)
-            ]
-            if workers:  # a worker's failure aborts the group (and this wait) with it
-                await asyncio.wait(workers)
+            await self._run_workers(dispatcher)  # its failure aborts the group with it
             aggregator.cancel()  # the final summary recomputes every aggregate
-        # What the shared servers' batch audit found while this run used them.
-        await finish_determinism(self.registry, self.graph, self.run.run_id, self.run.determinism)
+        await self._finish_determinism()
         finished = all(
             i in self.results and self.results[i].status != "cancelled"
             for i in range(len(self.specs))
@@ -191,6 +182,24 @@ class BatchEvalRunner:
         await asyncio.to_thread(self.save)
         self.broadcast(EvalComplete(run_id=self.run.run_id, status=self.run.status))
         return self.run
+
+    async def _run_workers(self, dispatcher: WorkStealingDispatcher) -> None:
+        """Run the dispatched episodes on this host's worker slots (the Ray engine's runner
+        overrides this with its actors)."""
+        env_ns = self.graph.env.nodeset if self.graph.env else None
+        replicated = self.registry.servers.replicated_in(self.graph)
+        pool = EnvWorkerPool(self.registry, self.config.worker_count, env_ns, replicated)
+        async with pool, asyncio.TaskGroup() as group:
+            workers = [
+                group.create_task(self._worker(pool, worker_id, dispatcher))
+                for worker_id in range(self.config.worker_count)
+            ]
+            if workers:  # a worker's failure aborts the group (and this wait) with it
+                await asyncio.wait(workers)
+
+    async def _finish_determinism(self) -> None:
+        """What the shared servers' batch audit found while this run used them."""
+        await finish_determinism(self.registry, self.graph, self.run.run_id, self.run.determinism)
 
     async def _worker(
         self, pool: EnvWorkerPool, worker_id: int, dispatcher: WorkStealingDispatcher

@@ -29,6 +29,7 @@ from agentcanvas.nodes.blocking import run_blocking
 from agentcanvas.nodes.manifest import (
     LoadInfo,
     NodeSetManifest,
+    NodeSetResources,
     NodeTypeSpec,
     PanelSpec,
     Parallelism,
@@ -125,6 +126,7 @@ class NodeSet:
     panel_class: type[Panel] | None = None
     evict: Callable[[Any, str], None] | None = None
     determinism: Callable[[Any], dict[str, str]] | None = None
+    resources: NodeSetResources = field(default_factory=NodeSetResources)  # on a cluster
     _nodes: dict[str, _NodeDef] = field(default_factory=dict)
 
     def node(
@@ -213,6 +215,7 @@ class NodeSet:
             forkable=self.forkable,
             nodes=[d.spec for d in self._nodes.values()],
             panel=panel,
+            resources=self.resources,
         )
 
     def definition(self, node_name: str) -> _NodeDef:

@@ -100,6 +100,15 @@ class LoadInfo(_Frozen):
     extra: dict[str, Any] = Field(default_factory=dict)
 
 
+class NodeSetResources(_Frozen):
+    """What one instance of a shared node set reserves on a cluster (the Ray engine's model
+    actor); the local engine does not read it."""
+
+    num_cpus: float = Field(default=0.0, ge=0, le=1024, description="CPUs (may be fractional).")
+    num_gpus: float = Field(default=0.0, ge=0, le=64, description="GPUs (may be fractional).")
+    memory_mb: float = Field(default=0.0, ge=0, le=16_777_216, description="Memory, MiB.")
+
+
 class NodeSetManifest(_Frozen):
     """Everything a node set declares: name, version, parallelism, node types, panel."""
 
@@ -115,6 +124,7 @@ class NodeSetManifest(_Frozen):
     )
     nodes: list[NodeTypeSpec] = Field(default_factory=list)
     panel: PanelSpec | None = None
+    resources: NodeSetResources = Field(default_factory=NodeSetResources)
 
     def node_type(self, name: str) -> NodeTypeSpec | None:
         return next((n for n in self.nodes if n.name == name), None)

@@ -238,6 +238,10 @@ class WorkspaceComponentRegistry:
         self._bindings.pop(nodeset, None)
         await self.servers.stop(nodeset)
 
+    def bind_handle(self, nodeset: str, handle: NodeSetHandle) -> None:
+        """Route calls of a node set to ``handle`` (the Ray engine's model actors)."""
+        self._bindings[nodeset] = handle
+
     def bound(self, nodeset: str) -> NodeSetHandle | None:
         return self._bindings.get(nodeset)
 

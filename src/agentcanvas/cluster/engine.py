@@ -1,0 +1,120 @@
+"""RayEngine: the ``ray`` engine of a run — Ray session, model actors, worker actors.
+
+``start`` opens the session (a local Ray on loopback, or ``ray_address``), ships the
+workspace's node sets and graphs (``shipping``), starts one actor per shared node set and
+binds the registry to them (so the determinism block reads their start-up checks and audit,
+as it reads a server's). The worker actors are started by the runner, which knows the run
+id. ``close`` kills every actor of the run and ends a session it started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+from agentcanvas.cluster.model_actor import ModelServer, RayModelHandle
+from agentcanvas.cluster.placement import model_options
+from agentcanvas.cluster.runner import RayEvalRunner
+from agentcanvas.cluster.session import RaySession, import_ray, open_session
+from agentcanvas.cluster.shipping import ShippedWorkspace, stage_workspace
+from agentcanvas.cluster.workers import START_TIMEOUT_S, RayWorkerGroup
+from agentcanvas.errors import ServerError, StateError
+from agentcanvas.eval.config import DeterminismInfo, EpisodeResult, EvalConfig
+from agentcanvas.eval.determinism import collect_determinism
+from agentcanvas.eval.events import Broadcast
+from agentcanvas.eval.runner import BatchEvalRunner
+from agentcanvas.eval.store import RunDir
+from agentcanvas.graph.model import Graph
+from agentcanvas.nodes.registry import WorkspaceComponentRegistry
+
+
+class RayEngine:
+    """Runs a run's episodes in Ray actors; the eval process stays the run's only writer."""
+
+    name = "ray"
+
+    def __init__(self) -> None:
+        self.session: RaySession | None = None
+        self.shipped: ShippedWorkspace | None = None
+        self.models: dict[str, Any] = {}
+        self.group: RayWorkerGroup | None = None
+
+    async def start(
+        self, registry: WorkspaceComponentRegistry, graph: Graph, config: EvalConfig
+    ) -> None:
+        self.session = await asyncio.to_thread(
+            open_session, config.ray_address, config.worker_count
+        )
+        self.shipped = stage_workspace(registry.workspace, registry.active_workspace)
+        runtime_env = self.shipped.runtime_env()
+        ray = import_ray()
+        remote = ray.remote(ModelServer)
+        for name in registry.servers.shared_in(graph):
+            manifest = registry.manifest(name)
+            options = model_options(manifest, runtime_env, f"agentcanvas:{id(self)}:{name}")
+            actor = remote.options(**options).remote(name, None, self.shipped.active_dir())
+            self.models[name] = actor
+            registry.bind_handle(name, RayModelHandle(name, actor, manifest))
+        await self._models_ready()
+        self.group = RayWorkerGroup(
+            graph.model_dump(mode="json"), self.models, runtime_env, self.shipped.active_dir()
+        )
+
+    async def _models_ready(self) -> None:
+        try:
+            async with asyncio.timeout(START_TIMEOUT_S):
+                await asyncio.gather(*(actor.ping.remote() for actor in self.models.values()))
+        except TimeoutError as exc:
+            raise ServerError(
+                f"Ray could not start the model actors {sorted(self.models)} within "
+                f"{START_TIMEOUT_S:g} s: does the cluster have the resources they declare?"
+            ) from exc
+
+    async def determinism(
+        self, registry: WorkspaceComponentRegistry, graph: Graph
+    ) -> DeterminismInfo:
+        info = await collect_determinism(registry, graph)
+        info.engine = self.name
+        return info
+
+    def runner(
+        self,
+        registry: WorkspaceComponentRegistry,
+        graph: Graph,
+        config: EvalConfig,
+        run_dir: RunDir,
+        *,
+        run_id: str,
+        broadcast: Broadcast | None,
+        determinism: DeterminismInfo,
+        previous: Sequence[EpisodeResult] = (),
+    ) -> BatchEvalRunner:
+        if self.group is None:
+            raise StateError("RayEngine.runner before start")
+        return RayEvalRunner(
+            registry,
+            graph,
+            config,
+            run_dir,
+            run_id=run_id,
+            group=self.group,
+            broadcast=broadcast,
+            determinism=determinism,
+            previous=previous,
+        )
+
+    async def close(self) -> None:
+        """Kill the run's actors (workers, then models), end an owned session."""
+        try:
+            if self.group is not None:
+                self.group.kill_all()
+            ray = import_ray()
+            models, self.models = self.models, {}
+            for actor in models.values():
+                ray.kill(actor, no_restart=True)
+        finally:
+            if self.shipped is not None:
+                self.shipped.close()
+            if self.session is not None:
+                await asyncio.to_thread(self.session.close)

@@ -1,0 +1,162 @@
+"""EpisodeWorker: one worker of a Ray run, an actor that runs whole episodes itself.
+
+It loads the node sets from the shipped workspace as a node-set server would (catalogue
+scan), holds its replicated node sets (the simulator) in-process, reaches the shared ones
+through model-actor handles, and runs each episode with the same ``run_episode`` (LoopRunner
+/ GraphExecutor) as the local engine. In-process calls of replicated and shared node sets
+cross the wire encoding (``nodes.boundary``), so a record equals the local engine's.
+
+The head sends an episode's identity and options; the actor answers with its EpisodeResult,
+the episode's firing log (encoded here) and its frames (file name → PNG bytes), which the
+head writes into the run folder. One call per episode: the head's work does not grow with
+episode length.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentcanvas.cluster.model_actor import RayModelHandle, load_catalogue
+from agentcanvas.eval.episode import EpisodeOptions, EpisodeSpec, EpisodeWiring, run_episode
+from agentcanvas.eval.store import encode_jsonl_line
+from agentcanvas.graph.executor import ExecutionPrinciples
+from agentcanvas.graph.model import parse_graph
+from agentcanvas.nodes.base import NodeSetHandle
+from agentcanvas.server.runtime import fix_numeric_threads
+
+LOG_NAME = Path("log.jsonl")
+
+
+@dataclass
+class EpisodeRequest:
+    """What the head sends for one episode: identity and the run's episode options."""
+
+    spec: EpisodeSpec
+    step_budget: int | None
+    per_step_timeout_s: float
+    episode_timeout_s: float | None
+    save_frames: bool
+    record_log: bool
+
+
+@dataclass
+class EpisodeReply:
+    """What comes back: the record (JSON), the firing log and the frames."""
+
+    result: dict[str, Any]
+    log: bytes = b""  # log.jsonl as the local engine writes it, encoded here, not at the head
+    frames: dict[str, bytes] = field(default_factory=dict)
+    node_id: str = ""
+
+
+class _EncodedLog:
+    """The episode's firing log, each entry encoded as the line log.jsonl gets."""
+
+    def __init__(self) -> None:
+        self.lines = bytearray()
+
+    def record(self, entry: dict[str, Any]) -> None:
+        self.lines += encode_jsonl_line(LOG_NAME, entry)
+
+
+class EpisodeWorker:
+    """The body of a worker actor (wrapped with ``ray.remote`` by the engine)."""
+
+    def __init__(
+        self,
+        client: str,
+        graph: dict[str, Any],
+        workspace: str | None,
+        active: str | None,
+        models: dict[str, Any],
+    ) -> None:
+        fix_numeric_threads()
+        self.client = client
+        self.registry = load_catalogue(workspace, active)
+        self.graph = parse_graph(graph, source="the run's graph")
+        for name, actor in models.items():
+            manifest = self.registry.manifest(name)
+            self.registry.bind_handle(name, RayModelHandle(name, actor, manifest))
+        self.registry.validate(self.graph)
+        self.env_nodeset = self.graph.env.nodeset if self.graph.env else None
+        self.overrides: dict[str, NodeSetHandle] = {
+            name: self.registry.local_instance(name)
+            for name in self.registry.servers.replicated_in(self.graph)
+        }
+        self.models = [self.registry.bound(name) for name in models]
+        self._cancel: asyncio.Event | None = None
+        self._attached = False
+
+    def _cancel_event(self) -> asyncio.Event:
+        if self._cancel is None:  # made on the actor's event loop
+            self._cancel = asyncio.Event()
+        return self._cancel
+
+    async def node_id(self) -> str:
+        import ray
+
+        return str(ray.get_runtime_context().get_node_id())
+
+    async def cancel(self) -> None:
+        """End the episode in flight as ``cancelled`` (the run was cancelled)."""
+        self._cancel_event().set()
+
+    async def run(self, request: EpisodeRequest) -> EpisodeReply:
+        """Run one episode here and send back its record, log and frames."""
+        await self._attach()
+        log = _EncodedLog() if request.record_log else None
+        asset_dir = tempfile.mkdtemp(prefix="agentcanvas-frames-") if request.save_frames else ""
+        try:
+            wiring = EpisodeWiring(
+                resolver=self.registry,
+                env=self.overrides.get(self.env_nodeset) if self.env_nodeset else None,
+                env_panel_overrides=self.overrides,
+                principles=ExecutionPrinciples(suppress_nav_events=True),
+                client=self.client,
+            )
+            options = EpisodeOptions(
+                step_budget_override=request.step_budget,
+                per_step_timeout_s=request.per_step_timeout_s,
+                episode_timeout_s=request.episode_timeout_s,
+                render=request.save_frames,
+                log=log,
+                asset_dir=asset_dir,
+                cancel=self._cancel_event(),
+            )
+            result = await run_episode(self.graph, request.spec, wiring, options)
+            frames = _read_frames(asset_dir)
+        finally:
+            if asset_dir:
+                shutil.rmtree(asset_dir, ignore_errors=True)
+        return EpisodeReply(
+            result=result.model_dump(mode="json"),
+            log=bytes(log.lines) if log is not None else b"",
+            frames=frames,
+            node_id=await self.node_id(),
+        )
+
+    async def _attach(self) -> None:
+        """Tell the model actors this worker sends requests (their batching rendezvous)."""
+        if self._attached:
+            return
+        for handle in self.models:
+            if isinstance(handle, RayModelHandle):
+                await handle.attach(self.client)
+        self._attached = True
+
+    async def detach(self) -> None:
+        for handle in self.models:
+            if isinstance(handle, RayModelHandle):
+                await handle.detach(self.client)
+        self._attached = False
+
+
+def _read_frames(asset_dir: str) -> dict[str, bytes]:
+    if not asset_dir:
+        return {}
+    return {p.name: p.read_bytes() for p in sorted(Path(asset_dir).iterdir()) if p.is_file()}

@@ -1,0 +1,93 @@
+"""Which engine runs a run's episodes: the seam between the eval process and where they run.
+
+An engine prepares what the graph needs (``start``), measures the run's determinism block
+from its shared node sets, makes the run's BatchEvalRunner, and releases what it started
+(``close``). :class:`LocalEngine` is the default: node-set servers on this host, the eval
+process drives every step. The Ray engine (``agentcanvas.cluster.engine.RayEngine``) runs
+whole episodes inside Ray actors; the top-level callers (CLI, eval subprocess, API) pick it
+with ``agentcanvas.cluster.select_engine`` when a run's config says ``engine: ray``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from agentcanvas.eval.config import DeterminismInfo, EpisodeResult, EvalConfig
+from agentcanvas.eval.determinism import collect_determinism
+from agentcanvas.eval.events import Broadcast
+from agentcanvas.eval.runner import BatchEvalRunner
+from agentcanvas.eval.store import RunDir
+from agentcanvas.graph.model import Graph
+from agentcanvas.nodes.registry import WorkspaceComponentRegistry
+
+
+class Engine(Protocol):
+    """Starts what a run needs, makes its runner, and releases what it started."""
+
+    name: str
+
+    async def start(
+        self, registry: WorkspaceComponentRegistry, graph: Graph, config: EvalConfig
+    ) -> None: ...
+
+    async def determinism(
+        self, registry: WorkspaceComponentRegistry, graph: Graph
+    ) -> DeterminismInfo: ...
+
+    def runner(
+        self,
+        registry: WorkspaceComponentRegistry,
+        graph: Graph,
+        config: EvalConfig,
+        run_dir: RunDir,
+        *,
+        run_id: str,
+        broadcast: Broadcast | None,
+        determinism: DeterminismInfo,
+        previous: Sequence[EpisodeResult] = (),
+    ) -> BatchEvalRunner: ...
+
+    async def close(self) -> None: ...
+
+
+class LocalEngine:
+    """Node-set servers on this host: the shared ones once, N tagged replicated ones."""
+
+    name = "local"
+
+    async def start(
+        self, registry: WorkspaceComponentRegistry, graph: Graph, config: EvalConfig
+    ) -> None:
+        await registry.ensure_nodesets_for_graph(graph, worker_count=config.worker_count)
+
+    async def determinism(
+        self, registry: WorkspaceComponentRegistry, graph: Graph
+    ) -> DeterminismInfo:
+        return await collect_determinism(registry, graph)
+
+    def runner(
+        self,
+        registry: WorkspaceComponentRegistry,
+        graph: Graph,
+        config: EvalConfig,
+        run_dir: RunDir,
+        *,
+        run_id: str,
+        broadcast: Broadcast | None,
+        determinism: DeterminismInfo,
+        previous: Sequence[EpisodeResult] = (),
+    ) -> BatchEvalRunner:
+        return BatchEvalRunner(
+            registry,
+            graph,
+            config,
+            run_dir,
+            run_id=run_id,
+            broadcast=broadcast,
+            determinism=determinism,
+            previous=previous,
+        )
+
+    async def close(self) -> None:
+        """The registry's shutdown stops the servers (``finalise_run``)."""

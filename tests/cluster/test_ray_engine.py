@@ -1,0 +1,118 @@
+"""The Ray engine on a simulated three-node cluster: same records as the local engine."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentcanvas.cluster.engine import RayEngine
+from agentcanvas.cluster.session import node_addresses
+from agentcanvas.eval.config import EvalRun
+from support.batched_nodesets import write_batched_workspace
+from support.cli import run_cli
+from support.ray_cluster import identities, live_actor_names, run_graph
+from support.workspace import home_workspace
+
+pytestmark = pytest.mark.slow
+BUILTIN = {"babyai_goto": 1, "babyai_oracle": 2, "cartpole_mlp": 2}
+
+
+@pytest.fixture(scope="module")
+def probe_workspace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    for root in home_workspace(tmp_path_factory, "ray_probe", {}):
+        write_batched_workspace(root)
+        yield root
+
+
+def test_every_node_is_on_loopback(ray_cluster: Any) -> None:
+    import ray
+
+    nodes = [n for n in ray.nodes() if n["Alive"]]
+    assert len(nodes) == 3
+    assert {n["NodeManagerAddress"] for n in nodes} == {"127.0.0.1"}
+    assert ray.get_runtime_context().gcs_address.startswith("127.0.0.1:")  # this driver too
+    assert set(node_addresses()) == {"127.0.0.1"}
+
+
+@pytest.mark.parametrize("graph", sorted(BUILTIN))
+async def test_builtin_graph_records_equal_local(
+    ray_cluster: Any, tmp_path: Path, graph: str
+) -> None:
+    n = BUILTIN[graph]
+    local = await run_graph(tmp_path, graph, episode_count=n, worker_count=1)
+    ray_run = await run_graph(tmp_path, graph, RayEngine(), episode_count=n, worker_count=2)
+    assert ray_run.status == local.status == "completed"
+    assert identities(ray_run) == identities(local)
+    assert ray_run.determinism.engine == "ray" and local.determinism.engine == "local"
+    assert ray_run.determinism.guaranteed == local.determinism.guaranteed
+    assert live_actor_names() == []  # the run's actors are gone with it
+    assert _logs(tmp_path, ray_run) == _logs(tmp_path, local)  # written by the head
+    nodes = ray_run.determinism.worker_nodes  # SPREAD: the two workers on two nodes
+    assert sorted(nodes) == ["0", "1"] and len({ids[0] for ids in nodes.values()}) == 2
+    assert sum(w.episodes for w in ray_run.workers) == ray_run.episodes_total
+
+
+async def test_workspace_nodeset_records_equal_local(
+    ray_cluster: Any, probe_workspace: Path
+) -> None:
+    """A node set written into the workspace reaches the actors through the runtime env;
+    its shared model runs in a model actor with the same start-up check and batching."""
+    local = await run_graph(probe_workspace, "steady_graph", episode_count=4, worker_count=1)
+    ray_run = await run_graph(
+        probe_workspace, "steady_graph", RayEngine(), episode_count=4, worker_count=2
+    )
+    assert ray_run.status == "completed"
+    assert identities(ray_run) == identities(local)
+    function = ray_run.determinism.batched_functions["probe_model.steady"]
+    assert function.verified and function.mode == "batched"
+    assert ray_run.determinism.guaranteed
+
+
+def test_cli_engine_ray_joins_a_cluster(ray_cluster: Any, tmp_path: Path) -> None:
+    """``agentcanvas eval --engine ray --ray-address`` joins the cluster; the run folder is
+    the head's, its spec and summary say the engine."""
+    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    args = ["eval", "babyai_oracle", "-n", "1", "-w", "2", "--engine", "ray", "--json"]
+    done = run_cli(
+        *args, "--ray-address", ray_cluster.address, workspace=tmp_path, timeout_s=240, env=env
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads(done.stdout)
+    assert summary["status"] == "completed" and summary["config"]["engine"] == "ray"
+    assert summary["determinism"]["engine"] == "ray"
+    (spec,) = tmp_path.glob("outputs/eval_runs/*/spec.json")
+    assert json.loads(spec.read_text())["config"]["ray_address"] == ray_cluster.address
+    assert live_actor_names() == []
+
+
+def test_cli_refuses_a_bad_ray_address(tmp_path: Path) -> None:
+    done = run_cli(
+        "eval",
+        "babyai_oracle",
+        "-n",
+        "1",
+        "--engine",
+        "ray",
+        "--ray-address",
+        "no address!",
+        workspace=tmp_path,
+        timeout_s=60,
+    )
+    assert done.returncode == 1
+    assert "ray_address" in done.stderr and "Traceback" not in done.stderr
+
+
+def _logs(base: Path, run: EvalRun) -> list[list[dict[str, Any]]]:
+    """Each episode's log.jsonl, without its wall-clock latencies."""
+    root = base / "runs" / run.run_id / "episodes"
+    logs = []
+    for folder in sorted(root.glob("ep*")):
+        lines = (folder / "log.jsonl").read_text().splitlines()
+        logs.append([{k: v for k, v in json.loads(x).items() if k != "latency_ms"} for x in lines])
+    assert len(logs) == run.episodes_total
+    return logs

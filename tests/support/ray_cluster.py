@@ -1,0 +1,95 @@
+"""A simulated Ray cluster on loopback (a head and two one-CPU nodes) and run helpers.
+
+Every node is given ``node_ip_address="127.0.0.1"`` and ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER``
+is 0 before Ray is imported, so no traffic leaves loopback. Health checks are made fast so
+that a removed node is declared dead (and its actors restarted elsewhere) in seconds.
+"""
+
+from __future__ import annotations
+
+import os
+
+# Read by Ray when it is first imported: set before anything can import it.
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+from pathlib import Path
+from typing import Any
+
+from agentcanvas.eval.config import EpisodeResult, EvalConfig, EvalRun
+from agentcanvas.eval.engine import Engine, LocalEngine
+from agentcanvas.eval.foreground import run_foreground
+from agentcanvas.nodes.registry import WorkspaceComponentRegistry
+
+LOOPBACK = "127.0.0.1"
+OBJECT_STORE = 100 * 1024**2
+FAST_HEALTH = {
+    "health_check_initial_delay_ms": 0,
+    "health_check_period_ms": 1000,
+    "health_check_failure_threshold": 2,
+    "health_check_timeout_ms": 1000,
+}
+
+
+def start_cluster() -> Any:
+    """A head (one CPU) and two one-CPU nodes, all on 127.0.0.1, and this driver joined."""
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    import ray
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={
+            "num_cpus": 1,
+            "node_ip_address": LOOPBACK,
+            "include_dashboard": False,
+            "object_store_memory": OBJECT_STORE,
+            "_system_config": FAST_HEALTH,
+        },
+    )
+    for _ in range(2):
+        add_node(cluster)
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, log_to_driver=False)
+    return cluster
+
+
+def add_node(cluster: Any) -> Any:
+    return cluster.add_node(num_cpus=1, node_ip_address=LOOPBACK, object_store_memory=OBJECT_STORE)
+
+
+def registry_for(workspace: Path) -> WorkspaceComponentRegistry:
+    registry = WorkspaceComponentRegistry(workspace=workspace)
+    registry.scan_all()
+    return registry
+
+
+async def run_graph(
+    workspace: Path, graph_name: str, engine: Engine | None = None, **config: Any
+) -> EvalRun:
+    """One foreground run of ``graph_name`` in ``workspace`` (default engine: local)."""
+    registry = registry_for(workspace)
+    graph = registry.load_graph(graph_name)
+    engine = engine or LocalEngine()
+    cfg = EvalConfig(graph_name=graph.name, engine=engine.name, **config)  # type: ignore[arg-type]
+    (workspace / "runs").mkdir(exist_ok=True)
+    done = await run_foreground(registry, graph, cfg, base_dir=workspace / "runs", engine=engine)
+    return done.summary
+
+
+def identities(run: EvalRun) -> list[dict[str, Any]]:
+    """The per-episode records invariance compares (no wall time, no attempts)."""
+    return [e.identity() for e in sorted(run.episodes, key=lambda e: e.index)]
+
+
+def live_actor_names() -> list[str]:
+    """Names of this cluster's actors of agentcanvas runs that are not dead."""
+    from ray._private import state
+
+    return sorted(
+        str(a.get("Name"))
+        for a in state.actors().values()
+        if str(a.get("Name", "")).startswith("agentcanvas:") and a.get("State") != "DEAD"
+    )
+
+
+def attempts(run: EvalRun) -> list[EpisodeResult]:
+    return [e for e in run.episodes if e.attempts > 1]
