@@ -33,7 +33,7 @@ from typing import Any
 
 from agentcanvas.eval.config import EvalConfig
 from agentcanvas.eval.foreground import run_foreground
-from agentcanvas.nodes.registry import WorkspaceComponentRegistry
+from agentcanvas.server.registry import WorkspaceComponentRegistry
 
 GRAPH_NAME = "babyai_oracle"
 N_TASKS = 2  # babyai_oracle's levels; episodes are episode_count per task

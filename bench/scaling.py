@@ -53,8 +53,8 @@ from agentcanvas.eval.runner import BatchEvalRunner
 from agentcanvas.eval.seeding import episode_seed
 from agentcanvas.eval.worker_pool import partition_contiguous
 from agentcanvas.gridnav import LEFT, shortest_plan
-from agentcanvas.nodes.registry import WorkspaceComponentRegistry
 from agentcanvas.nodesets.env_minigrid import MiniGridState
+from agentcanvas.server.registry import WorkspaceComponentRegistry
 
 GRAPH_NAME = "bench_scaling"
 NO_LATENCY_GRAPH = "bench_scaling_no_latency"

@@ -16,7 +16,7 @@ from agentcanvas.eval.episode import EpisodeOptions, EpisodeSpec, EpisodeWiring,
 from agentcanvas.eval.seeding import episode_seed
 from agentcanvas.eval.tasks import check_tasks
 from agentcanvas.graph.model import Graph, graph_json_schema, load_graph_file
-from agentcanvas.nodes.registry import WorkspaceComponentRegistry
+from agentcanvas.server.registry import WorkspaceComponentRegistry
 
 Handler = Callable[[argparse.Namespace], int]
 _COMMANDS: dict[str, Handler] = {}

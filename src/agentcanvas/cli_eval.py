@@ -18,7 +18,9 @@ from agentcanvas.errors import ConfigError
 from agentcanvas.eval.config import EvalConfig, EvalRun
 from agentcanvas.eval.foreground import ForegroundRun, run_foreground
 from agentcanvas.eval.invariance import diff_runs
+from agentcanvas.eval.run_setup import new_run_dir, run_registry
 from agentcanvas.eval.tasks import check_tasks
+from agentcanvas.paths import runs_dir
 from agentcanvas.server.batch_audit import check_batcher_settings
 
 stderr = Console(stderr=True)
@@ -122,8 +124,10 @@ def _run(args: argparse.Namespace, workers: int, label: str) -> ForegroundRun:
         len(config.tasks) if config.tasks else max(1, len(graph.env.tasks) if graph.env else 1)
     )
     view = _ProgressView(config.episode_count * n_tasks, label)
+    run_dir = new_run_dir(runs_dir(registry.workspace))
+    run = run_registry(registry.catalogue, run_dir)  # its servers log into the run folder
     with view.progress:
-        return asyncio.run(run_foreground(registry, graph, config, broadcast=view))
+        return asyncio.run(run_foreground(run, graph, config, broadcast=view, run_dir=run_dir))
 
 
 def print_summary(run: EvalRun, where: str) -> None:

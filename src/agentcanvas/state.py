@@ -15,8 +15,8 @@ from typing import Any, Protocol
 from agentcanvas import jsontext
 from agentcanvas.api.progress import ProgressRelay
 from agentcanvas.api.runs import RunCache
-from agentcanvas.nodes.registry import WorkspaceComponentRegistry
 from agentcanvas.scheduler.job_scheduler import JobScheduler
+from agentcanvas.server.registry import WorkspaceComponentRegistry
 
 log = logging.getLogger(__name__)
 

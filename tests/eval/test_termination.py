@@ -24,7 +24,7 @@ from agentcanvas.eval.runner import BatchEvalRunner
 from agentcanvas.eval.seeding import episode_seed
 from agentcanvas.eval.store import RunDir, read_json, read_jsonl
 from agentcanvas.graph.model import Graph, parse_graph
-from agentcanvas.nodes.registry import WorkspaceComponentRegistry
+from agentcanvas.server.registry import WorkspaceComponentRegistry
 from support.eval_runs import wait_for_firings
 from support.registry import started_registry
 from support.workspace import home_workspace

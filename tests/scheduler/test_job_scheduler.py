@@ -21,7 +21,6 @@ import pytest
 from agentcanvas.errors import StateError
 from agentcanvas.eval.config import EvalConfig
 from agentcanvas.eval.store import atomic_write_json, read_json
-from agentcanvas.nodes.registry import WorkspaceComponentRegistry
 from agentcanvas.scheduler.calibration import CalibrationStore, graph_fingerprint
 from agentcanvas.scheduler.cpu import CpuSampler, cpu_cores
 from agentcanvas.scheduler.job_scheduler import EVAL_NICENESS, JobScheduler, SchedulerHooks
@@ -33,6 +32,7 @@ from agentcanvas.scheduler.resources import (
     ResourceSampler,
     default_samplers,
 )
+from agentcanvas.server.registry import WorkspaceComponentRegistry
 from support.polling import poll_until
 
 DEADLINE_S = 60.0

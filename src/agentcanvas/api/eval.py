@@ -17,11 +17,12 @@ from agentcanvas.eval import health
 from agentcanvas.eval.config import EvalConfig, MaxErrors
 from agentcanvas.eval.foreground import run_foreground
 from agentcanvas.eval.recovery import load_spec
-from agentcanvas.eval.store import RunDir, new_run_id, read_json
+from agentcanvas.eval.run_setup import new_run_dir, run_registry, scanned_catalogue
+from agentcanvas.eval.store import read_json
 from agentcanvas.eval.tasks import check_tasks
 from agentcanvas.graph.model import Graph
-from agentcanvas.nodes.registry import WorkspaceComponentRegistry
 from agentcanvas.paths import NAME_PATTERNS
+from agentcanvas.server.registry import WorkspaceComponentRegistry
 from agentcanvas.state import ProcessServices
 
 from . import runs
@@ -139,16 +140,15 @@ async def _start_in_process(
     svc: ProcessServices, graph: Graph, config: EvalConfig, overlay: Path | None
 ) -> str:
     """The legacy in-process path: a fresh registry borrowing the backend's shared servers."""
-    run_dir = RunDir(svc.scheduler.runs_dir / new_run_id(svc.scheduler.runs_dir))
-    registry = WorkspaceComponentRegistry(workspace=svc.workspace, active_workspace=overlay)
-    registry.scan_all()
+    run_dir = new_run_dir(svc.scheduler.runs_dir)
+    registry = run_registry(scanned_catalogue(svc.workspace, overlay), run_dir)
     urls = await borrow_shared(svc.registry, registry, graph)
-    for name, url in urls.items():
-        await registry.register_remote_nodeset(name, url)
 
     async def go() -> None:
         try:
-            await run_foreground(registry, graph, config, broadcast=svc.broadcast, run_dir=run_dir)
+            await run_foreground(
+                registry, graph, config, broadcast=svc.broadcast, run_dir=run_dir, shared_urls=urls
+            )
         finally:
             svc.registry.release_shared_nodesets(sorted(urls))
             svc.inprocess.pop(run_dir.root.name, None)

@@ -50,7 +50,7 @@ from agentcanvas.eval.store import RunDir, append_jsonl, atomic_write_json
 from agentcanvas.eval.worker_pool import EnvWorkerPool, WorkerHandle, partition_contiguous
 from agentcanvas.graph.executor import ExecutionPrinciples
 from agentcanvas.graph.model import Graph
-from agentcanvas.nodes.registry import WorkspaceComponentRegistry
+from agentcanvas.server.registry import WorkspaceComponentRegistry
 
 Broadcast = Callable[[dict[str, Any]], None]
 LIVE_AGGREGATE_MIN_INTERVAL_S = 0.25  # live aggregates are refreshed at most this often
@@ -158,7 +158,7 @@ class BatchEvalRunner:
         self._new_results.set()  # resumed results: aggregates before the first boundary
         self.save()
         env_ns = self.graph.env.nodeset if self.graph.env else None
-        replicated = self.registry.servers.replicated_in(self.graph)
+        replicated = self.registry.replicated_in(self.graph)
         dispatcher = WorkStealingDispatcher(
             partition_contiguous(todo, self.config.worker_count),
             {s.index: s.task for s in self.specs},
@@ -203,7 +203,7 @@ class BatchEvalRunner:
         self, pool: EnvWorkerPool, worker_id: int, dispatcher: WorkStealingDispatcher
     ) -> None:
         client = f"{self.run.run_id}/w{worker_id}"
-        shared = [self.registry.bound(n) for n in self.registry.servers.shared_in(self.graph)]
+        shared = [self.registry.bound(n) for n in self.registry.shared_in(self.graph)]
         async with pool.acquire_specific(worker_id) as handle:
             await _set_attached(shared, client, attach=True)
             recording: asyncio.Future[None] | None = None  # owned here, awaited in turn
@@ -300,7 +300,7 @@ class BatchEvalRunner:
 
     async def _require_shared(self) -> None:
         """ServerDiedError naming the server and its URL when a shared server is gone."""
-        for name in self.registry.servers.shared_in(self.graph):
+        for name in self.registry.shared_in(self.graph):
             health = getattr(self.registry.bound(name), "health", None)
             if health is None:
                 continue

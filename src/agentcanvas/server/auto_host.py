@@ -37,10 +37,10 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
+from agentcanvas.catalogue import NodeSetCatalogue
 from agentcanvas.errors import AgentCanvasError, UserInputError, WireError
 from agentcanvas.eval.store import atomic_write_json, read_json
 from agentcanvas.nodes.base import CallContext, LocalNodeSet, NodeSet
-from agentcanvas.nodes.registry import WorkspaceComponentRegistry
 from agentcanvas.paths import check_name
 from agentcanvas.server import procs, wire
 from agentcanvas.server.batch_audit import (
@@ -247,9 +247,9 @@ async def serve(
     """Load the node set (unless ``loaded``: a forked server got it from its template), bind,
     report the port to the parent, serve until terminated."""
     if loaded is None:
-        registry = WorkspaceComponentRegistry()
-        registry.scan_all()
-        loaded = registry.nodeset(nodeset)
+        catalogue = NodeSetCatalogue()
+        catalogue.scan_all()
+        loaded = catalogue.nodeset(nodeset)
     instance = LocalNodeSet(loaded)
     policy = policy_from_env()
     auditor = build_auditor(instance, policy.max_batch, audit_settings_from_env())

@@ -61,14 +61,20 @@ class LocalProcessLauncher:
 
     Spawn from the event loop's (long-lived) thread: the child's parent-death signal is tied
     to the spawning thread. Logs go to ``log_dir`` when given. ``forkable(nodeset)`` says
-    whether a node set may be forked (its manifest's ``forkable``; `NodeSetServers` sets it);
-    env ``AGENTCANVAS_FORK_SERVERS=0`` spawns every server. `close` stops the templates.
+    whether a node set may be forked (its manifest's ``forkable``: pass the catalogue's
+    ``is_forkable``; without it every server is spawned); env ``AGENTCANVAS_FORK_SERVERS=0``
+    spawns every server. `close` stops the templates.
     """
 
-    def __init__(self, log_dir: Path | None = None, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        log_dir: Path | None = None,
+        env: dict[str, str] | None = None,
+        forkable: Callable[[str], bool] | None = None,
+    ) -> None:
         self.log_dir = log_dir
         self.env = env or {}
-        self.forkable: Callable[[str], bool] | None = None
+        self.forkable = forkable
         self._templates: dict[str, ForkTemplate] = {}
         self._template_locks: dict[str, asyncio.Lock] = {}
 
