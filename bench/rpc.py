@@ -51,8 +51,8 @@ import numpy as np
 import zmq
 import zmq.asyncio
 
+from agentcanvas import wire
 from agentcanvas.nodes.base import CallContext
-from agentcanvas.server import wire
 from agentcanvas.server.launcher import LocalProcessLauncher
 from agentcanvas.server.proxy import RemoteNodeSet, fetch_manifest
 from agentcanvas.server.registry import WorkspaceComponentRegistry

@@ -15,7 +15,7 @@ import uvicorn
 
 from agentcanvas import exit_codes
 from agentcanvas.api.security import is_loopback
-from agentcanvas.cli import command, print_json
+from agentcanvas.cli_common import command, parse_max_errors, print_json
 from agentcanvas.errors import ConfigError, UserInputError
 from agentcanvas.paths import workspace_dir
 from agentcanvas.scheduler.settings import AdmissionSettings
@@ -109,8 +109,6 @@ def cmd_submit(args: argparse.Namespace) -> int:
     if args.step_budget is not None:
         body["step_budget"] = args.step_budget
     if args.max_errors is not None:
-        from agentcanvas.cli_eval import parse_max_errors
-
         body["max_errors"] = parse_max_errors(args.max_errors)
     if args.episode_timeout is not None:
         body["episode_timeout_s"] = args.episode_timeout

@@ -12,7 +12,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from agentcanvas import exit_codes
-from agentcanvas.cli import _registry, command, print_json, resolve_graph
+from agentcanvas.cli_common import (
+    command,
+    parse_max_errors,
+    print_json,
+    resolve_graph,
+    workspace_registry,
+)
 from agentcanvas.cli_determinism import determinism_table
 from agentcanvas.errors import ConfigError
 from agentcanvas.eval.config import EvalConfig, EvalRun
@@ -75,22 +81,6 @@ def build_config(args: argparse.Namespace, graph_name: str, workers: int) -> Eva
         raise ConfigError(f"field '{'.'.join(map(str, item['loc']))}': {item['msg']}") from exc
 
 
-def parse_max_errors(text: str | None) -> int | float | None:
-    """``--max-errors``: a whole number is a count, a decimal a fraction."""
-    if text is None:
-        return None
-    try:
-        return int(text)
-    except ValueError:
-        pass
-    try:
-        return float(text)
-    except ValueError as exc:
-        raise ConfigError(
-            f"--max-errors: expected a count (e.g. 3) or a fraction (e.g. 0.2), got {text!r}"
-        ) from exc
-
-
 class _ProgressView:
     """Rich progress on stderr: episodes done/total, running success rate, ETA."""
 
@@ -116,7 +106,7 @@ class _ProgressView:
 
 def _run(args: argparse.Namespace, workers: int, label: str) -> ForegroundRun:
     check_batcher_settings()  # refused here, naming the variable, before any server starts
-    registry = _registry()
+    registry = workspace_registry()
     graph = resolve_graph(registry, args.graph)
     config = build_config(args, graph.name, workers)
     check_tasks(registry, graph, config.tasks, field="--tasks")

@@ -37,7 +37,8 @@ from agentcanvas.eval.records import recorded_results
 from agentcanvas.eval.run_setup import RunSetup, prepare_run, run_registry, scanned_catalogue
 from agentcanvas.eval.runlock import RunLock
 from agentcanvas.eval.runner import BatchEvalRunner
-from agentcanvas.eval.store import RunDir, read_json
+from agentcanvas.eval.store import RunDir
+from agentcanvas.fileio import read_json
 from agentcanvas.graph.model import parse_graph
 from agentcanvas.server import procs
 from agentcanvas.server.runtime import fix_numeric_threads

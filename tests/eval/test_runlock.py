@@ -21,7 +21,8 @@ import pytest
 from agentcanvas.errors import RunLockedError, StateError
 from agentcanvas.eval.config import EvalConfig
 from agentcanvas.eval.runlock import RunLock, hold, holder_pid, is_locked
-from agentcanvas.eval.store import RunDir, read_json
+from agentcanvas.eval.store import RunDir
+from agentcanvas.fileio import read_json
 from agentcanvas.scheduler import restart
 from agentcanvas.scheduler.calibration import CalibrationStore
 from agentcanvas.scheduler.job_scheduler import JobScheduler

@@ -25,7 +25,8 @@ from agentcanvas.eval.config import EpisodeResult, EvalConfig, EvalRun
 from agentcanvas.eval.foreground import ForegroundRun, run_foreground
 from agentcanvas.eval.runner import BatchEvalRunner, plan_episodes
 from agentcanvas.eval.seeding import episode_seed
-from agentcanvas.eval.store import RunDir, append_jsonl, read_json, read_jsonl
+from agentcanvas.eval.store import RunDir
+from agentcanvas.fileio import append_jsonl, read_json, read_jsonl
 from agentcanvas.graph.model import Graph, parse_graph
 from agentcanvas.server.registry import WorkspaceComponentRegistry
 from support.registry import started_registry

@@ -22,7 +22,8 @@ import pytest_asyncio
 
 from agentcanvas.eval.config import EpisodeResult, EvalConfig, EvalRun
 from agentcanvas.eval.runner import BatchEvalRunner
-from agentcanvas.eval.store import RunDir, read_jsonl
+from agentcanvas.eval.store import RunDir
+from agentcanvas.fileio import read_jsonl
 from agentcanvas.graph.model import Graph, parse_graph
 from agentcanvas.server.registry import WorkspaceComponentRegistry
 from support.eval_runs import wait_for_firings

@@ -20,7 +20,7 @@ import pytest
 
 from agentcanvas.errors import StateError
 from agentcanvas.eval.config import EvalConfig
-from agentcanvas.eval.store import atomic_write_json, read_json
+from agentcanvas.fileio import atomic_write_json, read_json
 from agentcanvas.scheduler.calibration import CalibrationStore, graph_fingerprint
 from agentcanvas.scheduler.cpu import CpuSampler, cpu_cores
 from agentcanvas.scheduler.job_scheduler import EVAL_NICENESS, JobScheduler, SchedulerHooks

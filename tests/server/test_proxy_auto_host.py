@@ -19,9 +19,9 @@ import pytest_asyncio
 import zmq
 import zmq.asyncio
 
+from agentcanvas import wire
 from agentcanvas.errors import RemoteError, ServerDiedError, ServerError
 from agentcanvas.nodes.base import CallContext
-from agentcanvas.server import wire
 from agentcanvas.server.launcher import LaunchedServer, LocalProcessLauncher
 from agentcanvas.server.proxy import RemoteNodeSet, fetch_manifest
 from agentcanvas.server.rpc import RpcClient

@@ -14,16 +14,16 @@ from pathlib import Path
 
 from fastapi import FastAPI
 
+from agentcanvas.api.services import ProcessServices
 from agentcanvas.errors import AgentCanvasError
-from agentcanvas.eval.store import atomic_write_json, read_json
+from agentcanvas.fileio import atomic_write_json, read_json
 from agentcanvas.graph.model import parse_graph
 from agentcanvas.paths import runs_dir
 from agentcanvas.scheduler.calibration import CalibrationStore
 from agentcanvas.scheduler.job_scheduler import JobScheduler, SchedulerHooks
-from agentcanvas.scheduler.resources import default_samplers
+from agentcanvas.scheduler.samplers import default_samplers
 from agentcanvas.scheduler.settings import AdmissionSettings
 from agentcanvas.server.registry import WorkspaceComponentRegistry
-from agentcanvas.state import ProcessServices
 
 from . import downloads, misc
 from . import eval as eval_api

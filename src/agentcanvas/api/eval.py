@@ -12,18 +12,18 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse
 from pydantic import BaseModel, Field, ValidationError
 
+from agentcanvas.api.services import ProcessServices
 from agentcanvas.errors import ConfigError, StateError, UserInputError
 from agentcanvas.eval import health
 from agentcanvas.eval.config import EvalConfig, MaxErrors
 from agentcanvas.eval.foreground import run_foreground
 from agentcanvas.eval.recovery import load_spec
 from agentcanvas.eval.run_setup import new_run_dir, run_registry, scanned_catalogue
-from agentcanvas.eval.store import read_json
 from agentcanvas.eval.tasks import check_tasks
+from agentcanvas.fileio import read_json
 from agentcanvas.graph.model import Graph
 from agentcanvas.paths import NAME_PATTERNS
 from agentcanvas.server.registry import WorkspaceComponentRegistry
-from agentcanvas.state import ProcessServices
 
 from . import runs
 from .models import (

@@ -9,6 +9,7 @@ from typing import Any
 from fastapi import APIRouter, Request, WebSocket, WebSocketDisconnect
 from pydantic import Field
 
+from agentcanvas.api.services import ProcessServices
 from agentcanvas.errors import StateError
 from agentcanvas.eval.config import EvalConfig
 from agentcanvas.eval.episode import EpisodeOptions, EpisodeSpec, EpisodeWiring, run_episode
@@ -17,7 +18,6 @@ from agentcanvas.eval.seeding import episode_seed
 from agentcanvas.graph.executor import ExecutionPrinciples
 from agentcanvas.paths import NAME_PATTERNS, check_name
 from agentcanvas.server.registry import WorkspaceComponentRegistry
-from agentcanvas.state import ProcessServices
 
 from .models import (
     MAX_EPISODE_INDEX,

@@ -15,10 +15,10 @@ from typing import Any, Literal
 from agentcanvas.errors import UserInputError
 from agentcanvas.eval.metrics import mcnemar, wilson_interval
 from agentcanvas.eval.records import IndexTail, summary_is_complete
-from agentcanvas.eval.store import RunDir, read_json, read_jsonl
+from agentcanvas.eval.run_index import RunIndex, compact_row
+from agentcanvas.eval.store import RunDir
+from agentcanvas.fileio import read_json, read_jsonl
 from agentcanvas.paths import check_name, contained, safe_child
-
-from .run_index import RunIndex, compact_row
 
 LOG_TAIL_BYTES = 200_000
 Outcome = Literal["success", "failure", "error"]

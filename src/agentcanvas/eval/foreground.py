@@ -22,7 +22,8 @@ from agentcanvas.eval.config import EvalConfig, EvalRun
 from agentcanvas.eval.run_setup import RunSetup, new_run_dir, prepare_run
 from agentcanvas.eval.runlock import RunLock
 from agentcanvas.eval.runner import BatchEvalRunner, Broadcast
-from agentcanvas.eval.store import RunDir, atomic_write_json
+from agentcanvas.eval.store import RunDir
+from agentcanvas.fileio import atomic_write_json
 from agentcanvas.graph.model import Graph
 from agentcanvas.paths import runs_dir
 from agentcanvas.server.registry import WorkspaceComponentRegistry

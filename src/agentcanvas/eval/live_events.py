@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from agentcanvas.errors import RunError
-from agentcanvas.eval.store import append_jsonl
+from agentcanvas.fileio import append_jsonl
 
 __all__ = ["EVENTS_FILE", "RELAYED_TYPES", "EventLog", "EventTail", "events_path"]
 

@@ -46,8 +46,9 @@ from agentcanvas.eval.episode import (
     run_episode,
 )
 from agentcanvas.eval.seeding import episode_seed
-from agentcanvas.eval.store import RunDir, append_jsonl, atomic_write_json
+from agentcanvas.eval.store import RunDir
 from agentcanvas.eval.worker_pool import EnvWorkerPool, WorkerHandle, partition_contiguous
+from agentcanvas.fileio import append_jsonl, atomic_write_json
 from agentcanvas.graph.executor import ExecutionPrinciples
 from agentcanvas.graph.model import Graph
 from agentcanvas.server.registry import WorkspaceComponentRegistry

@@ -34,7 +34,8 @@ from agentcanvas.eval.recovery import (
     load_spec,
 )
 from agentcanvas.eval.runlock import hold
-from agentcanvas.eval.store import RunDir, atomic_write_json, new_run_id, read_json
+from agentcanvas.eval.store import RunDir, new_run_id
+from agentcanvas.fileio import atomic_write_json, read_json
 from agentcanvas.graph.model import parse_graph
 from agentcanvas.paths import safe_child
 from agentcanvas.scheduler.admission import HELD_RESOURCES, JobDemand, RunningLoad, decide

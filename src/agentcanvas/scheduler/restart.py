@@ -23,7 +23,8 @@ from agentcanvas.errors import AgentCanvasError, RunError, RunLockedError
 from agentcanvas.eval.config import TERMINAL_RUN_STATUSES, EvalConfig, EvalRun
 from agentcanvas.eval.recovery import episodes_planned, load_spec, reconcile_summary
 from agentcanvas.eval.runlock import hold
-from agentcanvas.eval.store import RunDir, atomic_write_json, read_json
+from agentcanvas.eval.store import RunDir
+from agentcanvas.fileio import atomic_write_json, read_json
 from agentcanvas.graph.model import parse_graph
 from agentcanvas.paths import check_name
 

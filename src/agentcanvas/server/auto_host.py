@@ -37,12 +37,13 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
+from agentcanvas import wire
 from agentcanvas.catalogue import NodeSetCatalogue
 from agentcanvas.errors import AgentCanvasError, UserInputError, WireError
-from agentcanvas.eval.store import atomic_write_json, read_json
+from agentcanvas.fileio import atomic_write_json, read_json
 from agentcanvas.nodes.base import CallContext, LocalNodeSet, NodeSet
 from agentcanvas.paths import check_name
-from agentcanvas.server import procs, wire
+from agentcanvas.server import procs
 from agentcanvas.server.batch_audit import (
     audit_settings_from_env,
     build_auditor,

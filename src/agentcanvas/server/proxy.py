@@ -29,6 +29,7 @@ from typing import Any
 
 import httpx
 
+from agentcanvas import wire
 from agentcanvas.errors import (
     RemoteError,
     ServerDiedError,
@@ -39,7 +40,6 @@ from agentcanvas.errors import (
 )
 from agentcanvas.nodes.base import CallContext
 from agentcanvas.nodes.manifest import LoadInfo, NodeSetManifest
-from agentcanvas.server import wire
 from agentcanvas.server.deadlines import call_timeout_s
 from agentcanvas.server.rpc import RpcClient
 

@@ -9,7 +9,7 @@ pool of DEALER sockets, one request in flight on each. A request is one multipar
     [wire header {"id", "op", "args"}, array frames...]  ->  [wire header {"id", "ok" | "err"}, ...]
 
 with ``op`` one of the server's handlers (``call``, ``evict``, ``panel_episode``). Arrays
-travel as their own frames, never copied on the way out (`server.wire`).
+travel as their own frames, never copied on the way out (`agentcanvas.wire`).
 
 Every request has a finite deadline, and errors name the server::
 
@@ -41,6 +41,7 @@ from typing import Any
 import zmq
 import zmq.utils.monitor
 
+from agentcanvas import wire
 from agentcanvas.errors import (
     RemoteError,
     ServerDiedError,
@@ -49,7 +50,6 @@ from agentcanvas.errors import (
     UserInputError,
     WireError,
 )
-from agentcanvas.server import wire
 
 __all__ = ["Handler", "RpcClient", "RpcServer", "error_reply"]
 
