@@ -20,10 +20,10 @@ import numpy as np
 import pytest
 
 from agentcanvas.api.app import build_services
-from agentcanvas.assets import save_frame
 from agentcanvas.errors import UnsafeNameError
 from agentcanvas.graph.executor import GraphExecutor
 from agentcanvas.graph.model import parse_graph
+from agentcanvas.nodes.assets import save_frame
 from agentcanvas.nodes.base import CallContext
 from agentcanvas.server.registry import WorkspaceComponentRegistry
 from support.registry import scanned

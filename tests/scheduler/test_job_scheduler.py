@@ -30,8 +30,8 @@ from agentcanvas.scheduler.resources import (
     NvmlVramSampler,
     RamSampler,
     ResourceSampler,
-    default_samplers,
 )
+from agentcanvas.scheduler.samplers import default_samplers
 from agentcanvas.server.registry import WorkspaceComponentRegistry
 from support.polling import poll_until
 

@@ -14,6 +14,18 @@ from typing import Literal
 from agentcanvas.errors import NodeSetError
 from agentcanvas.nodes.base import NodeSet
 
+__all__ = [
+    "GRAPH_FILE",
+    "NODESET_NAME",
+    "Found",
+    "Origin",
+    "builtin_graphs",
+    "builtin_nodesets",
+    "folder_graphs",
+    "folder_nodesets",
+    "import_nodeset",
+]
+
 Origin = Literal["builtin", "workspace", "active"]
 NODESET_NAME = re.compile(r"^[a-z][a-z0-9_]{0,47}$")
 GRAPH_FILE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\.json$")

@@ -30,6 +30,25 @@ from pydantic import (
 from agentcanvas import jsontext
 from agentcanvas.errors import GraphFormatError
 
+__all__ = [
+    "DEFAULT_STEP_BUDGET",
+    "GRAPH_FORMAT_VERSION",
+    "GRAPH_SCOPE_ID",
+    "IDENT_PATTERN",
+    "PORT_REF_SCHEMA",
+    "TYPE_PATTERN",
+    "Edge",
+    "EnvBinding",
+    "Graph",
+    "Node",
+    "PortRef",
+    "PortRefField",
+    "Scope",
+    "graph_json_schema",
+    "load_graph_file",
+    "parse_graph",
+]
+
 GRAPH_FORMAT_VERSION: Literal[1] = 1
 GRAPH_SCOPE_ID = "graph"
 DEFAULT_STEP_BUDGET = 64

@@ -54,6 +54,20 @@ from agentcanvas.server.batching import policy_from_env
 from agentcanvas.server.rpc import Handler, RpcServer
 from agentcanvas.server.runtime import fix_numeric_threads
 
+__all__ = [
+    "HOST",
+    "ServerRecordFile",
+    "create_app",
+    "error_body",
+    "error_status",
+    "main",
+    "record_path",
+    "remove_record",
+    "rpc_handlers",
+    "serve",
+    "write_record",
+]
+
 HOST = "127.0.0.1"
 log = logging.getLogger("agentcanvas.server")
 

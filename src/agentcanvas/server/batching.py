@@ -23,6 +23,17 @@ from typing import Any, Literal
 
 from agentcanvas.errors import ConfigError
 
+__all__ = [
+    "MAX_BATCH_LIMIT",
+    "BatchQueue",
+    "FlushPolicy",
+    "PendingRequest",
+    "PolicyKind",
+    "env_int",
+    "flush_due_at",
+    "policy_from_env",
+]
+
 PolicyKind = Literal["none", "restart_on_submit", "ours"]
 
 

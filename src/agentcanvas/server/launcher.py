@@ -18,6 +18,15 @@ from agentcanvas.server.forkserver import ForkTemplate
 from agentcanvas.server.procs import ChildProcess, spawn
 from agentcanvas.server.runtime import child_thread_env
 
+__all__ = [
+    "READY_TIMEOUT_S",
+    "STOP_TIMEOUT_S",
+    "LaunchedServer",
+    "LocalProcessLauncher",
+    "ProcessServer",
+    "ServerLauncher",
+]
+
 READY_TIMEOUT_S = float(os.environ.get("AGENTCANVAS_SERVER_READY_TIMEOUT_S", "120"))
 STOP_TIMEOUT_S = 5.0
 

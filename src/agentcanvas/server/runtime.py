@@ -5,6 +5,14 @@ from __future__ import annotations
 import os
 import sys
 
+__all__ = [
+    "DEFAULT_THREADS",
+    "THREAD_ENV_VARS",
+    "child_thread_env",
+    "fix_numeric_threads",
+    "numeric_thread_count",
+]
+
 THREAD_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 DEFAULT_THREADS = 1
 

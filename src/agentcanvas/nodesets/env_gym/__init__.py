@@ -15,9 +15,17 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from agentcanvas.errors import NodeSetError
-from agentcanvas.nodes.base import CallContext, NodeSet, Panel
-from agentcanvas.nodes.manifest import FieldSpec, LoadInfo, PanelSpec, PortSpec
+from agentcanvas.nodes import (
+    CallContext,
+    FieldSpec,
+    LoadInfo,
+    NodeSet,
+    NodeSetError,
+    PanelSpec,
+    PortSpec,
+    TaskPanel,
+    task_fields,
+)
 
 TASKS: dict[str, dict[str, list[str]]] = {
     "classic_control": {
@@ -65,38 +73,19 @@ class GymState:
         self.env, self.task = None, None
 
 
-class GymPanel(Panel):
+class GymPanel(TaskPanel):
     """dataset → split → task_id, episode_index/seed, play, on_load."""
 
+    tasks = TASKS
     spec = PanelSpec(
         fields=[
-            FieldSpec(
-                name="dataset", kind="choice", default="classic_control", choices=sorted(TASKS)
-            ),
-            FieldSpec(name="split", kind="choice", default="discrete", depends_on="dataset"),
-            FieldSpec(name="task_id", kind="choice", default="CartPole-v1", depends_on="split"),
+            *task_fields(TASKS, "CartPole-v1"),
             FieldSpec(name="episode_index", kind="int", default=0),
             FieldSpec(name="seed", kind="int", default=0),
             FieldSpec(name="step_latency_ms", kind="float", default=0.0),
         ],
         actions=["play", "reset"],
     )
-
-    def choices(self, name: str) -> list[Any] | None:
-        dataset = TASKS.get(str(self.values.get("dataset")), {})
-        if name == "split":
-            return sorted(dataset)
-        if name == "task_id":
-            return list(dataset.get(str(self.values.get("split")), []))
-        return super().choices(name)
-
-    def on_field_change(self, name: str, value: Any) -> dict[str, Any]:
-        if name == "task_id":
-            for dataset, splits in TASKS.items():
-                for split, tasks in splits.items():
-                    if value in tasks:
-                        self.values.update(dataset=dataset, split=split)
-        return super().on_field_change(name, value)
 
     def on_action(self, name: str) -> dict[str, Any]:
         if name != "play":
