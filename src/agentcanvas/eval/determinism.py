@@ -19,6 +19,7 @@ import httpx
 
 from agentcanvas.eval.config import BatchedFunctionInfo, DeterminismInfo
 from agentcanvas.graph.model import Graph
+from agentcanvas.server import protocol
 from agentcanvas.server.registry import WorkspaceComponentRegistry
 
 REASON_PREFIX = "batched function "
@@ -83,7 +84,7 @@ async def _server_report(
         return "in_process"
     try:
         async with httpx.AsyncClient(base_url=url, timeout=AUDIT_TIMEOUT_S) as client:
-            response = await client.get("/batch_audit", params={"run": run_id})
+            response = await client.get(protocol.BATCH_AUDIT, params={"run": run_id})
             response.raise_for_status()
             report: dict[str, Any] = response.json()
             return report
