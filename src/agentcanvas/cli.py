@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from agentcanvas import exit_codes
+from agentcanvas import envsettings, exit_codes
 from agentcanvas.cli_common import (
     COMMANDS,
     command,
@@ -21,7 +21,7 @@ from agentcanvas.errors import AgentCanvasError, UserInputError
 from agentcanvas.eval.episode import EpisodeOptions, EpisodeSpec, EpisodeWiring, run_episode
 from agentcanvas.eval.seeding import episode_seed
 from agentcanvas.eval.tasks import check_tasks
-from agentcanvas.graph.model import Graph, graph_json_schema, load_graph_file
+from agentcanvas.graph.model import graph_json_schema, load_graph_file
 
 
 @command("nodesets")
@@ -97,22 +97,13 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
-def default_tasks(graph: Graph) -> list[str]:
-    """The graph's env tasks, or its panel task_id, or a single unnamed task."""
-    if graph.env is None:
-        return [""]
-    if graph.env.tasks:
-        return list(graph.env.tasks)
-    return [str(graph.env.fields.get("task_id", ""))]
-
-
 @command("play")
 def cmd_play(args: argparse.Namespace) -> int:
     registry = workspace_registry()
     graph = resolve_graph(registry, args.graph)
     if args.task:
         check_tasks(registry, graph, [args.task], field="--task")
-    task = args.task or default_tasks(graph)[0]
+    task = args.task or graph.default_tasks()[0]
     seed = episode_seed(args.seed, task, args.episode)
     spec = EpisodeSpec(0, task, args.episode, seed, key=f"play:{task}:{args.episode}")
     env = registry.local_instance(graph.env.nodeset) if graph.env else None
@@ -224,6 +215,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     _load_extensions()
     try:
+        envsettings.check_all()  # a bad AGENTCANVAS_* setting: exit 1 naming it, up front
         args = _parser().parse_args(argv)
         code = COMMANDS[args.command](args)
         sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit

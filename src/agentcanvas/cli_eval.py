@@ -25,6 +25,7 @@ from agentcanvas.eval.config import EvalConfig, EvalRun
 from agentcanvas.eval.foreground import ForegroundRun, run_foreground
 from agentcanvas.eval.invariance import diff_runs
 from agentcanvas.eval.run_setup import new_run_dir, run_registry
+from agentcanvas.eval.runner import episode_tasks
 from agentcanvas.eval.tasks import check_tasks
 from agentcanvas.paths import runs_dir
 from agentcanvas.server.batch_audit import check_batcher_settings
@@ -110,10 +111,7 @@ def _run(args: argparse.Namespace, workers: int, label: str) -> ForegroundRun:
     graph = resolve_graph(registry, args.graph)
     config = build_config(args, graph.name, workers)
     check_tasks(registry, graph, config.tasks, field="--tasks")
-    n_tasks = (
-        len(config.tasks) if config.tasks else max(1, len(graph.env.tasks) if graph.env else 1)
-    )
-    view = _ProgressView(config.episode_count * n_tasks, label)
+    view = _ProgressView(config.episode_count * len(episode_tasks(config, graph)), label)
     run_dir = new_run_dir(runs_dir(registry.workspace))
     run = run_registry(registry.catalogue, run_dir)  # its servers log into the run folder
     with view.progress:

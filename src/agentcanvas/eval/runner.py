@@ -62,11 +62,7 @@ RETRYABLE = ("error", "exception", "timeout")
 
 def episode_tasks(config: EvalConfig, graph: Graph) -> list[str]:
     """Tasks of the run: the config's, else the graph's env tasks, else its panel task."""
-    if config.tasks:
-        return list(config.tasks)
-    if graph.env is None:
-        return [""]
-    return list(graph.env.tasks) or [str(graph.env.fields.get("task_id", ""))]
+    return list(config.tasks) if config.tasks else graph.default_tasks()
 
 
 def plan_episodes(config: EvalConfig, graph: Graph, run_key: str) -> list[EpisodeSpec]:

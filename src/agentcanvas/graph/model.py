@@ -185,6 +185,12 @@ class Graph(_Strict):
         """Node-set names used by this graph, in first-use order."""
         return list(dict.fromkeys(node.nodeset for node in self.nodes))
 
+    def default_tasks(self) -> list[str]:
+        """The graph's env tasks, else its panel's ``task_id``, else one unnamed task."""
+        if self.env is None:
+            return [""]
+        return list(self.env.tasks) or [str(self.env.fields.get("task_id", ""))]
+
     def to_json(self) -> str:
         return jsontext.dumps(self.model_dump(mode="json", exclude_defaults=False), indent=2) + "\n"
 

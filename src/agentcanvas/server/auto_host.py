@@ -38,7 +38,7 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-from agentcanvas import wire
+from agentcanvas import envsettings, wire
 from agentcanvas.catalogue import NodeSetCatalogue
 from agentcanvas.errors import AgentCanvasError, UserInputError, WireError
 from agentcanvas.fileio import atomic_write_json, read_json
@@ -390,10 +390,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if os.environ.get(procs.PARENT_PID_ENV):
         procs.set_parent_death_signal()
-    fix_numeric_threads()
     try:
         check_name("nodeset", args.nodeset)
-        check_batcher_settings()  # a bad setting fails here, before the node set loads
+        envsettings.check_all()  # a bad setting fails here, before the node set loads
+        check_batcher_settings()
+        fix_numeric_threads()
         asyncio.run(serve(args.nodeset, args.tag, args.record_dir))
     except AgentCanvasError as exc:
         print(f"auto_host {args.nodeset}: {exc}", file=sys.stderr)

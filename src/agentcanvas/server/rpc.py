@@ -41,7 +41,7 @@ from typing import Any
 import zmq
 import zmq.utils.monitor
 
-from agentcanvas import wire
+from agentcanvas import envsettings, wire
 from agentcanvas.errors import (
     RemoteError,
     ServerDiedError,
@@ -73,9 +73,7 @@ def _readable(sock: zmq.Socket[Any]) -> bool:
 
 def _use_ipc() -> bool:
     """Abstract unix sockets (Linux) unless ``AGENTCANVAS_CALL_TRANSPORT=tcp``."""
-    return sys.platform.startswith("linux") and (
-        os.environ.get("AGENTCANVAS_CALL_TRANSPORT", "ipc") != "tcp"
-    )
+    return sys.platform.startswith("linux") and envsettings.CALL_TRANSPORT.get() == "ipc"
 
 
 def error_reply(exc: BaseException) -> dict[str, Any]:
