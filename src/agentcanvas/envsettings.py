@@ -39,6 +39,13 @@ def _text(name: str) -> str | None:
     return None if text is None or not text.strip() else text.strip()
 
 
+def _refused(name: str, accepted: str, default: object) -> ConfigError:
+    return ConfigError(
+        f"{name} must be {accepted}, not {os.environ.get(name)!r} "
+        f"(unset it for the default, {default})"
+    )
+
+
 @dataclass(frozen=True)
 class IntSetting:
     """An integer from ``low`` to ``high``."""
@@ -57,10 +64,8 @@ class IntSetting:
         except ValueError:
             value = None
         if value is None or not self.low <= value <= self.high:
-            raise ConfigError(
-                f"{self.name} must be an integer from {self.low} to {self.high}, not "
-                f"{os.environ[self.name]!r} (unset it for the default, {self.default})"
-            )
+            accepted = f"an integer from {self.low} to {self.high}"
+            raise _refused(self.name, accepted, self.default)
         return value
 
 
@@ -82,10 +87,8 @@ class FloatSetting:
         except ValueError:
             value = math.nan
         if not (math.isfinite(value) and self.low <= value <= self.high):
-            raise ConfigError(
-                f"{self.name} must be a number from {self.low:g} to {self.high:g}, not "
-                f"{os.environ[self.name]!r} (unset it for the default, {self.default:g})"
-            )
+            accepted = f"a number from {self.low:g} to {self.high:g}"
+            raise _refused(self.name, accepted, f"{self.default:g}")
         return value
 
 
@@ -102,10 +105,7 @@ class ChoiceSetting:
         if text is None:
             return self.default
         if text not in self.choices:
-            raise ConfigError(
-                f"{self.name} must be one of {', '.join(self.choices)}, not "
-                f"{os.environ[self.name]!r} (unset it for the default, {self.default})"
-            )
+            raise _refused(self.name, f"one of {', '.join(self.choices)}", self.default)
         return text
 
 
