@@ -36,6 +36,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check src tests bench scripts
 	$(BIN)/ruff check src tests bench scripts
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-logo
 
 clean:
 	rm -rf $(VENV) outputs

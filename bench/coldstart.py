@@ -10,7 +10,7 @@ BabyAI env of ``babyai_oracle``), measured in the same run:
 - ``fork``: a template process per node set loads all that once and forks each server
   (`agentcanvas.server.forkserver`). Its cold start includes starting the template.
 
-Each figure is the wall time of ``NodeSetServers.start_many`` from nothing until every server
+Each figure is the wall time of ``ServerFleet.start_many`` from nothing until every server
 answers, the median of ``--repeats`` (``--quick``: 1). Then, at N = 8 with both kinds
 running, the proportional set size (PSS, psutil ``memory_full_info().pss``) of each server:
 pages shared with the template (or another server) count only in part. Goals (issue 13):
@@ -29,18 +29,16 @@ import warnings
 
 import psutil
 
-from agentcanvas.nodes.registry import WorkspaceComponentRegistry
+from agentcanvas.server.fleet import ServerFleet
 from agentcanvas.server.launcher import LocalProcessLauncher
-from agentcanvas.server.servers import NodeSetServers
+from agentcanvas.server.registry import WorkspaceComponentRegistry
 
 COUNTS = (1, 4, 8)
 
 
-def servers(registry: WorkspaceComponentRegistry, fork: bool) -> NodeSetServers:
-    manifests = {n: registry.manifest(n) for n in registry.nodeset_names()}
-    launcher = LocalProcessLauncher()
-    launcher.forkable = (lambda name: manifests[name].forkable) if fork else (lambda name: False)
-    return NodeSetServers(manifests, launcher=launcher)
+def servers(registry: WorkspaceComponentRegistry, fork: bool) -> ServerFleet:
+    forkable = registry.catalogue.is_forkable if fork else (lambda name: False)
+    return ServerFleet(LocalProcessLauncher(forkable=forkable), registry.manifest)
 
 
 async def cold_start(

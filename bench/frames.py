@@ -23,7 +23,7 @@ from agentcanvas.eval.config import EvalConfig, EvalRun
 from agentcanvas.eval.foreground import ForegroundRun, run_foreground
 from agentcanvas.eval.invariance import diff_runs
 from agentcanvas.eval.media import episode_video, frame_files
-from agentcanvas.nodes.registry import WorkspaceComponentRegistry
+from agentcanvas.server.registry import WorkspaceComponentRegistry
 
 GRAPH = "babyai_oracle"
 STEP_BUDGET = 8

@@ -44,7 +44,7 @@ from agentcanvas.eval.config import EvalConfig
 from agentcanvas.eval.engine import Engine, LocalEngine
 from agentcanvas.eval.foreground import finalise_run
 from agentcanvas.eval.store import RunDir
-from agentcanvas.nodes.registry import WorkspaceComponentRegistry
+from agentcanvas.server.registry import WorkspaceComponentRegistry
 
 GRAPH = "cartpole_mlp"
 LOOPBACK = "127.0.0.1"

@@ -51,11 +51,11 @@ import numpy as np
 import zmq
 import zmq.asyncio
 
+from agentcanvas import wire
 from agentcanvas.nodes.base import CallContext
-from agentcanvas.nodes.registry import WorkspaceComponentRegistry
-from agentcanvas.server import wire
 from agentcanvas.server.launcher import LocalProcessLauncher
 from agentcanvas.server.proxy import RemoteNodeSet, fetch_manifest
+from agentcanvas.server.registry import WorkspaceComponentRegistry
 
 OBS_SHAPE = (64, 64, 3)
 NODESET_NAME = "bench_rpc"

@@ -33,7 +33,9 @@ from typing import Any
 
 from agentcanvas.eval.config import EvalConfig
 from agentcanvas.eval.foreground import run_foreground
-from agentcanvas.nodes.registry import WorkspaceComponentRegistry
+from agentcanvas.eval.run_setup import new_run_dir, run_registry
+from agentcanvas.paths import runs_dir
+from agentcanvas.server.registry import WorkspaceComponentRegistry
 
 GRAPH_NAME = "babyai_oracle"
 N_TASKS = 2  # babyai_oracle's levels; episodes are episode_count per task
@@ -77,7 +79,9 @@ async def measure(workspace: Path, n_per_task: int, workers: int) -> Figures:
     graph = registry.load_graph(GRAPH_NAME)
     config = EvalConfig(graph_name=GRAPH_NAME, episode_count=n_per_task, worker_count=workers)
     clock = Clock()
-    run = await run_foreground(registry, graph, config, broadcast=clock)
+    run_dir = new_run_dir(runs_dir(workspace))  # as `agentcanvas eval` does
+    run_reg = run_registry(registry.catalogue, run_dir)
+    run = await run_foreground(run_reg, graph, config, broadcast=clock, run_dir=run_dir)
     ended = time.perf_counter()
     counts = run.summary.status_counts
     if counts.get("completed") != run.summary.episodes_total:

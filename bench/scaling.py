@@ -49,12 +49,14 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode
 from agentcanvas.eval.config import EvalConfig, WorkerStats
 from agentcanvas.eval.dispatch import WorkStealingDispatcher
 from agentcanvas.eval.foreground import run_foreground
+from agentcanvas.eval.run_setup import new_run_dir, run_registry
 from agentcanvas.eval.runner import BatchEvalRunner
 from agentcanvas.eval.seeding import episode_seed
 from agentcanvas.eval.worker_pool import partition_contiguous
 from agentcanvas.gridnav import LEFT, shortest_plan
-from agentcanvas.nodes.registry import WorkspaceComponentRegistry
 from agentcanvas.nodesets.env_minigrid import MiniGridState
+from agentcanvas.paths import runs_dir
+from agentcanvas.server.registry import WorkspaceComponentRegistry
 
 GRAPH_NAME = "bench_scaling"
 NO_LATENCY_GRAPH = "bench_scaling_no_latency"
@@ -138,7 +140,9 @@ async def run_ours(
     called = time.time()
     BatchEvalRunner.work_stealing = steal
     try:
-        run = await run_foreground(registry, graph, config)
+        run_dir = new_run_dir(runs_dir(workspace))  # as `agentcanvas eval` does
+        run_reg = run_registry(registry.catalogue, run_dir)
+        run = await run_foreground(run_reg, graph, config, run_dir=run_dir)
     finally:
         BatchEvalRunner.work_stealing = True
     summary = run.summary

@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agentcanvas.assets import save_frame
 from agentcanvas.errors import UnsafeNameError
+from agentcanvas.nodes.assets import save_frame
 from agentcanvas.nodes.base import CallContext
 
 

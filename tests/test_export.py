@@ -21,7 +21,8 @@ import agentcanvas
 from agentcanvas import export
 from agentcanvas.eval.config import EpisodeResult, EvalConfig, EvalRun
 from agentcanvas.eval.records import start_index
-from agentcanvas.eval.store import RunDir, atomic_write_json
+from agentcanvas.eval.store import RunDir
+from agentcanvas.fileio import atomic_write_json
 from support.cli import run_cli
 from support.export_runs import LIVE_DONE, ExportRuns, make_runs
 

@@ -7,52 +7,26 @@ import asyncio
 import os
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any, NoReturn
 
-from agentcanvas import exit_codes, jsontext
+from agentcanvas import envsettings, exit_codes
+from agentcanvas.cli_common import (
+    COMMANDS,
+    command,
+    print_json,
+    resolve_graph,
+    workspace_registry,
+)
 from agentcanvas.errors import AgentCanvasError, UserInputError
 from agentcanvas.eval.episode import EpisodeOptions, EpisodeSpec, EpisodeWiring, run_episode
 from agentcanvas.eval.seeding import episode_seed
 from agentcanvas.eval.tasks import check_tasks
-from agentcanvas.graph.model import Graph, graph_json_schema, load_graph_file
-from agentcanvas.nodes.registry import WorkspaceComponentRegistry
-
-Handler = Callable[[argparse.Namespace], int]
-_COMMANDS: dict[str, Handler] = {}
-
-
-def command(name: str) -> Callable[[Handler], Handler]:
-    def register(fn: Handler) -> Handler:
-        _COMMANDS[name] = fn
-        return fn
-
-    return register
-
-
-def _registry() -> WorkspaceComponentRegistry:
-    registry = WorkspaceComponentRegistry()
-    registry.scan_all()
-    return registry
-
-
-def print_json(obj: Any, indent: int | None = 2) -> None:
-    """``obj`` on stdout as strict JSON (no NaN/Infinity: they print as null)."""
-    sys.stdout.write(jsontext.dumps(obj, indent=indent) + "\n")
-
-
-def resolve_graph(registry: WorkspaceComponentRegistry, name_or_path: str) -> Graph:
-    """A graph by name, or by a path to a .json file; validated against the node sets."""
-    if name_or_path.endswith(".json") or os.sep in name_or_path:
-        graph = load_graph_file(Path(name_or_path))
-        registry.validate(graph)
-        return graph
-    return registry.load_graph(name_or_path)
+from agentcanvas.graph.model import graph_json_schema, load_graph_file
 
 
 @command("nodesets")
 def cmd_nodesets(args: argparse.Namespace) -> int:
-    registry = _registry()
+    registry = workspace_registry()
     manifests = [registry.manifest(n).model_dump(mode="json") for n in registry.nodeset_names()]
     if args.json:
         print_json({"nodesets": manifests, "load_errors": registry.load_errors})
@@ -73,7 +47,7 @@ def cmd_nodesets(args: argparse.Namespace) -> int:
 
 @command("graphs")
 def cmd_graphs(args: argparse.Namespace) -> int:
-    registry = _registry()
+    registry = workspace_registry()
     if args.action == "show":
         if not args.name:
             raise UserInputError("graphs show: give a graph NAME (see `agentcanvas graphs`)")
@@ -118,27 +92,18 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 @command("validate")
 def cmd_validate(args: argparse.Namespace) -> int:
-    graph = resolve_graph(_registry(), args.graph)
+    graph = resolve_graph(workspace_registry(), args.graph)
     print(f"{graph.name}: ok ({len(graph.nodes)} nodes, {len(graph.edges)} edges)")
     return 0
 
 
-def default_tasks(graph: Graph) -> list[str]:
-    """The graph's env tasks, or its panel task_id, or a single unnamed task."""
-    if graph.env is None:
-        return [""]
-    if graph.env.tasks:
-        return list(graph.env.tasks)
-    return [str(graph.env.fields.get("task_id", ""))]
-
-
 @command("play")
 def cmd_play(args: argparse.Namespace) -> int:
-    registry = _registry()
+    registry = workspace_registry()
     graph = resolve_graph(registry, args.graph)
     if args.task:
         check_tasks(registry, graph, [args.task], field="--task")
-    task = args.task or default_tasks(graph)[0]
+    task = args.task or graph.default_tasks()[0]
     seed = episode_seed(args.seed, task, args.episode)
     spec = EpisodeSpec(0, task, args.episode, seed, key=f"play:{task}:{args.episode}")
     env = registry.local_instance(graph.env.nodeset) if graph.env else None
@@ -250,8 +215,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     _load_extensions()
     try:
+        envsettings.check_all()  # a bad AGENTCANVAS_* setting: exit 1 naming it, up front
         args = _parser().parse_args(argv)
-        code = _COMMANDS[args.command](args)
+        code = COMMANDS[args.command](args)
         sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
         return code
     except UserInputError as exc:
@@ -271,7 +237,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exit_codes.BROKEN_PIPE
 
 
-if __name__ == "__main__":  # run as `python -m agentcanvas.cli`: use the imported module's
-    from agentcanvas.cli import main as _main  # registry of commands, not this copy's
-
-    raise SystemExit(_main())
+if __name__ == "__main__":  # `python -m agentcanvas.cli`
+    raise SystemExit(main())

@@ -15,15 +15,19 @@ import uvicorn
 
 from agentcanvas import exit_codes
 from agentcanvas.api.security import is_loopback
-from agentcanvas.cli import command, print_json
-from agentcanvas.cli_eval import add_meta_arguments
+from agentcanvas.cli_common import (
+    FRAMES_HELP,
+    add_meta_arguments,
+    command,
+    parse_max_errors,
+    print_json,
+)
 from agentcanvas.errors import ConfigError, UserInputError
 from agentcanvas.paths import workspace_dir
 from agentcanvas.scheduler.settings import AdmissionSettings
 
 DEFAULT_URL = "http://127.0.0.1:8765"
 FOLLOW_POLL_S = 1.0
-FRAMES_HELP = "which episodes keep frames (default: every with --save-frames, else none)"
 
 
 @command("serve")
@@ -111,8 +115,6 @@ def cmd_submit(args: argparse.Namespace) -> int:
     if args.step_budget is not None:
         body["step_budget"] = args.step_budget
     if args.max_errors is not None:
-        from agentcanvas.cli_eval import parse_max_errors
-
         body["max_errors"] = parse_max_errors(args.max_errors)
     if args.episode_timeout is not None:
         body["episode_timeout_s"] = args.episode_timeout

@@ -12,7 +12,15 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from agentcanvas import exit_codes
-from agentcanvas.cli import _registry, command, print_json, resolve_graph
+from agentcanvas.cli_common import (
+    FRAMES_HELP,
+    add_meta_arguments,
+    command,
+    parse_max_errors,
+    print_json,
+    resolve_graph,
+    workspace_registry,
+)
 from agentcanvas.cli_determinism import determinism_table
 from agentcanvas.cluster import select_engine
 from agentcanvas.errors import ConfigError
@@ -21,12 +29,11 @@ from agentcanvas.eval.events import EvalProgress, LiveEvent
 from agentcanvas.eval.foreground import ForegroundRun, run_foreground
 from agentcanvas.eval.invariance import diff_runs
 from agentcanvas.eval.run_meta import RunMeta, meta_from_flags, write_meta
-from agentcanvas.eval.store import RunDir, new_run_id
+from agentcanvas.eval.run_setup import new_run_dir, run_registry
+from agentcanvas.eval.runner import episode_tasks
 from agentcanvas.eval.tasks import check_tasks
 from agentcanvas.paths import runs_dir
 from agentcanvas.server.batch_audit import check_batcher_settings
-
-FRAMES_HELP = "which episodes keep frames (default: every with --save-frames, else none)"
 
 stderr = Console(stderr=True)
 
@@ -94,22 +101,6 @@ def build_config(args: argparse.Namespace, graph_name: str, workers: int) -> Eva
         raise ConfigError(f"field '{'.'.join(map(str, item['loc']))}': {item['msg']}") from exc
 
 
-def parse_max_errors(text: str | None) -> int | float | None:
-    """``--max-errors``: a whole number is a count, a decimal a fraction."""
-    if text is None:
-        return None
-    try:
-        return int(text)
-    except ValueError:
-        pass
-    try:
-        return float(text)
-    except ValueError as exc:
-        raise ConfigError(
-            f"--max-errors: expected a count (e.g. 3) or a fraction (e.g. 0.2), got {text!r}"
-        ) from exc
-
-
 class _ProgressView:
     """Rich progress on stderr: episodes done/total, running success rate, ETA."""
 
@@ -133,38 +124,23 @@ class _ProgressView:
             )
 
 
-def add_meta_arguments(p: argparse.ArgumentParser) -> None:
-    """``--name``, ``--tag`` (repeatable) and ``--note``: what tells this run apart."""
-    p.add_argument("--name", help="a short name for the run, shown in the runs list")
-    p.add_argument(
-        "--tag", action="append", dest="tags", metavar="TAG", help="a tag (repeatable)"
-    )
-    p.add_argument("--note", help="free text about the run (why, what changed)")
-
-
 def _run(
     args: argparse.Namespace, workers: int, label: str, meta: RunMeta | None = None
 ) -> ForegroundRun:
     check_batcher_settings()  # refused here, naming the variable, before any server starts
-    registry = _registry()
+    registry = workspace_registry()
     graph = resolve_graph(registry, args.graph)
     config = build_config(args, graph.name, workers)
     check_tasks(registry, graph, config.tasks, field="--tasks")
-    n_tasks = (
-        len(config.tasks) if config.tasks else max(1, len(graph.env.tasks) if graph.env else 1)
-    )
-    run_dir = None
+    view = _ProgressView(config.episode_count * len(episode_tasks(config, graph)), label)
+    run_dir = new_run_dir(runs_dir(registry.workspace))
     if meta is not None and meta != RunMeta():  # the folder first, so the name shows at once
-        folder = runs_dir(registry.workspace)
-        run_dir = RunDir(folder / new_run_id(folder))
         write_meta(run_dir.root, meta)
-    view = _ProgressView(config.episode_count * n_tasks, label)
+    run = run_registry(registry.catalogue, run_dir)  # its servers log into the run folder
+    engine = select_engine(config)
     with view.progress:
-        engine = select_engine(config)
         return asyncio.run(
-            run_foreground(
-                registry, graph, config, broadcast=view, run_dir=run_dir, engine=engine
-            )
+            run_foreground(run, graph, config, broadcast=view, run_dir=run_dir, engine=engine)
         )
 
 

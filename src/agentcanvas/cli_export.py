@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agentcanvas.cli import command
+from agentcanvas.cli_common import command
 from agentcanvas.export import FORMATS, export_run
 
 

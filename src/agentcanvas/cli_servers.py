@@ -20,9 +20,9 @@ import httpx
 import psutil
 from pydantic import ValidationError
 
-from agentcanvas.cli import _registry, command, print_json
+from agentcanvas.cli_common import command, print_json, workspace_registry
 from agentcanvas.errors import RunError, UserInputError
-from agentcanvas.eval.store import read_json
+from agentcanvas.fileio import read_json
 from agentcanvas.paths import check_name, workspace_dir
 from agentcanvas.server import auto_host
 from agentcanvas.server.auto_host import ServerRecordFile, record_path
@@ -112,7 +112,7 @@ def cmd_serve_nodeset(args: argparse.Namespace) -> int:
     name = check_name("nodeset", args.name, field="NAME")
     if args.tag is not None and args.tag < 0:
         raise UserInputError(f"--tag must be >= 0, got {args.tag}")
-    _registry().manifest(name)  # an unknown node set: UnknownNodeSetError naming the known
+    workspace_registry().manifest(name)  # an unknown node set: UnknownNodeSetError naming the known
     folder = servers_dir()
     running = probe(record_path(folder, name, args.tag))
     if running is not None:

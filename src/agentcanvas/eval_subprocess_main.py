@@ -4,8 +4,9 @@
 
 Parent-death signal; the run folder's writer lock (held until this process exits: a second
 writer exits 1 at once, before writing anything); read spec.json + shared_urls.json; a fresh
-registry (``scan_all``, ``register_remote_nodeset`` for each shared URL — borrowed, never
-stopped — then ``ensure_nodesets_for_graph(worker_count=N)``); EvalConfig; ``execute()`` with
+registry (`run_setup.run_registry`), then `run_setup.prepare_run`: ``register_remote_nodeset``
+for each shared URL — borrowed, never stopped — then ``ensure_nodesets_for_graph(worker_count=N)``;
+EvalConfig; ``execute()`` with
 summary.json rewritten at each episode boundary; in ``finally``: ``shutdown_all``, save,
 ``touch_done``. On resume the episodes already done are read from the episode folders.
 
@@ -33,13 +34,13 @@ from agentcanvas.eval.config import EpisodeResult
 from agentcanvas.eval.foreground import finalise_run, record_failure
 from agentcanvas.eval.live_events import EventLog, events_path
 from agentcanvas.eval.records import recorded_results
+from agentcanvas.eval.run_setup import RunSetup, prepare_run, run_registry, scanned_catalogue
 from agentcanvas.eval.run_spec import RunSpec
 from agentcanvas.eval.runlock import RunLock
 from agentcanvas.eval.runner import BatchEvalRunner
-from agentcanvas.eval.store import RunDir, read_json
-from agentcanvas.nodes.registry import WorkspaceComponentRegistry
+from agentcanvas.eval.store import RunDir
+from agentcanvas.fileio import read_json
 from agentcanvas.server import procs
-from agentcanvas.server.launcher import LocalProcessLauncher
 from agentcanvas.server.runtime import fix_numeric_threads
 
 ORPHAN_EXIT_S = 3.0  # after the parent died: finish in this time, or the group is killed
@@ -66,30 +67,21 @@ async def run(run_dir: RunDir, parent: int) -> str:
     engine = select_engine(config)  # engine ray: its own actors, no borrowed servers
     if engine.name == "ray":
         shared_urls = {}
-    registry = WorkspaceComponentRegistry(active_workspace=_overlay(spec))
-    registry.scan_all()
+    registry = run_registry(scanned_catalogue(None, _overlay(spec)), run_dir)
     marks["registry_scanned_at"] = time.time()
-    registry.servers.launcher = LocalProcessLauncher(log_dir=run_dir.root / "servers")
-    (run_dir.root / "servers").mkdir(exist_ok=True)
     try:
-        for name, url in shared_urls.items():
-            await registry.register_remote_nodeset(name, url)
-        marks["shared_borrowed_at"] = time.time()
         graph = spec.graph_model()
-        registry.validate(graph)
-        await engine.start(registry, graph, config)
-        marks["servers_ready_at"] = time.time()
-        term.runner = engine.runner(
-            registry,
+        setup = RunSetup(
+            run_dir,
             graph,
             config,
-            run_dir,
-            run_id=run_dir.root.name,
-            determinism=await engine.determinism(registry, graph),
-            previous=previous_results(run_dir, spec),
+            shared_urls,
             broadcast=EventLog(events_path(run_dir.root)),
+            previous=previous_results(run_dir, spec),
+            marks=marks,
+            engine=engine,
         )
-        term.runner.run.timings.update(marks)  # the cold start, phase by phase
+        term.runner = await prepare_run(registry, setup)
         summary = await term.runner.execute()
         return summary.status
     except BaseException as exc:  # also CancelledError/SystemExit: never end as "running"

@@ -12,7 +12,7 @@ One row per run (:func:`run_rows`, :func:`runs_df`) or per episode (:func:`episo
   ``metric_<name>`` for each of its metrics (missing metrics are empty).
 
 Runs are read through the run-folder readers only: the listing through
-:class:`~agentcanvas.api.run_index.RunIndex` (the summaries without their records) and each
+:class:`~agentcanvas.eval.run_index.RunIndex` (the summaries without their records) and each
 run's records through :func:`~agentcanvas.eval.records.episode_records` (a complete
 summary's, else the live ``episodes.jsonl`` index), so a run still going exports what it has.
 Every step is linear in the number of episodes.
@@ -32,11 +32,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 from agentcanvas import jsontext
-from agentcanvas.api.run_index import RunIndex
 from agentcanvas.errors import RunNotFoundError, UserInputError
 from agentcanvas.eval import health
 from agentcanvas.eval.records import episode_records
-from agentcanvas.eval.store import RunDir, read_json
+from agentcanvas.eval.run_index import RunIndex
+from agentcanvas.eval.store import RunDir
+from agentcanvas.fileio import read_json
 from agentcanvas.paths import runs_dir, safe_child
 
 if TYPE_CHECKING:

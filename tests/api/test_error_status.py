@@ -25,7 +25,8 @@ from agentcanvas.errors import (
     UserInputError,
 )
 from agentcanvas.eval.config import EvalConfig, EvalRun
-from agentcanvas.eval.store import RunDir, atomic_write_json
+from agentcanvas.eval.store import RunDir
+from agentcanvas.fileio import atomic_write_json
 
 
 @pytest.mark.parametrize(

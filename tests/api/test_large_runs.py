@@ -24,7 +24,8 @@ import pytest
 from agentcanvas.eval import metrics
 from agentcanvas.eval.config import EpisodeResult, EvalConfig, EvalRun
 from agentcanvas.eval.records import append_record, start_index
-from agentcanvas.eval.store import RunDir, atomic_write_json
+from agentcanvas.eval.store import RunDir
+from agentcanvas.fileio import atomic_write_json
 from support.backend import Backend
 
 N = 10_000

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from agentcanvas.api.run_index import RunIndex, compact_row
 from agentcanvas.api.runs import RunCache, compact
+from agentcanvas.eval.run_index import RunIndex, compact_row
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import pytest
 
 from agentcanvas.cli import main
 from agentcanvas.eval.seeding import episode_seed
-from agentcanvas.eval.store import read_json
+from agentcanvas.fileio import read_json
 from support.cli import run_cli
 
 CLI_TIMEOUT_S = 120.0

@@ -14,7 +14,8 @@ from agentcanvas.cluster.engine import RayEngine
 from agentcanvas.eval.config import EvalConfig, EvalRun
 from agentcanvas.eval.foreground import finalise_run
 from agentcanvas.eval.records import recorded_results
-from agentcanvas.eval.store import RunDir, read_json
+from agentcanvas.eval.store import RunDir
+from agentcanvas.fileio import read_json
 from support.polling import poll_until
 from support.ray_cluster import (
     add_node,

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from agentcanvas.eval.config import EvalRun
-from agentcanvas.eval.store import read_json
+from agentcanvas.fileio import read_json
 from support.batched_nodesets import write_batched_workspace
 from support.cli import run_cli
 

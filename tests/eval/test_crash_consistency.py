@@ -23,7 +23,8 @@ import pytest
 
 from agentcanvas.eval.config import EpisodeResult
 from agentcanvas.eval.runlock import is_locked
-from agentcanvas.eval.store import RunDir, read_json
+from agentcanvas.eval.store import RunDir
+from agentcanvas.fileio import read_json
 from agentcanvas.scheduler.calibration import CalibrationStore
 from agentcanvas.scheduler.job_scheduler import JobScheduler
 from support.cli import COMMAND

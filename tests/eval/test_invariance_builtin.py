@@ -17,7 +17,7 @@ import pytest
 
 import agentcanvas.graphs
 from agentcanvas.eval.config import EvalRun
-from agentcanvas.eval.store import read_json
+from agentcanvas.fileio import read_json
 from agentcanvas.graph.model import load_graph_file
 from support.cli import run_cli
 

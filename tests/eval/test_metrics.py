@@ -24,7 +24,7 @@ from agentcanvas.eval.metrics import (
     status_counts,
     wilson_interval,
 )
-from agentcanvas.eval.store import atomic_write_json, read_json
+from agentcanvas.fileio import atomic_write_json, read_json
 
 Value = float | int | bool | None
 

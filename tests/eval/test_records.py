@@ -15,7 +15,8 @@ from agentcanvas.eval.records import (
     start_index,
     summary_is_complete,
 )
-from agentcanvas.eval.store import RunDir, atomic_write_json, read_jsonl
+from agentcanvas.eval.store import RunDir
+from agentcanvas.fileio import atomic_write_json, read_jsonl
 
 
 def result(index: int, status: str = "completed", **metrics: float) -> EpisodeResult:

@@ -12,9 +12,9 @@ from agentcanvas.errors import ConfigError, UserInputError
 from agentcanvas.eval.config import EvalConfig
 from agentcanvas.eval.run_spec import SPEC_VERSION, RunSpec
 from agentcanvas.eval.store import RunDir
-from agentcanvas.nodes.registry import WorkspaceComponentRegistry
 from agentcanvas.scheduler.calibration import CalibrationStore, graph_fingerprint
 from agentcanvas.scheduler.job_scheduler import JobScheduler
+from agentcanvas.server.registry import WorkspaceComponentRegistry
 
 
 @pytest.fixture(scope="module")

@@ -20,11 +20,12 @@ from agentcanvas.errors import RunLockedError, StateError
 from agentcanvas.eval.config import EvalConfig
 from agentcanvas.eval.run_spec import RunSpec
 from agentcanvas.eval.runlock import RunLock, hold, holder_pid, is_locked
-from agentcanvas.eval.store import RunDir, read_json
-from agentcanvas.nodes.registry import WorkspaceComponentRegistry
+from agentcanvas.eval.store import RunDir
+from agentcanvas.fileio import read_json
 from agentcanvas.scheduler import restart
 from agentcanvas.scheduler.calibration import CalibrationStore
 from agentcanvas.scheduler.job_scheduler import JobScheduler
+from agentcanvas.server.registry import WorkspaceComponentRegistry
 from support.cli import COMMAND
 from support.polling import poll_until
 

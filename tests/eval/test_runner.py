@@ -25,9 +25,10 @@ from agentcanvas.eval.events import EvalEpisodeDone, LiveEvent
 from agentcanvas.eval.foreground import ForegroundRun, run_foreground
 from agentcanvas.eval.runner import BatchEvalRunner, plan_episodes
 from agentcanvas.eval.seeding import episode_seed
-from agentcanvas.eval.store import RunDir, append_jsonl, read_json, read_jsonl
+from agentcanvas.eval.store import RunDir
+from agentcanvas.fileio import append_jsonl, read_json, read_jsonl
 from agentcanvas.graph.model import Graph, parse_graph
-from agentcanvas.nodes.registry import WorkspaceComponentRegistry
+from agentcanvas.server.registry import WorkspaceComponentRegistry
 from support.counting_env import TENV
 from support.registry import started_registry
 from support.workspace import home_workspace
@@ -233,7 +234,7 @@ async def foreground(workspace: Path) -> ForegroundRun:
     run = await asyncio.wait_for(
         run_foreground(registry, registry.load_graph("tgraph"), config), RUN_DEADLINE_S
     )
-    assert registry.servers.records == {}
+    assert registry.fleet.records == {}
     return run
 
 

@@ -30,7 +30,7 @@ from agentcanvas.eval.invariance import diff_runs
 from agentcanvas.eval.runner import BatchEvalRunner
 from agentcanvas.eval.store import RunDir
 from agentcanvas.graph.model import Graph, parse_graph
-from agentcanvas.nodes.registry import WorkspaceComponentRegistry
+from agentcanvas.server.registry import WorkspaceComponentRegistry
 from support.registry import scanned, started_registry
 from support.workspace import home_workspace
 
@@ -199,7 +199,7 @@ async def test_a_step_left_running_by_a_timeout_never_touches_the_next_episode(
     registry: WorkspaceComponentRegistry, tmp_path: Path
 ) -> None:
     graph = make_graph("late", ("ok", "slow", "after"))
-    restarts_before = registry.servers.records["renv#0"].restarts
+    restarts_before = registry.fleet.records["renv#0"].restarts
     knobs: dict[str, Any] = {"episode_count": 1, "step_budget": 10, "per_step_timeout_s": 0.5}
     summary = await run_eval(registry, graph, tmp_path / "with_slow", worker_count=1, **knobs)
     alone = await run_eval(
@@ -217,7 +217,7 @@ async def test_a_step_left_running_by_a_timeout_never_touches_the_next_episode(
     assert reference.metrics["counter"] == episode_length(reference.seed)
     assert (after.task, after.seed) == (reference.task, reference.seed)
     assert what_it_scored(after) == what_it_scored(reference)
-    assert registry.servers.records["renv#0"].restarts == restarts_before + 1
+    assert registry.fleet.records["renv#0"].restarts == restarts_before + 1
     assert summary.determinism.guaranteed is False
     assert summary.determinism.reasons == ["wall-clock timeouts decided episodes [1]"]
     assert alone.determinism.guaranteed is True
@@ -240,7 +240,7 @@ async def test_a_call_past_its_deadline_is_a_timeout_naming_the_node(
             step_budget=8,
             per_step_timeout_s=CALL_DEADLINE_S,
         )
-        restarts = reg.servers.records["renv#0"].restarts
+        restarts = reg.fleet.records["renv#0"].restarts
     finally:
         await reg.shutdown_all()
 

@@ -12,13 +12,12 @@ from pathlib import Path
 import pytest
 
 from agentcanvas.errors import RunError, UnsafeNameError
-from agentcanvas.eval.store import (
+from agentcanvas.eval.store import RunDir, new_run_id
+from agentcanvas.fileio import (
     JsonlRead,
-    RunDir,
     append_jsonl,
     atomic_write_bytes,
     atomic_write_json,
-    new_run_id,
     read_json,
     read_jsonl,
 )

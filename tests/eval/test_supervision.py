@@ -21,9 +21,10 @@ import pytest_asyncio
 
 from agentcanvas.eval.config import EpisodeResult, EvalConfig, EvalRun
 from agentcanvas.eval.runner import BatchEvalRunner
-from agentcanvas.eval.store import RunDir, read_jsonl
+from agentcanvas.eval.store import RunDir
+from agentcanvas.fileio import read_jsonl
 from agentcanvas.graph.model import Graph, parse_graph
-from agentcanvas.nodes.registry import WorkspaceComponentRegistry
+from agentcanvas.server.registry import WorkspaceComponentRegistry
 from support.counting_env import TENV
 from support.eval_runs import wait_for_firings
 from support.registry import started_registry
@@ -98,7 +99,7 @@ def outcome(ep: EpisodeResult) -> dict[str, Any]:
 
 
 def server_pid(registry: WorkspaceComponentRegistry, key: str) -> int:
-    server = registry.servers.records[key].server
+    server = registry.fleet.records[key].server
     assert server is not None and server.pid is not None
     return server.pid
 
@@ -135,7 +136,7 @@ async def test_server_killed_mid_episode_is_restarted_and_the_episode_retried(
 ) -> None:
     runner = new_runner(registry, tmp_path)
     victim, bystander = server_pid(registry, "tenv#0"), server_pid(registry, "tenv#1")
-    restarts_before = registry.servers.records["tenv#0"].restarts
+    restarts_before = registry.fleet.records["tenv#0"].restarts
     execution = asyncio.ensure_future(asyncio.wait_for(runner.execute(), RUN_DEADLINE_S))
     try:
         # Iteration 0 of episode 0 has fired (act, env, out); at least two more actions of
@@ -148,7 +149,7 @@ async def test_server_killed_mid_episode_is_restarted_and_the_episode_retried(
 
     hit = assert_recovered(summary, baseline, range(N_EPISODES // N_WORKERS))
     assert hit.index == 0
-    assert registry.servers.records["tenv#0"].restarts == restarts_before + 1
+    assert registry.fleet.records["tenv#0"].restarts == restarts_before + 1
     assert server_pid(registry, "tenv#0") != victim
     assert server_pid(registry, "tenv#1") == bystander  # the other worker was left alone
     # The retry started its log afresh: each step of the episode appears exactly once.

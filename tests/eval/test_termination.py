@@ -23,9 +23,10 @@ from agentcanvas.eval.config import EvalConfig, EvalRun
 from agentcanvas.eval.events import EvalProgress, LiveEvent
 from agentcanvas.eval.runner import BatchEvalRunner
 from agentcanvas.eval.seeding import episode_seed
-from agentcanvas.eval.store import RunDir, read_json, read_jsonl
+from agentcanvas.eval.store import RunDir
+from agentcanvas.fileio import read_json, read_jsonl
 from agentcanvas.graph.model import Graph, parse_graph
-from agentcanvas.nodes.registry import WorkspaceComponentRegistry
+from agentcanvas.server.registry import WorkspaceComponentRegistry
 from support.counting_env import TENV
 from support.eval_runs import wait_for_firings
 from support.registry import started_registry

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import agentcanvas.graphs
 from agentcanvas.eval.config import EvalRun
-from agentcanvas.eval.store import read_json
+from agentcanvas.fileio import read_json
 from support.cli import run_cli
 
 N_PER_TASK = "6"

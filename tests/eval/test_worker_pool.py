@@ -15,7 +15,7 @@ import pytest
 from agentcanvas.errors import StateError
 from agentcanvas.eval.worker_pool import EnvWorkerPool, partition_contiguous
 from agentcanvas.graph.model import Graph, parse_graph
-from agentcanvas.nodes.registry import WorkspaceComponentRegistry
+from agentcanvas.server.registry import WorkspaceComponentRegistry
 
 WAIT_S = 5.0
 
@@ -176,7 +176,7 @@ async def test_each_slot_routes_to_its_own_tagged_server(workspace: Path) -> Non
 
             # A dead server is noticed per slot; restart relaunches it and re-wires the slot.
             dead = pool.handles[0]
-            server = registry.servers.records["tenv#0"].server
+            server = registry.fleet.records["tenv#0"].server
             assert server is not None and server.pid is not None
             os.kill(server.pid, signal.SIGKILL)
             async with asyncio.timeout(WAIT_S):
@@ -200,7 +200,7 @@ async def test_one_worker_uses_the_same_tagged_path(workspace: Path) -> None:
     registry.scan_all()
     try:
         assert await registry.ensure_nodesets_for_graph(env_graph(), worker_count=1) == ["tenv#0"]
-        assert "tenv" not in registry.servers.records  # no untagged special case
+        assert "tenv" not in registry.fleet.records  # no untagged special case
         async with EnvWorkerPool(registry, 1, "tenv", ["tenv"]) as pool:
             (handle,) = pool.handles
             assert handle.server_url_overrides == {"tenv": registry.get_server_url("tenv", 0)}

@@ -25,7 +25,7 @@ from agentcanvas.graph.loop_runner import LoopRunner
 from agentcanvas.graph.model import DEFAULT_STEP_BUDGET, Graph, parse_graph
 from agentcanvas.nodes.base import CallContext, LocalNodeSet
 from agentcanvas.nodes.manifest import LoadInfo, NodeSetManifest
-from agentcanvas.nodes.registry import WorkspaceComponentRegistry
+from agentcanvas.server.registry import WorkspaceComponentRegistry
 from support.registry import scanned
 from support.workspace import write_nodeset
 

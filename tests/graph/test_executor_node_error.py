@@ -14,7 +14,7 @@ import pytest
 
 from agentcanvas.graph.executor import GraphExecutor
 from agentcanvas.graph.model import parse_graph
-from agentcanvas.nodes.registry import WorkspaceComponentRegistry
+from agentcanvas.server.registry import WorkspaceComponentRegistry
 from support.registry import scanned
 from support.workspace import write_nodeset
 

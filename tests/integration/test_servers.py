@@ -40,8 +40,8 @@ from agentcanvas.eval.episode import (
 from agentcanvas.eval.seeding import episode_seed
 from agentcanvas.graph.model import Graph
 from agentcanvas.nodes.base import CallContext, LocalNodeSet, NodeSetHandle
-from agentcanvas.nodes.registry import WorkspaceComponentRegistry
 from agentcanvas.server.proxy import RemoteNodeSet
+from agentcanvas.server.registry import WorkspaceComponentRegistry
 
 pytestmark = pytest.mark.timeout(90)
 in_module_loop = pytest.mark.asyncio(loop_scope="module")
@@ -74,7 +74,7 @@ def pid_gone(pid: int) -> bool:
 
 
 def server_pid(registry: WorkspaceComponentRegistry, key: str) -> int:
-    server = registry.servers.records[key].server
+    server = registry.fleet.records[key].server
     assert server is not None and server.pid is not None
     return server.pid
 
@@ -246,7 +246,7 @@ async def test_two_tagged_servers_hold_independent_episode_state(
 BORROWER = textwrap.dedent(
     """
     import asyncio, sys
-    from agentcanvas.nodes.registry import WorkspaceComponentRegistry
+    from agentcanvas.server.registry import WorkspaceComponentRegistry
 
     async def main(url):
         registry = WorkspaceComponentRegistry()
@@ -336,14 +336,14 @@ async def test_killed_and_hung_servers_become_node_errors_naming_them(workspace:
 PARENT = textwrap.dedent(
     """
     import asyncio, json
-    from agentcanvas.nodes.registry import WorkspaceComponentRegistry
+    from agentcanvas.server.registry import WorkspaceComponentRegistry
 
     async def main():
         registry = WorkspaceComponentRegistry()
         registry.scan_all()
         graph = registry.load_graph("babyai_oracle")
         keys = await registry.ensure_nodesets_for_graph(graph, worker_count=2)
-        pids = [registry.servers.records[k].server.pid for k in keys]
+        pids = [registry.fleet.records[k].server.pid for k in keys]
         print(json.dumps(pids), flush=True)
         await asyncio.Event().wait()
 

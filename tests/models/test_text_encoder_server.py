@@ -22,13 +22,14 @@ import pytest
 import pytest_asyncio
 import torch
 
+from agentcanvas.catalogue import ACTIVE_WORKSPACE_ENV
 from agentcanvas.eval.config import EvalConfig
 from agentcanvas.eval.foreground import run_foreground
 from agentcanvas.models.text_encoder import TextEncoder
 from agentcanvas.nodes.base import CallContext
-from agentcanvas.nodes.registry import ACTIVE_WORKSPACE_ENV, WorkspaceComponentRegistry
 from agentcanvas.nodesets.text_encoder import MAX_SEQ_LEN
 from agentcanvas.server.proxy import RemoteNodeSet
+from agentcanvas.server.registry import WorkspaceComponentRegistry
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

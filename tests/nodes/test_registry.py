@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from agentcanvas.catalogue import ACTIVE_WORKSPACE_ENV
 from agentcanvas.errors import (
     GraphValidationError,
     UnknownGraphError,
@@ -26,7 +27,7 @@ from agentcanvas.eval.episode import EpisodeOptions, EpisodeSpec, EpisodeWiring,
 from agentcanvas.eval.seeding import episode_seed
 from agentcanvas.graph.model import Graph, parse_graph
 from agentcanvas.nodes.base import CallContext, LocalNodeSet
-from agentcanvas.nodes.registry import ACTIVE_WORKSPACE_ENV, WorkspaceComponentRegistry
+from agentcanvas.server.registry import WorkspaceComponentRegistry
 from support.workspace import write_files
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "nodesets.md"

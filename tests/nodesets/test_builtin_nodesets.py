@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from agentcanvas.catalogue import ACTIVE_WORKSPACE_ENV
 from agentcanvas.errors import UserInputError
 from agentcanvas.eval.config import EpisodeResult
 from agentcanvas.eval.episode import EpisodeOptions, EpisodeSpec, EpisodeWiring, run_episode
 from agentcanvas.eval.seeding import episode_seed
 from agentcanvas.nodes.base import CallContext, LocalNodeSet
-from agentcanvas.nodes.registry import ACTIVE_WORKSPACE_ENV, WorkspaceComponentRegistry
+from agentcanvas.server.registry import WorkspaceComponentRegistry
 
 FORWARD = 2  # MiniGrid action
 

@@ -9,7 +9,8 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from agentcanvas.scheduler.cpu import CpuSampler, cpu_cores, run_cpu_slots
-from agentcanvas.scheduler.resources import ProcessTreeMonitor, RamSampler, default_samplers
+from agentcanvas.scheduler.resources import ProcessTreeMonitor, RamSampler
+from agentcanvas.scheduler.samplers import default_samplers
 from support.polling import poll_until
 
 SPIN = "while True: pass"

@@ -21,8 +21,7 @@ import pytest
 from agentcanvas.errors import StateError
 from agentcanvas.eval.config import EvalConfig
 from agentcanvas.eval.run_spec import RunSpec
-from agentcanvas.eval.store import atomic_write_json, read_json
-from agentcanvas.nodes.registry import WorkspaceComponentRegistry
+from agentcanvas.fileio import atomic_write_json, read_json
 from agentcanvas.scheduler.calibration import CalibrationStore, graph_fingerprint
 from agentcanvas.scheduler.cpu import CpuSampler, cpu_cores
 from agentcanvas.scheduler.job_scheduler import EVAL_NICENESS, JobScheduler, SchedulerHooks
@@ -32,8 +31,9 @@ from agentcanvas.scheduler.resources import (
     NvmlVramSampler,
     RamSampler,
     ResourceSampler,
-    default_samplers,
 )
+from agentcanvas.scheduler.samplers import default_samplers
+from agentcanvas.server.registry import WorkspaceComponentRegistry
 from support.polling import poll_until
 
 DEADLINE_S = 60.0
@@ -51,19 +51,21 @@ def graph_json() -> dict[str, Any]:
 def make_spec(graph_json: dict[str, Any]) -> Callable[..., RunSpec]:
     def make(worker_count: int = 1, shared: tuple[str, ...] = (), **scheduling: Any) -> RunSpec:
         config = EvalConfig(graph_name="babyai_oracle", episode_count=1, worker_count=worker_count)
-        return RunSpec.model_validate({
-            "version": 1,
-            "config": config.model_dump(mode="json"),
-            "scheduling": {
-                "marginal_vram_mb": 0.0,
-                "exclusive_gpu": False,
-                "priority": 0,
-                **scheduling,
-            },
-            "graph": graph_json,
-            "shared_nodesets": list(shared),
-            "active_workspace_dir": None,
-        })
+        return RunSpec.model_validate(
+            {
+                "version": 1,
+                "config": config.model_dump(mode="json"),
+                "scheduling": {
+                    "marginal_vram_mb": 0.0,
+                    "exclusive_gpu": False,
+                    "priority": 0,
+                    **scheduling,
+                },
+                "graph": graph_json,
+                "shared_nodesets": list(shared),
+                "active_workspace_dir": None,
+            }
+        )
 
     return make
 

@@ -21,8 +21,8 @@ from agentcanvas.scheduler.resources import (
     NvmlVramSampler,
     ProcessTreeMonitor,
     RamSampler,
-    default_samplers,
 )
+from agentcanvas.scheduler.samplers import default_samplers
 
 CHILD_MB = 200
 GRANDCHILD_MB = 100

@@ -22,7 +22,6 @@ from agentcanvas.errors import NodeSetError, UserInputError
 from agentcanvas.nodes.base import CallContext, LocalNodeSet, NodeSet
 from agentcanvas.nodes.batch_check import check_examples, rotated_batches, same_bits
 from agentcanvas.nodes.manifest import PortSpec
-from agentcanvas.nodes.registry import WorkspaceComponentRegistry
 from agentcanvas.server.batch_audit import (
     AuditSettings,
     BatchAuditor,
@@ -32,6 +31,7 @@ from agentcanvas.server.batch_audit import (
 )
 from agentcanvas.server.batched_inference import BatchedInferenceServer
 from agentcanvas.server.batching import FlushPolicy
+from agentcanvas.server.registry import WorkspaceComponentRegistry
 from support.workspace import write_files
 
 DEADLINE_S = 10.0

@@ -21,13 +21,14 @@ import numpy as np
 import pytest
 import pytest_asyncio
 
+from agentcanvas.catalogue import ACTIVE_WORKSPACE_ENV
 from agentcanvas.errors import ServerError
 from agentcanvas.graph.executor import EpisodeContext, ExecutionResult, GraphExecutor
 from agentcanvas.graph.model import Graph, parse_graph
-from agentcanvas.nodes.registry import ACTIVE_WORKSPACE_ENV, WorkspaceComponentRegistry
 from agentcanvas.server.batched_inference import BatchedInferenceServer, config_hash
 from agentcanvas.server.batching import FlushPolicy
 from agentcanvas.server.proxy import RemoteNodeSet
+from agentcanvas.server.registry import WorkspaceComponentRegistry
 
 DEADLINE_S = 10.0  # only a broken server ever waits this long
 CAP_S = 0.010

@@ -22,8 +22,8 @@ import pytest
 
 from agentcanvas.errors import RemoteError
 from agentcanvas.graph.model import Graph, parse_graph
-from agentcanvas.nodes.registry import WorkspaceComponentRegistry
 from agentcanvas.server.deadlines import call_deadline
+from agentcanvas.server.registry import WorkspaceComponentRegistry
 from support.cli import run_cli
 from support.registry import scanned
 from support.workspace import write_graph, write_nodeset

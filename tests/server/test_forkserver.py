@@ -20,10 +20,10 @@ import psutil
 import pytest
 
 from agentcanvas.nodes.base import CallContext
-from agentcanvas.nodes.registry import WorkspaceComponentRegistry
 from agentcanvas.server.forkserver import ForkedServer
 from agentcanvas.server.launcher import ProcessServer
 from agentcanvas.server.procs import descendants_alive
+from agentcanvas.server.registry import WorkspaceComponentRegistry
 from support.polling import poll_until
 from support.registry import scanned
 from support.workspace import home_workspace
@@ -72,8 +72,8 @@ async def test_forked_servers_have_their_own_state_and_restart_from_the_template
 ) -> None:
     reg = scanned(workspace)
     try:
-        await reg.servers.start_many([("fenv", 0), ("fenv", 1), ("senv", 0)])
-        servers = {k: r.server for k, r in reg.servers.records.items()}
+        await reg.fleet.start_many([("fenv", 0), ("fenv", 1), ("senv", 0)])
+        servers = {k: r.server for k, r in reg.fleet.records.items()}
         assert isinstance(servers["fenv#0"], ForkedServer)
         assert isinstance(servers["fenv#1"], ForkedServer)
         assert isinstance(servers["senv#0"], ProcessServer)  # forkable=False: spawned
@@ -91,7 +91,7 @@ async def test_forked_servers_have_their_own_state_and_restart_from_the_template
         os.kill(pids["fenv#0"], signal.SIGKILL)
         poll_until(lambda: not reg.server_alive("fenv#0"), "fenv#0 to be gone", DEADLINE_S)
         await reg.restart_server("fenv#0")
-        restarted = reg.servers.records["fenv#0"].server
+        restarted = reg.fleet.records["fenv#0"].server
         assert isinstance(restarted, ForkedServer) and restarted.pid != pids["fenv#0"]
         assert restarted.pid is not None and psutil.Process(restarted.pid).ppid() == template
         assert (await bump(reg, "fenv#0"))["count"] == 1  # fresh state
@@ -104,13 +104,13 @@ async def test_forked_servers_have_their_own_state_and_restart_from_the_template
 PARENT = textwrap.dedent(
     """
     import asyncio, json, os
-    from agentcanvas.nodes.registry import WorkspaceComponentRegistry
+    from agentcanvas.server.registry import WorkspaceComponentRegistry
 
     async def main():
         reg = WorkspaceComponentRegistry()
         reg.scan_all()
-        await reg.servers.start_many([("fenv", 0), ("fenv", 1)])
-        pids = [r.server.pid for r in reg.servers.records.values()]
+        await reg.fleet.start_many([("fenv", 0), ("fenv", 1)])
+        pids = [r.server.pid for r in reg.fleet.records.values()]
         print(json.dumps(pids), flush=True)
         await asyncio.sleep(600)
 

@@ -19,9 +19,9 @@ import pytest_asyncio
 import zmq
 import zmq.asyncio
 
+from agentcanvas import wire
 from agentcanvas.errors import RemoteError, ServerDiedError, ServerError
 from agentcanvas.nodes.base import CallContext
-from agentcanvas.server import wire
 from agentcanvas.server.launcher import LaunchedServer, LocalProcessLauncher
 from agentcanvas.server.proxy import RemoteNodeSet, fetch_manifest
 from agentcanvas.server.rpc import RpcClient
@@ -104,6 +104,26 @@ async def test_http_errors_are_translated(core: RemoteNodeSet, core_server: Laun
         )
     assert response.status_code == 400
     assert "not a call payload" in response.json()["error"]
+
+
+@pytest.mark.parametrize(
+    ("route", "body", "field"),
+    [
+        ("/panel/change", wire.dumps({"value": 1}), "field"),
+        ("/panel/action", wire.dumps({"action": 3}), "action"),
+        ("/panel/episode", wire.dumps({"fields": "seed"}), "fields"),
+        ("/evict", b"{}", "episode_key"),
+        ("/attach", b'{"client": 7}', "client"),
+        ("/detach", b"not json", "detach"),
+    ],
+)
+async def test_a_body_that_does_not_fit_its_route_is_a_400_naming_the_field(
+    core_server: LaunchedServer, route: str, body: bytes, field: str
+) -> None:
+    async with httpx.AsyncClient() as client:
+        response = await client.post(f"{core_server.url}{route}", content=body)
+    assert response.status_code == 400, response.text
+    assert route in response.json()["error"] and field in response.json()["error"]
 
 
 async def test_concurrent_calls_on_one_proxy_get_their_own_answers(core: RemoteNodeSet) -> None:

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from agentcanvas.errors import WireError
-from agentcanvas.server.wire import (
+from agentcanvas.wire import (
     EXT_ARRAY,
     EXT_BIGINT,
     EXT_SCALAR,

@@ -6,7 +6,7 @@ import asyncio
 import time
 from pathlib import Path
 
-from agentcanvas.eval.store import read_jsonl
+from agentcanvas.fileio import read_jsonl
 
 
 async def wait_for_firings(path: Path, n_records: int, deadline_s: float, poll_s: float) -> None:

@@ -8,13 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from agentcanvas.eval.records import read_index
-from agentcanvas.eval.store import (
-    RunDir,
-    atomic_write_bytes,
-    atomic_write_json,
-    encode_jsonl_line,
-    read_json,
-)
+from agentcanvas.eval.store import RunDir
+from agentcanvas.fileio import atomic_write_bytes, atomic_write_json, encode_jsonl_line, read_json
 from support.cli import run_cli
 
 EPISODES_PER_TASK = 3  # babyai_oracle has two tasks: 6 episodes

@@ -17,7 +17,7 @@ from typing import Any
 from agentcanvas.eval.config import EpisodeResult, EvalConfig, EvalRun
 from agentcanvas.eval.engine import Engine, LocalEngine
 from agentcanvas.eval.foreground import run_foreground
-from agentcanvas.nodes.registry import WorkspaceComponentRegistry
+from agentcanvas.server.registry import WorkspaceComponentRegistry
 
 LOOPBACK = "127.0.0.1"
 OBJECT_STORE = 100 * 1024**2

@@ -29,7 +29,8 @@ import pytest
 
 from agentcanvas.eval import metrics
 from agentcanvas.eval.config import EpisodeResult, EvalConfig, EvalRun
-from agentcanvas.eval.store import RunDir, atomic_write_json
+from agentcanvas.eval.store import RunDir
+from agentcanvas.fileio import atomic_write_json
 from support.backend import Backend
 from support.browser import ARTIFACTS, CHROMIUM, NO_CHROMIUM, require_websocket_support, shot
 

@@ -16,13 +16,13 @@ from fastapi import FastAPI
 
 from agentcanvas.errors import AgentCanvasError
 from agentcanvas.eval.run_spec import RunSpec
-from agentcanvas.eval.store import atomic_write_json
-from agentcanvas.nodes.registry import WorkspaceComponentRegistry
+from agentcanvas.fileio import atomic_write_json
 from agentcanvas.paths import runs_dir
 from agentcanvas.scheduler.calibration import CalibrationStore
 from agentcanvas.scheduler.job_scheduler import JobScheduler, SchedulerHooks
-from agentcanvas.scheduler.resources import default_samplers
+from agentcanvas.scheduler.samplers import default_samplers
 from agentcanvas.scheduler.settings import AdmissionSettings
+from agentcanvas.server.registry import WorkspaceComponentRegistry
 
 from . import downloads, leaderboard, media, misc, run_detail
 from . import eval as eval_api
@@ -91,10 +91,10 @@ def _release(svc: ProcessServices, names: list[str]) -> None:
 
 async def _drain_pending_unloads(svc: ProcessServices) -> None:
     for name in sorted(svc.pending_unloads):
-        record = svc.registry.servers.records.get(name)
-        if record is None or record.refcount == 0:
+        refcount = svc.registry.shared_refcount(name)
+        if not refcount:
             svc.pending_unloads.discard(name)
-            if record is not None:
+            if refcount is not None:
                 await svc.registry.unload_shared(name)
 
 

@@ -18,13 +18,15 @@ from agentcanvas.eval import health
 from agentcanvas.eval.config import RAY_ADDRESS_PATTERN, EvalConfig, FramesMode, MaxErrors
 from agentcanvas.eval.events import EvalComplete
 from agentcanvas.eval.foreground import run_foreground
+from agentcanvas.eval.run_index import RunQuery
 from agentcanvas.eval.run_meta import RunName, RunNote, RunTags
+from agentcanvas.eval.run_setup import new_run_dir, run_registry, scanned_catalogue
 from agentcanvas.eval.run_spec import RunSpec, SpecScheduling
-from agentcanvas.eval.store import RunDir, new_run_id, read_json
 from agentcanvas.eval.tasks import check_tasks
+from agentcanvas.fileio import read_json
 from agentcanvas.graph.model import Graph
-from agentcanvas.nodes.registry import WorkspaceComponentRegistry
 from agentcanvas.paths import NAME_PATTERNS
+from agentcanvas.server.registry import WorkspaceComponentRegistry
 
 from . import runs
 from .models import (
@@ -41,7 +43,6 @@ from .models import (
 )
 from .overlay import borrow_shared, check_overlay, overlay_registry
 from .run_detail import save_start_meta
-from .run_index import RunQuery
 from .services import ProcessServices
 
 router = APIRouter(prefix="/api/eval/v2", tags=["eval"], responses=error_responses(400, 403, 422))
@@ -152,19 +153,22 @@ async def _start_in_process(
     svc: ProcessServices, graph: Graph, config: EvalConfig, overlay: Path | None
 ) -> str:
     """The legacy in-process path: a fresh registry borrowing the backend's shared servers."""
-    run_dir = RunDir(svc.scheduler.runs_dir / new_run_id(svc.scheduler.runs_dir))
-    registry = WorkspaceComponentRegistry(workspace=svc.workspace, active_workspace=overlay)
-    registry.scan_all()
+    run_dir = new_run_dir(svc.scheduler.runs_dir)
+    registry = run_registry(scanned_catalogue(svc.workspace, overlay), run_dir)
     ray = config.engine == "ray"  # the Ray engine runs its own model actors
     urls = {} if ray else await borrow_shared(svc.registry, registry, graph)
-    for name, url in urls.items():
-        await registry.register_remote_nodeset(name, url)
     engine = select_engine(config)
 
     async def go() -> None:
         try:
             await run_foreground(
-                registry, graph, config, broadcast=svc.broadcast, run_dir=run_dir, engine=engine
+                registry,
+                graph,
+                config,
+                broadcast=svc.broadcast,
+                run_dir=run_dir,
+                shared_urls=urls,
+                engine=engine,
             )
         finally:
             svc.registry.release_shared_nodesets(sorted(urls))

@@ -16,8 +16,8 @@ from agentcanvas.eval.events import CanvasEvent
 from agentcanvas.eval.runner import episode_tasks
 from agentcanvas.eval.seeding import episode_seed
 from agentcanvas.graph.executor import ExecutionPrinciples
-from agentcanvas.nodes.registry import WorkspaceComponentRegistry
 from agentcanvas.paths import NAME_PATTERNS, check_name
+from agentcanvas.server.registry import WorkspaceComponentRegistry
 
 from .models import (
     MAX_EPISODE_INDEX,
@@ -55,10 +55,7 @@ async def graph(name: GraphName, request: Request) -> dict[str, Any]:
 @router.get("/api/nodesets")
 async def nodesets(request: Request) -> dict[str, Any]:
     svc = services(request)
-    servers = {
-        key: {"url": r.url, "refcount": r.refcount, "owned": r.owned, "alive": r.is_alive()}
-        for key, r in svc.registry.servers.records.items()
-    }
+    servers = {key: vars(s) for key, s in svc.registry.server_status().items()}
     return {
         "nodesets": [
             svc.registry.manifest(n).model_dump(mode="json") for n in svc.registry.nodeset_names()
@@ -75,10 +72,9 @@ async def load_nodeset(name: NodeSetName, request: Request) -> dict[str, Any]:
     check_name("nodeset", name, field="name")
     if svc.registry.manifest(name).parallelism != "shared":
         raise StateError(f"node set {name!r} is not shared; only shared ones load in the backend")
-    record = await svc.registry.servers.start(name)
-    svc.registry.bind_server(name)
+    url = await svc.registry.load_shared(name)
     svc.pending_unloads.discard(name)
-    return {"name": name, "url": record.url}
+    return {"name": name, "url": url}
 
 
 @router.post("/api/nodesets/{name}/unload", responses=error_responses(409))
@@ -86,12 +82,12 @@ async def unload_nodeset(name: NodeSetName, request: Request) -> dict[str, Any]:
     """Unload now when no run holds it; otherwise deferred until its refcount is zero."""
     svc = services(request)
     check_name("nodeset", name, field="name")
-    record = svc.registry.servers.records.get(name)
-    if record is None:
+    refcount = svc.registry.shared_refcount(name)
+    if refcount is None:
         raise StateError(f"node set {name!r} is not loaded")
-    if record.refcount > 0:
+    if refcount > 0:
         svc.pending_unloads.add(name)
-        return {"name": name, "status": "deferred", "refcount": record.refcount}
+        return {"name": name, "status": "deferred", "refcount": refcount}
     await svc.registry.unload_shared(name)
     return {"name": name, "status": "unloaded"}
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from agentcanvas.errors import UnsafeNameError, UserInputError
 from agentcanvas.graph.model import Graph
-from agentcanvas.nodes.registry import WorkspaceComponentRegistry
 from agentcanvas.paths import resolve_within
+from agentcanvas.server.registry import WorkspaceComponentRegistry
 
 __all__ = ["borrow_shared", "check_overlay", "overlay_registry"]
 
@@ -50,7 +50,7 @@ async def borrow_shared(
     node sets it takes from the overlay are not the backend's, and are left to the run.
     """
     urls: dict[str, str] = {}
-    for name in resolver.servers.shared_in(graph):
+    for name in resolver.shared_in(graph):
         if resolver.origin(name) == "active":
             continue
         only = graph.model_copy(update={"nodes": [n for n in graph.nodes if n.nodeset == name]})

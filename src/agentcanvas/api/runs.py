@@ -20,10 +20,10 @@ from agentcanvas.errors import (
 from agentcanvas.eval.comparison import compare_runs as compare_runs  # the compare route
 from agentcanvas.eval.comparison import success_of
 from agentcanvas.eval.records import IndexTail, summary_is_complete
-from agentcanvas.eval.store import RunDir, read_json, read_jsonl
+from agentcanvas.eval.run_index import RunIndex, RunQuery, compact_row
+from agentcanvas.eval.store import RunDir
+from agentcanvas.fileio import read_json, read_jsonl
 from agentcanvas.paths import check_name, contained, safe_child
-
-from .run_index import RunIndex, RunQuery, compact_row
 
 LOG_TAIL_BYTES = 200_000
 Outcome = Literal["success", "failure", "error", "cancelled"]

@@ -17,8 +17,8 @@ from typing import Any, Protocol
 from agentcanvas import jsontext
 from agentcanvas.background import TaskOwner
 from agentcanvas.eval.events import LiveEvent
-from agentcanvas.nodes.registry import WorkspaceComponentRegistry
 from agentcanvas.scheduler.job_scheduler import JobScheduler
+from agentcanvas.server.registry import WorkspaceComponentRegistry
 
 from .progress import ProgressRelay
 from .runs import RunCache

@@ -26,7 +26,7 @@ from agentcanvas.eval.events import Broadcast
 from agentcanvas.eval.runner import BatchEvalRunner
 from agentcanvas.eval.store import RunDir
 from agentcanvas.graph.model import Graph
-from agentcanvas.nodes.registry import WorkspaceComponentRegistry
+from agentcanvas.server.registry import WorkspaceComponentRegistry
 
 
 class RayEngine:
@@ -50,7 +50,7 @@ class RayEngine:
         runtime_env = self.shipped.runtime_env()
         ray = import_ray()
         remote = ray.remote(ModelServer)
-        for name in registry.servers.shared_in(graph):
+        for name in registry.shared_in(graph):
             manifest = registry.manifest(name)
             options = model_options(manifest, runtime_env, f"agentcanvas:{id(self)}:{name}")
             actor = remote.options(**options).remote(name, None, self.shipped.active_dir())

@@ -20,15 +20,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from agentcanvas import wire
 from agentcanvas.errors import NodeSetError, ServerDiedError
 from agentcanvas.nodes.base import CallContext, LocalNodeSet
 from agentcanvas.nodes.manifest import LoadInfo, NodeSetManifest
-from agentcanvas.nodes.registry import WorkspaceComponentRegistry
-from agentcanvas.server import wire
 from agentcanvas.server.auto_host import _call
 from agentcanvas.server.batch_audit import audit_settings_from_env, build_auditor
 from agentcanvas.server.batched_inference import BatchedInferenceServer
 from agentcanvas.server.batching import policy_from_env
+from agentcanvas.server.registry import WorkspaceComponentRegistry
 from agentcanvas.server.runtime import fix_numeric_threads
 
 MODEL_RETRY_S = 120.0  # how long a caller keeps retrying a model actor that died

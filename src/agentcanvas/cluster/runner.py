@@ -28,7 +28,7 @@ from agentcanvas.eval.events import Broadcast
 from agentcanvas.eval.runner import BatchEvalRunner
 from agentcanvas.eval.store import RunDir
 from agentcanvas.graph.model import DEFAULT_STEP_BUDGET, Graph
-from agentcanvas.nodes.registry import WorkspaceComponentRegistry
+from agentcanvas.server.registry import WorkspaceComponentRegistry
 
 log = logging.getLogger(__name__)
 ACTOR_RETURN_S = 120.0  # how long a worker loop waits for Ray to bring its actor back

@@ -23,7 +23,7 @@ from typing import Any
 
 from agentcanvas.cluster.model_actor import RayModelHandle, load_catalogue
 from agentcanvas.eval.episode import EpisodeOptions, EpisodeSpec, EpisodeWiring, run_episode
-from agentcanvas.eval.store import encode_jsonl_line
+from agentcanvas.fileio import encode_jsonl_line
 from agentcanvas.graph.executor import ExecutionPrinciples
 from agentcanvas.graph.model import parse_graph
 from agentcanvas.nodes.base import NodeSetHandle
@@ -86,7 +86,7 @@ class EpisodeWorker:
         self.env_nodeset = self.graph.env.nodeset if self.graph.env else None
         self.overrides: dict[str, NodeSetHandle] = {
             name: self.registry.local_instance(name)
-            for name in self.registry.servers.replicated_in(self.graph)
+            for name in self.registry.replicated_in(self.graph)
         }
         self.models = [self.registry.bound(name) for name in models]
         self._cancel: asyncio.Event | None = None

@@ -19,7 +19,8 @@ import httpx
 
 from agentcanvas.eval.config import BatchedFunctionInfo, DeterminismInfo
 from agentcanvas.graph.model import Graph
-from agentcanvas.nodes.registry import WorkspaceComponentRegistry
+from agentcanvas.server import protocol
+from agentcanvas.server.registry import WorkspaceComponentRegistry
 
 REASON_PREFIX = "batched function "
 AUDIT_TIMEOUT_S = 10.0
@@ -30,7 +31,7 @@ async def collect_determinism(
 ) -> DeterminismInfo:
     """Ask each shared server of the graph which modes it measured and checked at start-up."""
     info = DeterminismInfo()
-    for name in registry.servers.shared_in(graph):
+    for name in registry.shared_in(graph):
         handle = registry.bound(name) or registry.local_instance(name)
         modes = await handle.determinism()
         for node, mode in modes.items():
@@ -64,7 +65,7 @@ async def finish_determinism(
 def batched_functions(registry: WorkspaceComponentRegistry, graph: Graph) -> dict[str, list[str]]:
     """The batched nodes of the graph's shared node sets: ``{nodeset: [node, ...]}``."""
     used: dict[str, list[str]] = {}
-    shared = set(registry.servers.shared_in(graph))
+    shared = set(registry.shared_in(graph))
     for node in graph.nodes:
         nodeset, _, name = node.type.partition(".")
         spec = registry.manifest(nodeset).node_type(name) if nodeset in shared else None
@@ -87,7 +88,7 @@ async def _server_report(
         return "in_process"
     try:
         async with httpx.AsyncClient(base_url=url, timeout=AUDIT_TIMEOUT_S) as client:
-            response = await client.get("/batch_audit", params={"run": run_id})
+            response = await client.get(protocol.BATCH_AUDIT, params={"run": run_id})
             response.raise_for_status()
             report: dict[str, Any] = response.json()
             return report

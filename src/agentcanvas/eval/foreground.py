@@ -1,9 +1,9 @@
 """A whole run in this process: the CLI's foreground ``eval`` (its own "subprocess").
 
 Reserve a run folder, take its writer lock (held to the end: one writer per run folder),
-write spec.json, start the shared servers the graph needs and N tagged servers per replicated
-node set, execute, and in ``finally`` shut every server down, save the summary and touch
-``_DONE`` — also when cancelled or interrupted.
+write spec.json, start the servers the graph needs (`run_setup.prepare_run`), execute, and
+in ``finally`` shut every server down, save the summary and touch ``_DONE`` — also when
+cancelled or interrupted.
 
 A failure is recorded with its real cause: exception groups (from the runner's TaskGroup) are
 unwrapped, and a node-set server lost in mid-run (ServerDiedError, which names the server and
@@ -13,26 +13,26 @@ its URL) ends the run ``aborted``, resumable, not ``failed``.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from agentcanvas.errors import ServerDiedError
 from agentcanvas.eval.config import EvalConfig, EvalRun
-from agentcanvas.eval.determinism import collect_determinism
 from agentcanvas.eval.engine import Engine, LocalEngine
 from agentcanvas.eval.events import Broadcast
+from agentcanvas.eval.run_setup import RunSetup, new_run_dir, prepare_run
 from agentcanvas.eval.run_spec import RunSpec
 from agentcanvas.eval.runlock import RunLock
 from agentcanvas.eval.runner import BatchEvalRunner
-from agentcanvas.eval.store import RunDir, atomic_write_json, new_run_id
+from agentcanvas.eval.store import RunDir
+from agentcanvas.fileio import atomic_write_json
 from agentcanvas.graph.model import Graph
-from agentcanvas.nodes.registry import WorkspaceComponentRegistry
 from agentcanvas.paths import runs_dir
-from agentcanvas.server.launcher import LocalProcessLauncher
+from agentcanvas.server.registry import WorkspaceComponentRegistry
 
 __all__ = [
     "ForegroundRun",
-    "collect_determinism",
     "finalise_run",
     "record_failure",
     "run_foreground",
@@ -58,51 +58,36 @@ async def run_foreground(
     broadcast: Broadcast | None = None,
     base_dir: Path | None = None,
     run_dir: RunDir | None = None,
+    shared_urls: Mapping[str, str] | None = None,
     engine: Engine | None = None,
 ) -> ForegroundRun:
-    """Run ``config`` on ``graph`` here, start to finish; the run folder is always finalised.
+    """Run ``config`` on ``graph`` here with ``registry`` (and its fleet's launcher: see
+    ``run_setup.run_registry``), start to finish; the run folder is always finalised, and
+    every server the registry knows is stopped at the end (borrowed ones only let go).
     ``engine``: where the episodes run (default: this host's node-set servers)."""
     if run_dir is None:
-        folder = base_dir or runs_dir(registry.workspace)
-        run_dir = RunDir(folder / new_run_id(folder))
+        run_dir = new_run_dir(base_dir or runs_dir(registry.workspace))
     run_dir.create()
+    setup = RunSetup(
+        run_dir, graph, config, shared_urls or {}, broadcast, engine=engine or LocalEngine()
+    )
     with RunLock(run_dir).acquire():
-        return await _run_locked(
-            registry, graph, config, broadcast, run_dir, engine or LocalEngine()
-        )
+        return await _run_locked(registry, setup)
 
 
-async def _run_locked(
-    registry: WorkspaceComponentRegistry,
-    graph: Graph,
-    config: EvalConfig,
-    broadcast: Broadcast | None,
-    run_dir: RunDir,
-    engine: Engine,
-) -> ForegroundRun:
-    run_id = run_dir.root.name
-    write_spec(run_dir, config, graph, run_id)
+async def _run_locked(registry: WorkspaceComponentRegistry, setup: RunSetup) -> ForegroundRun:
+    run_dir, config = setup.run_dir, setup.config
+    write_spec(run_dir, config, setup.graph, run_dir.root.name)
     runner: BatchEvalRunner | None = None
-    registry.servers.launcher = LocalProcessLauncher(log_dir=run_dir.root / "servers")
-    (run_dir.root / "servers").mkdir(exist_ok=True)
     try:
-        await engine.start(registry, graph, config)
-        runner = engine.runner(
-            registry,
-            graph,
-            config,
-            run_dir,
-            run_id=run_id,
-            broadcast=broadcast,
-            determinism=await engine.determinism(registry, graph),
-        )
+        runner = await prepare_run(registry, setup)
         summary = await runner.execute()
     except BaseException as exc:
         record_failure(run_dir, runner, config, exc)
         raise
     finally:
-        await asyncio.shield(finalise_run(registry, runner, run_dir, engine))
-    return ForegroundRun(run_id, run_dir, summary)
+        await asyncio.shield(finalise_run(registry, runner, run_dir, setup.engine))
+    return ForegroundRun(run_dir.root.name, run_dir, summary)
 
 
 def record_failure(

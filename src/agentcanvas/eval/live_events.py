@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 from agentcanvas.errors import RunError
 from agentcanvas.eval.events import LIVE_EVENT, EvalEpisodeDone, EvalProgress, LiveEvent
-from agentcanvas.eval.store import append_jsonl
+from agentcanvas.fileio import append_jsonl
 
 __all__ = ["EVENTS_FILE", "RELAYED_TYPES", "EventLog", "EventTail", "events_path"]
 

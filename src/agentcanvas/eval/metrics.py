@@ -85,7 +85,7 @@ class MetricAggregate(BaseModel):
     @field_validator("mean", "lo", "hi", mode="before")
     @classmethod
     def _null_is_nan(cls, value: Any) -> Any:
-        # Files store nan as null (see eval.store); read it back as nan.
+        # Files store nan as null (see agentcanvas.fileio); read it back as nan.
         return math.nan if value is None else value
 
 

@@ -36,8 +36,8 @@ from pydantic import ValidationError
 
 from agentcanvas.errors import RunError
 from agentcanvas.eval.config import EpisodeResult
-from agentcanvas.eval.store import (
-    RunDir,
+from agentcanvas.eval.store import RunDir
+from agentcanvas.fileio import (
     append_jsonl,
     atomic_write_bytes,
     encode_jsonl_line,

@@ -21,7 +21,8 @@ from agentcanvas.eval.config import EpisodeResult, EvalConfig, EvalRun
 from agentcanvas.eval.records import recorded_results
 from agentcanvas.eval.run_spec import RunSpec
 from agentcanvas.eval.runner import episode_tasks
-from agentcanvas.eval.store import RunDir, read_json
+from agentcanvas.eval.store import RunDir
+from agentcanvas.fileio import read_json
 from agentcanvas.graph.model import Graph
 
 __all__ = [

@@ -15,7 +15,7 @@ from typing import Annotated, Final
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentcanvas.errors import ConfigError, RunError
-from agentcanvas.eval.store import atomic_write_json, read_json
+from agentcanvas.fileio import atomic_write_json, read_json
 
 __all__ = [
     "MAX_TAGS",

@@ -22,7 +22,8 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 
 from agentcanvas.errors import ConfigError
 from agentcanvas.eval.config import EvalConfig
-from agentcanvas.eval.store import RunDir, atomic_write_json, read_json
+from agentcanvas.eval.store import RunDir
+from agentcanvas.fileio import atomic_write_json, read_json
 from agentcanvas.graph.model import Graph, parse_graph
 
 __all__ = ["SPEC_VERSION", "RunSpec", "SpecScheduling", "validation_problems"]

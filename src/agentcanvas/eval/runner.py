@@ -47,11 +47,12 @@ from agentcanvas.eval.episode import (
 )
 from agentcanvas.eval.events import Broadcast, EvalComplete, EvalEpisodeDone, EvalProgress
 from agentcanvas.eval.seeding import episode_seed
-from agentcanvas.eval.store import RunDir, append_jsonl, atomic_write_json
+from agentcanvas.eval.store import RunDir
 from agentcanvas.eval.worker_pool import EnvWorkerPool, WorkerHandle, partition_contiguous
+from agentcanvas.fileio import append_jsonl, atomic_write_json
 from agentcanvas.graph.executor import ExecutionPrinciples
 from agentcanvas.graph.model import Graph
-from agentcanvas.nodes.registry import WorkspaceComponentRegistry
+from agentcanvas.server.registry import WorkspaceComponentRegistry
 
 LIVE_AGGREGATE_MIN_INTERVAL_S = 0.25  # live aggregates are refreshed at most this often
 LIVE_AGGREGATE_DUTY = 0.1  # and take at most this share of the run's wall time
@@ -61,11 +62,7 @@ RETRYABLE = ("error", "exception", "timeout")
 
 def episode_tasks(config: EvalConfig, graph: Graph) -> list[str]:
     """Tasks of the run: the config's, else the graph's env tasks, else its panel task."""
-    if config.tasks:
-        return list(config.tasks)
-    if graph.env is None:
-        return [""]
-    return list(graph.env.tasks) or [str(graph.env.fields.get("task_id", ""))]
+    return list(config.tasks) if config.tasks else graph.default_tasks()
 
 
 def plan_episodes(config: EvalConfig, graph: Graph, run_key: str) -> list[EpisodeSpec]:
@@ -187,7 +184,7 @@ class BatchEvalRunner:
         """Run the dispatched episodes on this host's worker slots (the Ray engine's runner
         overrides this with its actors)."""
         env_ns = self.graph.env.nodeset if self.graph.env else None
-        replicated = self.registry.servers.replicated_in(self.graph)
+        replicated = self.registry.replicated_in(self.graph)
         pool = EnvWorkerPool(self.registry, self.config.worker_count, env_ns, replicated)
         async with pool, asyncio.TaskGroup() as group:
             workers = [
@@ -205,7 +202,7 @@ class BatchEvalRunner:
         self, pool: EnvWorkerPool, worker_id: int, dispatcher: WorkStealingDispatcher
     ) -> None:
         client = f"{self.run.run_id}/w{worker_id}"
-        shared = [self.registry.bound(n) for n in self.registry.servers.shared_in(self.graph)]
+        shared = [self.registry.bound(n) for n in self.registry.shared_in(self.graph)]
         async with pool.acquire_specific(worker_id) as handle:
             await _set_attached(shared, client, attach=True)
             # Owned by this worker: awaited before the next one starts and in ``finally``,
@@ -309,7 +306,7 @@ class BatchEvalRunner:
 
     async def _require_shared(self) -> None:
         """ServerDiedError naming the server and its URL when a shared server is gone."""
-        for name in self.registry.servers.shared_in(self.graph):
+        for name in self.registry.shared_in(self.graph):
             health = getattr(self.registry.bound(name), "health", None)
             if health is None:
                 continue

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from agentcanvas.errors import ServerError, StateError
+from agentcanvas.errors import StateError
 from agentcanvas.nodes.base import NodeSetHandle
-from agentcanvas.nodes.registry import WorkspaceComponentRegistry
-from agentcanvas.server.servers import server_key
+from agentcanvas.server.fleet import server_key
+from agentcanvas.server.registry import WorkspaceComponentRegistry
 
 
 @dataclass
@@ -108,14 +108,7 @@ class EnvWorkerPool:
         return dead
 
     async def _answers(self, key: str) -> bool:
-        record = self._registry.servers.records.get(key)
-        if record is None:
-            return False
-        try:
-            await record.handle.health()
-        except ServerError:
-            return False
-        return True
+        return await self._registry.server_answers(key)
 
     async def restart(self, handle: WorkerHandle, keys: Sequence[str] | None = None) -> None:
         """Restart this slot's dead servers (``keys``; default: those that exited), re-wire."""

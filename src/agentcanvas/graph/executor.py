@@ -17,14 +17,26 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
-from agentcanvas.assets import save_frame
 from agentcanvas.errors import ConfigError, ServerTimeoutError, describe
 from agentcanvas.graph.model import DEFAULT_STEP_BUDGET, GRAPH_SCOPE_ID, Graph, Node
 from agentcanvas.graph.ready import ReadySet, same_iteration_deps
 from agentcanvas.graph.summarize import summarize
+from agentcanvas.nodes.assets import save_frame
 from agentcanvas.nodes.base import CallContext, NodeSetHandle
 from agentcanvas.nodes.boundary import needs_local_deadline, with_boundary
 from agentcanvas.nodes.manifest import NodeTypeSpec
+
+__all__ = [
+    "GRAPH_OUT_TYPE",
+    "EpisodeContext",
+    "EventSink",
+    "ExecStatus",
+    "ExecutionPrinciples",
+    "ExecutionResult",
+    "FiringLog",
+    "GraphExecutor",
+    "NodeResolver",
+]
 
 GRAPH_OUT_TYPE = "core.graphOut"
 ExecStatus = Literal["running", "completed", "error", "cancelled"]

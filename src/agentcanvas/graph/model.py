@@ -30,6 +30,25 @@ from pydantic import (
 from agentcanvas import jsontext
 from agentcanvas.errors import GraphFormatError
 
+__all__ = [
+    "DEFAULT_STEP_BUDGET",
+    "GRAPH_FORMAT_VERSION",
+    "GRAPH_SCOPE_ID",
+    "IDENT_PATTERN",
+    "PORT_REF_SCHEMA",
+    "TYPE_PATTERN",
+    "Edge",
+    "EnvBinding",
+    "Graph",
+    "Node",
+    "PortRef",
+    "PortRefField",
+    "Scope",
+    "graph_json_schema",
+    "load_graph_file",
+    "parse_graph",
+]
+
 GRAPH_FORMAT_VERSION: Literal[1] = 1
 GRAPH_SCOPE_ID = "graph"
 DEFAULT_STEP_BUDGET = 64
@@ -165,6 +184,12 @@ class Graph(_Strict):
     def nodesets(self) -> list[str]:
         """Node-set names used by this graph, in first-use order."""
         return list(dict.fromkeys(node.nodeset for node in self.nodes))
+
+    def default_tasks(self) -> list[str]:
+        """The graph's env tasks, else its panel's ``task_id``, else one unnamed task."""
+        if self.env is None:
+            return [""]
+        return list(self.env.tasks) or [str(self.env.fields.get("task_id", ""))]
 
     def to_json(self) -> str:
         return jsontext.dumps(self.model_dump(mode="json", exclude_defaults=False), indent=2) + "\n"

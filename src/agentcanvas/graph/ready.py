@@ -11,6 +11,8 @@ from collections.abc import Iterable
 from agentcanvas.errors import StateError
 from agentcanvas.graph.model import Graph
 
+__all__ = ["ReadySet", "find_cycle", "same_iteration_deps"]
+
 
 def same_iteration_deps(graph: Graph) -> dict[str, set[str]]:
     """For each node id, the node ids it waits for within an iteration."""

@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 
+__all__ = ["MAX_ITEMS", "MAX_STR", "summarize"]
+
 MAX_STR = 120
 MAX_ITEMS = 16
 

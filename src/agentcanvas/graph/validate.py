@@ -16,6 +16,8 @@ from agentcanvas.graph.model import GRAPH_SCOPE_ID, Edge, Graph, Node
 from agentcanvas.graph.ready import find_cycle
 from agentcanvas.nodes.manifest import FieldSpec, NodeSetManifest, NodeTypeSpec
 
+__all__ = ["ConfigCheck", "ManifestLookup", "field_value_problem", "validate_graph"]
+
 ManifestLookup = Callable[[str], NodeSetManifest | None]
 ConfigCheck = Callable[[Node], None]
 

@@ -36,6 +36,18 @@ from agentcanvas.nodes.manifest import (
     PortSpec,
 )
 
+__all__ = [
+    "BatchFn",
+    "BatchItem",
+    "CallContext",
+    "LocalNodeSet",
+    "NodeFn",
+    "NodeSet",
+    "NodeSetHandle",
+    "Panel",
+    "start_episode",
+]
+
 NodeFn = Callable[[dict[str, Any], dict[str, Any], Any, "CallContext"], Any]
 BatchItem = tuple[dict[str, Any], "CallContext"]
 BatchFn = Callable[[list[BatchItem], dict[str, Any], Any], list[dict[str, Any]]]

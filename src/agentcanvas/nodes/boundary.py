@@ -12,8 +12,8 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+from agentcanvas import wire
 from agentcanvas.nodes.base import CallContext, LocalNodeSet, NodeSetHandle
-from agentcanvas.server import wire
 
 __all__ = ["WireBoundary", "is_in_process", "needs_local_deadline", "with_boundary"]
 

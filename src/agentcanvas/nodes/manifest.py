@@ -10,6 +10,19 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+__all__ = [
+    "MANIFEST_VERSION",
+    "FieldKind",
+    "FieldSpec",
+    "LoadInfo",
+    "NodeSetManifest",
+    "NodeTypeSpec",
+    "PanelSpec",
+    "Parallelism",
+    "PortSpec",
+    "PortType",
+]
+
 Parallelism = Literal["local", "shared", "replicated"]
 PortType = Literal["any", "float", "int", "bool", "str", "array", "dict", "list"]
 FieldKind = Literal["choice", "int", "float", "bool", "str"]

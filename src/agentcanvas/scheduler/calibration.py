@@ -26,7 +26,7 @@ from typing import Any, Final, Literal
 from pydantic import BaseModel, Field, ValidationError
 
 from agentcanvas.errors import RunError
-from agentcanvas.eval.store import atomic_write_json
+from agentcanvas.fileio import atomic_write_json
 
 __all__ = [
     "CALIBRATION_FILE_VERSION",

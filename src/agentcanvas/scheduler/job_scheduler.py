@@ -30,7 +30,8 @@ from agentcanvas.eval.config import TERMINAL_RUN_STATUSES, EvalRun
 from agentcanvas.eval.recovery import drop_cancelled_episodes, episodes_planned
 from agentcanvas.eval.run_spec import RunSpec
 from agentcanvas.eval.runlock import hold
-from agentcanvas.eval.store import RunDir, atomic_write_json, new_run_id, read_json
+from agentcanvas.eval.store import RunDir, new_run_id
+from agentcanvas.fileio import atomic_write_json, read_json
 from agentcanvas.paths import safe_child
 from agentcanvas.scheduler.admission import HELD_RESOURCES, JobDemand, RunningLoad, decide
 from agentcanvas.scheduler.calibration import CalibrationStore, graph_fingerprint

@@ -11,7 +11,7 @@ tree used (``ProcessTreeMonitor``). Each resource is behind one ``ResourceSample
   registered per pid and freed when that process dies, as a real device does.
 
 Memory is in MB; CPU in slots (one busy core is one slot), in the same fields.
-``default_samplers()`` picks them. Setting ``AGENTCANVAS_FAKE_VRAM_MB=<total>`` replaces
+``samplers.default_samplers()`` picks them. Setting ``AGENTCANVAS_FAKE_VRAM_MB=<total>`` replaces
 NVML with a ``FakeVramSampler`` of that total, for tests and demos without a GPU.
 """
 
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import time
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
@@ -27,7 +26,6 @@ from typing import Any, Literal, Protocol
 
 import psutil
 
-from agentcanvas.errors import ConfigError
 from agentcanvas.scheduler.process_table import PROCESS_TABLE
 
 __all__ = [
@@ -39,7 +37,6 @@ __all__ = [
     "ResourceKind",
     "ResourceSample",
     "ResourceSampler",
-    "default_samplers",
 ]
 
 logger = logging.getLogger(__name__)
@@ -276,33 +273,6 @@ class FakeVramSampler:
         for pid in [p for p in self._usage_mb if not _is_alive(p)]:
             del self._usage_mb[pid]
         return dict(self._usage_mb)
-
-
-def default_samplers(cpu_oversubscription: float | None = None) -> list[ResourceSampler]:
-    """RAM and CPU always; VRAM from ``AGENTCANVAS_FAKE_VRAM_MB`` if set, else NVML if a GPU
-    exists. ``cpu_oversubscription``: CPU slots per core (default
-    ``cpu.DEFAULT_CPU_OVERSUBSCRIPTION``)."""
-    from agentcanvas.scheduler.cpu import DEFAULT_CPU_OVERSUBSCRIPTION, CpuSampler  # imports us
-
-    if cpu_oversubscription is None:
-        cpu_oversubscription = DEFAULT_CPU_OVERSUBSCRIPTION
-    samplers: list[ResourceSampler] = [RamSampler(), CpuSampler(cpu_oversubscription)]
-    fake_total = os.environ.get(FAKE_VRAM_ENV)
-    if fake_total is not None and fake_total.strip():
-        samplers.append(FakeVramSampler(_parse_fake_total(fake_total)))
-    elif NvmlVramSampler.available():
-        samplers.append(NvmlVramSampler())
-    return samplers
-
-
-def _parse_fake_total(raw: str) -> float:
-    try:
-        total = float(raw)
-    except ValueError:
-        total = math.nan
-    if not math.isfinite(total) or total <= 0:
-        raise ConfigError(f"{FAKE_VRAM_ENV} must be a positive number of MB, got {raw!r}")
-    return total
 
 
 class ProcessTreeMonitor:

@@ -24,7 +24,8 @@ from agentcanvas.eval.config import TERMINAL_RUN_STATUSES, EvalRun
 from agentcanvas.eval.recovery import episodes_planned, reconcile_summary
 from agentcanvas.eval.run_spec import RunSpec
 from agentcanvas.eval.runlock import hold
-from agentcanvas.eval.store import RunDir, atomic_write_json, read_json
+from agentcanvas.eval.store import RunDir
+from agentcanvas.fileio import atomic_write_json, read_json
 from agentcanvas.paths import check_name
 
 __all__ = [

@@ -29,20 +29,22 @@ import sys
 from collections.abc import Awaitable, Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+import msgspec
 import psutil
 import uvicorn
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
+from agentcanvas import envsettings, wire
+from agentcanvas.catalogue import NodeSetCatalogue
 from agentcanvas.errors import AgentCanvasError, UserInputError, WireError
-from agentcanvas.eval.store import atomic_write_json, read_json
+from agentcanvas.fileio import atomic_write_json, read_json
 from agentcanvas.nodes.base import CallContext, LocalNodeSet, NodeSet
-from agentcanvas.nodes.registry import WorkspaceComponentRegistry
 from agentcanvas.paths import check_name
-from agentcanvas.server import procs, wire
+from agentcanvas.server import procs, protocol
 from agentcanvas.server.batch_audit import (
     audit_settings_from_env,
     build_auditor,
@@ -53,7 +55,22 @@ from agentcanvas.server.batching import policy_from_env
 from agentcanvas.server.rpc import Handler, RpcServer
 from agentcanvas.server.runtime import fix_numeric_threads
 
+__all__ = [
+    "HOST",
+    "ServerRecordFile",
+    "create_app",
+    "error_body",
+    "error_status",
+    "main",
+    "record_path",
+    "remove_record",
+    "rpc_handlers",
+    "serve",
+    "write_record",
+]
+
 HOST = "127.0.0.1"
+Body = TypeVar("Body", bound=msgspec.Struct)
 log = logging.getLogger("agentcanvas.server")
 
 
@@ -71,6 +88,13 @@ def _wire_body(body: bytes, path: str) -> dict[str, Any]:
     return value
 
 
+def _json_body(body: bytes, kind: type[Body], path: str) -> Body:
+    try:
+        return msgspec.json.decode(body, type=kind)
+    except msgspec.DecodeError as exc:  # ValidationError included
+        raise UserInputError(f"{path}: {exc}") from exc
+
+
 def create_app(
     instance: LocalNodeSet, batcher: BatchedInferenceServer, tag: int | None, call_endpoint: str
 ) -> FastAPI:
@@ -78,68 +102,68 @@ def create_app(
     app = FastAPI(title=f"agentcanvas node set {instance.name}", docs_url=None, redoc_url=None)
     app.state.batcher = batcher
 
-    @app.get("/health")
+    @app.get(protocol.HEALTH)
     async def health() -> dict[str, Any]:
-        return {
-            "ok": True,
-            "nodeset": instance.name,
-            "tag": tag,
-            "pid": os.getpid(),
-            "call": call_endpoint,
-        }
+        reply = protocol.HealthReply(True, instance.name, tag, os.getpid(), call_endpoint)
+        return msgspec.structs.asdict(reply)
 
-    @app.get("/manifest")
+    @app.get(protocol.MANIFEST)
     async def manifest() -> dict[str, Any]:
         return instance.manifest.model_dump(mode="json")
 
     handlers = rpc_handlers(instance, batcher)
 
-    @app.post("/call/{node_name}")
+    @app.post(protocol.CALL)
     async def call(node_name: str, request: Request) -> Response:
-        body = _wire_body(await request.body(), f"/call/{node_name}")
-        return _wire_response(await handlers["call"]({**body, "node": node_name}))
+        body = _wire_body(await request.body(), protocol.call_path(node_name))
+        return _wire_response(await handlers[protocol.OP_CALL]({**body, "node": node_name}))
 
-    @app.post("/panel/change")
+    @app.post(protocol.PANEL_CHANGE)
     async def panel_change(request: Request) -> Response:
-        body = _wire_body(await request.body(), "/panel/change")
-        return _wire_response(await instance.panel_change(body["field"], body["value"]))
+        body = _wire_body(await request.body(), protocol.PANEL_CHANGE)
+        change = protocol.parse(body, protocol.PanelChangeRequest, protocol.PANEL_CHANGE)
+        return _wire_response(await instance.panel_change(change.field, change.value))
 
-    @app.post("/panel/action")
+    @app.post(protocol.PANEL_ACTION)
     async def panel_action(request: Request) -> Response:
-        body = _wire_body(await request.body(), "/panel/action")
-        return _wire_response(await instance.panel_action(body["action"]))
+        body = _wire_body(await request.body(), protocol.PANEL_ACTION)
+        action = protocol.parse(body, protocol.PanelActionRequest, protocol.PANEL_ACTION)
+        return _wire_response(await instance.panel_action(action.action))
 
-    @app.post("/panel/episode")
+    @app.post(protocol.PANEL_EPISODE)
     async def panel_episode(request: Request) -> Response:
-        body = _wire_body(await request.body(), "/panel/episode")
-        return _wire_response(await handlers["panel_episode"](body))
+        body = _wire_body(await request.body(), protocol.PANEL_EPISODE)
+        return _wire_response(await handlers[protocol.OP_PANEL_EPISODE](body))
 
-    @app.get("/panel/load")
+    @app.get(protocol.PANEL_LOAD)
     async def panel_load() -> dict[str, Any]:
         return (await instance.panel_load()).model_dump(mode="json")
 
-    @app.post("/evict")
+    @app.post(protocol.EVICT)
     async def evict(request: Request) -> dict[str, bool]:
-        await instance.evict(str((await request.json())["episode_key"]))
+        body = _json_body(await request.body(), protocol.EvictRequest, protocol.EVICT)
+        await instance.evict(body.episode_key)
         return {"ok": True}
 
-    @app.post("/attach")
+    @app.post(protocol.ATTACH)
     async def attach(request: Request) -> dict[str, int]:
-        return {"attached": batcher.attach(str((await request.json())["client"]))}
+        body = _json_body(await request.body(), protocol.ClientRequest, protocol.ATTACH)
+        return msgspec.structs.asdict(protocol.AttachedReply(batcher.attach(body.client)))
 
-    @app.post("/detach")
+    @app.post(protocol.DETACH)
     async def detach(request: Request) -> dict[str, int]:
-        return {"attached": batcher.detach(str((await request.json())["client"]))}
+        body = _json_body(await request.body(), protocol.ClientRequest, protocol.DETACH)
+        return msgspec.structs.asdict(protocol.AttachedReply(batcher.detach(body.client)))
 
-    @app.get("/stats")
+    @app.get(protocol.STATS)
     async def stats() -> dict[str, Any]:
         return batcher.stats()
 
-    @app.get("/determinism")
+    @app.get(protocol.DETERMINISM)
     async def determinism() -> dict[str, str]:
         return await instance.determinism()
 
-    @app.get("/batch_audit")
+    @app.get(protocol.BATCH_AUDIT)
     async def batch_audit(run: str = "") -> dict[str, Any]:
         return batcher.auditor.report(run) if batcher.auditor is not None else {}
 
@@ -175,26 +199,34 @@ def rpc_handlers(instance: LocalNodeSet, batcher: BatchedInferenceServer) -> dic
     """The per-episode operations, served on the rpc socket (and the HTTP routes above)."""
 
     async def call(args: dict[str, Any]) -> dict[str, Any]:
-        node_name = str(args.get("node"))
+        where = protocol.call_path(str(args.get("node")))
         try:
-            config, inputs, ctx = args["config"], args["inputs"], CallContext(**args["ctx"])
-        except (KeyError, TypeError) as exc:
-            raise UserInputError(f"/call/{node_name}: not a call payload ({exc!r})") from exc
+            request = msgspec.convert(args, protocol.CallRequest)
+            ctx = CallContext(**request.ctx)
+        except (msgspec.ValidationError, TypeError) as exc:
+            raise UserInputError(f"{where}: not a call payload ({exc})") from exc
         try:
-            outputs = await _call(instance, batcher, node_name, config, inputs, ctx)
+            outputs = await _call(
+                instance, batcher, request.node, request.config, request.inputs, ctx
+            )
         except Exception as exc:  # the node's failure is data; the server lives on
             outputs = {"error": f"{type(exc).__name__}: {exc}"}
-        return {"outputs": outputs}
+        return msgspec.structs.asdict(protocol.CallReply(outputs))
 
     async def panel_episode(args: dict[str, Any]) -> dict[str, Any]:
-        fields = [(str(name), value) for name, value in args["fields"]]
-        return (await instance.panel_episode(fields)).model_dump(mode="json")
+        request = protocol.parse(args, protocol.PanelEpisodeRequest, protocol.PANEL_EPISODE)
+        return (await instance.panel_episode(request.fields)).model_dump(mode="json")
 
     async def evict(args: dict[str, Any]) -> bool:
-        await instance.evict(str(args["episode_key"]))
+        request = protocol.parse(args, protocol.EvictRequest, protocol.EVICT)
+        await instance.evict(request.episode_key)
         return True
 
-    return {"call": call, "panel_episode": panel_episode, "evict": evict}
+    return {
+        protocol.OP_CALL: call,
+        protocol.OP_PANEL_EPISODE: panel_episode,
+        protocol.OP_EVICT: evict,
+    }
 
 
 async def _call(
@@ -247,9 +279,9 @@ async def serve(
     """Load the node set (unless ``loaded``: a forked server got it from its template), bind,
     report the port to the parent, serve until terminated."""
     if loaded is None:
-        registry = WorkspaceComponentRegistry()
-        registry.scan_all()
-        loaded = registry.nodeset(nodeset)
+        catalogue = NodeSetCatalogue()
+        catalogue.scan_all()
+        loaded = catalogue.nodeset(nodeset)
     instance = LocalNodeSet(loaded)
     policy = policy_from_env()
     auditor = build_auditor(instance, policy.max_batch, audit_settings_from_env())
@@ -358,10 +390,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if os.environ.get(procs.PARENT_PID_ENV):
         procs.set_parent_death_signal()
-    fix_numeric_threads()
     try:
         check_name("nodeset", args.nodeset)
-        check_batcher_settings()  # a bad setting fails here, before the node set loads
+        envsettings.check_all()  # a bad setting fails here, before the node set loads
+        check_batcher_settings()
+        fix_numeric_threads()
         asyncio.run(serve(args.nodeset, args.tag, args.record_dir))
     except AgentCanvasError as exc:
         print(f"auto_host {args.nodeset}: {exc}", file=sys.stderr)

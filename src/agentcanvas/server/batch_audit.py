@@ -39,6 +39,22 @@ from agentcanvas.nodes.batch_check import (
 )
 from agentcanvas.server.batching import policy_from_env
 
+__all__ = [
+    "AUDIT_RATE_ENV",
+    "AUDIT_SEED_ENV",
+    "DEFAULT_AUDIT_RATE",
+    "AuditSettings",
+    "BatchAuditor",
+    "FunctionAudit",
+    "Mismatch",
+    "RunUse",
+    "audit_settings_from_env",
+    "build_auditor",
+    "check_batcher_settings",
+    "split_episode_key",
+    "startup_check",
+]
+
 DEFAULT_AUDIT_RATE = 0.0625
 AUDIT_RATE_ENV = "AGENTCANVAS_AUDIT_RATE"
 AUDIT_SEED_ENV = "AGENTCANVAS_AUDIT_SEED"

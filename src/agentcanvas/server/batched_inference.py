@@ -33,6 +33,8 @@ from agentcanvas.errors import ServerError
 from agentcanvas.server.batch_audit import BatchAuditor
 from agentcanvas.server.batching import BatchQueue, FlushPolicy, PendingRequest, flush_due_at
 
+__all__ = ["BatchHandler", "BatchedInferenceServer", "config_hash"]
+
 BatchHandler = Callable[[list[Any], dict[str, Any]], Sequence[Any]]
 
 

@@ -17,11 +17,21 @@ Three flush policies (the third is ours):
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from agentcanvas import envsettings
 from agentcanvas.errors import ConfigError
+
+__all__ = [
+    "MAX_BATCH_LIMIT",
+    "BatchQueue",
+    "FlushPolicy",
+    "PendingRequest",
+    "PolicyKind",
+    "flush_due_at",
+    "policy_from_env",
+]
 
 PolicyKind = Literal["none", "restart_on_submit", "ours"]
 
@@ -99,34 +109,12 @@ def flush_due_at(
     return max(live[0].arrived_s, queue.last_pass_end_s) + policy.cap_s
 
 
-MAX_BATCH_LIMIT = 1024
+MAX_BATCH_LIMIT = envsettings.MAX_BATCH.high
 
 
 def policy_from_env() -> FlushPolicy:
     """The policy a server uses: env ``AGENTCANVAS_FLUSH_POLICY`` (default ``ours``) and
     ``AGENTCANVAS_MAX_BATCH`` (default 8). A bad value raises ConfigError naming the variable.
     """
-    kind = os.environ.get("AGENTCANVAS_FLUSH_POLICY", "ours")
-    if kind not in ("none", "restart_on_submit", "ours"):
-        raise ConfigError(
-            f"AGENTCANVAS_FLUSH_POLICY must be none, restart_on_submit or ours, not {kind!r}"
-        )
-    max_batch = env_int("AGENTCANVAS_MAX_BATCH", 8, 1, MAX_BATCH_LIMIT)
-    return FlushPolicy(kind=kind, max_batch=max_batch)  # type: ignore[arg-type]
-
-
-def env_int(name: str, default: int, low: int, high: int) -> int:
-    """An integer setting from the environment, refused with its name when out of range."""
-    text = os.environ.get(name)
-    if text is None or text.strip() == "":
-        return default
-    try:
-        value = int(text.strip())
-    except ValueError:
-        value = None
-    if value is None or not low <= value <= high:
-        raise ConfigError(
-            f"{name} must be an integer from {low} to {high}, not {text!r} "
-            f"(unset it for the default, {default})"
-        )
-    return value
+    kind = envsettings.FLUSH_POLICY.get()
+    return FlushPolicy(kind=kind, max_batch=envsettings.MAX_BATCH.get())  # type: ignore[arg-type]

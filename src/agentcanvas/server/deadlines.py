@@ -3,17 +3,19 @@
 A run (or a play) sets its ``per_step_timeout_s`` for the episode it runs with
 `call_deadline`; every proxied call inside it — ``call``, ``panel_episode`` and the other
 panel requests, ``evict`` — then waits at most that long for the server's answer. Outside an
-episode (tools, the API's one-off panel requests) a call waits ``DEFAULT_CALL_TIMEOUT_S``
-(env ``AGENTCANVAS_CALL_TIMEOUT_S``, default 60 s). A ContextVar carries the value, so
-episodes of different runs sharing one server (a shared model) each keep their own deadline.
+episode (tools, the API's one-off panel requests) a call waits env
+``AGENTCANVAS_CALL_TIMEOUT_S`` (``envsettings.CALL_TIMEOUT_S``, default 60 s). A ContextVar
+carries the value, so episodes of different runs sharing one server (a shared model) each
+keep their own deadline.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar, Token
+
+from agentcanvas import envsettings
 
 __all__ = [
     "DEFAULT_CALL_TIMEOUT_S",
@@ -23,7 +25,7 @@ __all__ = [
     "set_call_timeout",
 ]
 
-DEFAULT_CALL_TIMEOUT_S = float(os.environ.get("AGENTCANVAS_CALL_TIMEOUT_S", "60"))
+DEFAULT_CALL_TIMEOUT_S = envsettings.CALL_TIMEOUT_S.default
 
 _RUN_CALL_TIMEOUT_S: ContextVar[float | None] = ContextVar(
     "agentcanvas_call_timeout_s", default=None
@@ -31,11 +33,11 @@ _RUN_CALL_TIMEOUT_S: ContextVar[float | None] = ContextVar(
 
 
 def call_timeout_s() -> float:
-    """This context's call deadline: the run's setting, else ``DEFAULT_CALL_TIMEOUT_S``.
+    """This context's call deadline: the run's setting, else ``AGENTCANVAS_CALL_TIMEOUT_S``.
 
     A proxy made with an explicit ``timeout_s`` (a tool's deliberate choice) keeps it."""
     run_s = _RUN_CALL_TIMEOUT_S.get()
-    return run_s if run_s is not None else DEFAULT_CALL_TIMEOUT_S
+    return run_s if run_s is not None else envsettings.CALL_TIMEOUT_S.get()
 
 
 def set_call_timeout(seconds: float | None) -> Token[float | None]:

@@ -147,12 +147,12 @@ class ForkTemplate:
 
 def _template(nodeset: str) -> None:
     """Load everything a server needs, then fork servers on request until killed."""
-    from agentcanvas.nodes.registry import WorkspaceComponentRegistry
+    from agentcanvas.catalogue import NodeSetCatalogue
     from agentcanvas.server import auto_host  # noqa: F401  (FastAPI, uvicorn, pyzmq: loaded)
 
-    registry = WorkspaceComponentRegistry()
-    registry.scan_all()
-    loaded = registry.nodeset(nodeset)
+    catalogue = NodeSetCatalogue()
+    catalogue.scan_all()
+    loaded = catalogue.nodeset(nodeset)
     _preload_server_imports()
     gc.freeze()  # the collector never writes to the template's objects: their pages stay shared
     control = f"agentcanvas-fork-{os.getpid()}-{secrets.token_hex(6)}"

@@ -14,11 +14,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from agentcanvas import envsettings
 from agentcanvas.server.forkserver import ForkTemplate
 from agentcanvas.server.procs import ChildProcess, spawn
 from agentcanvas.server.runtime import child_thread_env
 
-READY_TIMEOUT_S = float(os.environ.get("AGENTCANVAS_SERVER_READY_TIMEOUT_S", "120"))
+__all__ = [
+    "READY_TIMEOUT_S",
+    "STOP_TIMEOUT_S",
+    "LaunchedServer",
+    "LocalProcessLauncher",
+    "ProcessServer",
+    "ServerLauncher",
+]
+
+READY_TIMEOUT_S = envsettings.SERVER_READY_TIMEOUT_S.default
 STOP_TIMEOUT_S = 5.0
 
 
@@ -61,14 +71,20 @@ class LocalProcessLauncher:
 
     Spawn from the event loop's (long-lived) thread: the child's parent-death signal is tied
     to the spawning thread. Logs go to ``log_dir`` when given. ``forkable(nodeset)`` says
-    whether a node set may be forked (its manifest's ``forkable``; `NodeSetServers` sets it);
-    env ``AGENTCANVAS_FORK_SERVERS=0`` spawns every server. `close` stops the templates.
+    whether a node set may be forked (its manifest's ``forkable``: pass the catalogue's
+    ``is_forkable``; without it every server is spawned); env ``AGENTCANVAS_FORK_SERVERS=0``
+    spawns every server. `close` stops the templates.
     """
 
-    def __init__(self, log_dir: Path | None = None, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        log_dir: Path | None = None,
+        env: dict[str, str] | None = None,
+        forkable: Callable[[str], bool] | None = None,
+    ) -> None:
         self.log_dir = log_dir
         self.env = env or {}
-        self.forkable: Callable[[str], bool] | None = None
+        self.forkable = forkable
         self._templates: dict[str, ForkTemplate] = {}
         self._template_locks: dict[str, asyncio.Lock] = {}
 
@@ -77,20 +93,20 @@ class LocalProcessLauncher:
         log = self.log_dir / f"server_{label.replace('#', '_')}.log" if self.log_dir else None
         if self._forks(nodeset):
             template = await self._template(nodeset)
-            return await template.fork(tag, log, READY_TIMEOUT_S)
+            return await template.fork(tag, log, envsettings.SERVER_READY_TIMEOUT_S.get())
         argv = [sys.executable, "-m", "agentcanvas.server.auto_host", "--nodeset", nodeset]
         if tag is not None:
             argv += ["--tag", str(tag)]
         child = spawn(argv, env=self._child_env(), stderr_path=log, stdout_path=log)
         try:
-            info = await child.wait_ready(READY_TIMEOUT_S)
+            info = await child.wait_ready(envsettings.SERVER_READY_TIMEOUT_S.get())
         except BaseException:
             await child.aclose(STOP_TIMEOUT_S)
             raise
         return ProcessServer(url=f"http://127.0.0.1:{info['port']}", pid=child.pid, child=child)
 
     def _forks(self, nodeset: str) -> bool:
-        if os.environ.get("AGENTCANVAS_FORK_SERVERS", "1") == "0" or self.forkable is None:
+        if envsettings.FORK_SERVERS.get() == "0" or self.forkable is None:
             return False
         return sys.platform.startswith("linux") and self.forkable(nodeset)
 
@@ -106,7 +122,7 @@ class LocalProcessLauncher:
                     await template.stop()
                 log = self.log_dir / f"template_{nodeset}.log" if self.log_dir else None
                 template = await ForkTemplate.start(
-                    nodeset, self._child_env(), log, READY_TIMEOUT_S
+                    nodeset, self._child_env(), log, envsettings.SERVER_READY_TIMEOUT_S.get()
                 )
                 self._templates[nodeset] = template
             return template

@@ -29,6 +29,7 @@ from typing import Any
 
 import httpx
 
+from agentcanvas import wire
 from agentcanvas.errors import (
     RemoteError,
     ServerDiedError,
@@ -39,7 +40,7 @@ from agentcanvas.errors import (
 )
 from agentcanvas.nodes.base import CallContext
 from agentcanvas.nodes.manifest import LoadInfo, NodeSetManifest
-from agentcanvas.server import wire
+from agentcanvas.server import protocol
 from agentcanvas.server.deadlines import call_timeout_s
 from agentcanvas.server.rpc import RpcClient
 
@@ -127,7 +128,7 @@ async def fetch_manifest(url: str, timeout_s: float = CONNECT_TIMEOUT_S) -> Node
     """GET {url}/manifest; ServerError naming the URL when unreachable."""
     http = _Http(url.rstrip("/"), f"node-set server at {url}")
     try:
-        value = await http.request("GET", "/manifest", timeout_s)
+        value = await http.request("GET", protocol.MANIFEST, timeout_s)
     except ServerError as exc:
         raise ServerError(f"cannot fetch the manifest from {url}: {exc}") from exc
     finally:
@@ -156,7 +157,7 @@ class RemoteNodeSet:
         """The rpc client, once the server has told us its call endpoint."""
         if self._rpc is None:
             health = await self._http.request(
-                "GET", "/health", min(self._deadline(), CONNECT_TIMEOUT_S)
+                "GET", protocol.HEALTH, min(self._deadline(), CONNECT_TIMEOUT_S)
             )
             endpoint = health.get("call") if isinstance(health, dict) else None
             if not isinstance(endpoint, str):
@@ -180,45 +181,47 @@ class RemoteNodeSet:
         self, node_name: str, config: dict[str, Any], inputs: dict[str, Any], ctx: CallContext
     ) -> dict[str, Any]:
         args = {"node": node_name, "config": config, "inputs": inputs, "ctx": ctx.__dict__}
-        result = await self._request("call", args, f"/call/{node_name}")
+        result = await self._request(protocol.OP_CALL, args, protocol.call_path(node_name))
         outputs: dict[str, Any] = result["outputs"]
         return outputs
 
     async def panel_change(self, field_name: str, value: Any) -> dict[str, Any]:
         values: dict[str, Any] = await self._post_wire(
-            "/panel/change", {"field": field_name, "value": value}
+            protocol.PANEL_CHANGE, {"field": field_name, "value": value}
         )
         return values
 
     async def panel_action(self, action: str) -> dict[str, Any]:
-        values: dict[str, Any] = await self._post_wire("/panel/action", {"action": action})
+        values: dict[str, Any] = await self._post_wire(protocol.PANEL_ACTION, {"action": action})
         return values
 
     async def panel_episode(self, fields: list[tuple[str, Any]]) -> LoadInfo:
         """Reset, set fields, play and load in one request (see ``nodes.base.start_episode``)."""
         fields_list = [list(f) for f in fields]
-        info = await self._request("panel_episode", {"fields": fields_list}, "/panel/episode")
+        info = await self._request(
+            protocol.OP_PANEL_EPISODE, {"fields": fields_list}, protocol.PANEL_EPISODE
+        )
         return LoadInfo.model_validate(info)
 
     async def panel_load(self) -> LoadInfo:
-        return LoadInfo.model_validate(await self._get("/panel/load"))
+        return LoadInfo.model_validate(await self._get(protocol.PANEL_LOAD))
 
     async def evict(self, episode_key: str) -> None:
-        await self._request("evict", {"episode_key": episode_key}, "/evict")
+        await self._request(protocol.OP_EVICT, {"episode_key": episode_key}, protocol.EVICT)
 
     async def attach(self, client_id: str) -> int:
-        return int((await self._post_json("/attach", {"client": client_id}))["attached"])
+        return int((await self._post_json(protocol.ATTACH, {"client": client_id}))["attached"])
 
     async def detach(self, client_id: str) -> int:
-        return int((await self._post_json("/detach", {"client": client_id}))["attached"])
+        return int((await self._post_json(protocol.DETACH, {"client": client_id}))["attached"])
 
     async def determinism(self) -> dict[str, str]:
         """The server's measured per-node batch modes (e.g. ``{"embed": "padded"}``)."""
-        result: dict[str, str] = await self._get("/determinism")
+        result: dict[str, str] = await self._get(protocol.DETERMINISM)
         return result
 
     async def health(self) -> dict[str, Any]:
-        result: dict[str, Any] = await self._get("/health", CONNECT_TIMEOUT_S)
+        result: dict[str, Any] = await self._get(protocol.HEALTH, CONNECT_TIMEOUT_S)
         return result
 
     async def close(self) -> None:

@@ -9,7 +9,7 @@ pool of DEALER sockets, one request in flight on each. A request is one multipar
     [wire header {"id", "op", "args"}, array frames...]  ->  [wire header {"id", "ok" | "err"}, ...]
 
 with ``op`` one of the server's handlers (``call``, ``evict``, ``panel_episode``). Arrays
-travel as their own frames, never copied on the way out (`server.wire`).
+travel as their own frames, never copied on the way out (`agentcanvas.wire`).
 
 Every request has a finite deadline, and errors name the server::
 
@@ -41,6 +41,7 @@ from typing import Any
 import zmq
 import zmq.utils.monitor
 
+from agentcanvas import envsettings, wire
 from agentcanvas.errors import (
     RemoteError,
     ServerDiedError,
@@ -49,7 +50,6 @@ from agentcanvas.errors import (
     UserInputError,
     WireError,
 )
-from agentcanvas.server import wire
 
 __all__ = ["Handler", "RpcClient", "RpcServer", "error_reply"]
 
@@ -73,9 +73,7 @@ def _readable(sock: zmq.Socket[Any]) -> bool:
 
 def _use_ipc() -> bool:
     """Abstract unix sockets (Linux) unless ``AGENTCANVAS_CALL_TRANSPORT=tcp``."""
-    return sys.platform.startswith("linux") and (
-        os.environ.get("AGENTCANVAS_CALL_TRANSPORT", "ipc") != "tcp"
-    )
+    return sys.platform.startswith("linux") and envsettings.CALL_TRANSPORT.get() == "ipc"
 
 
 def error_reply(exc: BaseException) -> dict[str, Any]:

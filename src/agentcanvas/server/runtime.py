@@ -5,13 +5,23 @@ from __future__ import annotations
 import os
 import sys
 
+from agentcanvas import envsettings
+
+__all__ = [
+    "DEFAULT_THREADS",
+    "THREAD_ENV_VARS",
+    "child_thread_env",
+    "fix_numeric_threads",
+    "numeric_thread_count",
+]
+
 THREAD_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
-DEFAULT_THREADS = 1
+DEFAULT_THREADS = envsettings.NUM_THREADS.default
 
 
 def numeric_thread_count() -> int:
     """Threads per process for numeric libraries (env ``AGENTCANVAS_NUM_THREADS``, default 1)."""
-    return max(1, int(os.environ.get("AGENTCANVAS_NUM_THREADS", DEFAULT_THREADS)))
+    return envsettings.NUM_THREADS.get()
 
 
 def child_thread_env() -> dict[str, str]:

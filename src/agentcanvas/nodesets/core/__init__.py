@@ -12,9 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from agentcanvas.assets import save_frame
-from agentcanvas.nodes.base import CallContext, NodeSet
-from agentcanvas.nodes.manifest import PortSpec
+from agentcanvas.nodes import CallContext, NodeSet, PortSpec, save_frame
 
 
 class CoreState:

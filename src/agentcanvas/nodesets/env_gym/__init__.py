@@ -17,10 +17,20 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from agentcanvas.errors import NodeSetError
-from agentcanvas.frame_caption import caption_lines, captioned, upscaled
-from agentcanvas.nodes.base import CallContext, NodeSet, Panel
-from agentcanvas.nodes.manifest import FieldSpec, LoadInfo, PanelSpec, PortSpec
+from agentcanvas.nodes import (
+    CallContext,
+    FieldSpec,
+    LoadInfo,
+    NodeSet,
+    NodeSetError,
+    PanelSpec,
+    PortSpec,
+    TaskPanel,
+    caption_lines,
+    captioned,
+    task_fields,
+    upscaled,
+)
 
 TASKS: dict[str, dict[str, list[str]]] = {
     "classic_control": {
@@ -75,16 +85,13 @@ class GymState:
         self.env, self.task = None, None
 
 
-class GymPanel(Panel):
+class GymPanel(TaskPanel):
     """dataset → split → task_id, episode_index/seed, play, on_load."""
 
+    tasks = TASKS
     spec = PanelSpec(
         fields=[
-            FieldSpec(
-                name="dataset", kind="choice", default="classic_control", choices=sorted(TASKS)
-            ),
-            FieldSpec(name="split", kind="choice", default="discrete", depends_on="dataset"),
-            FieldSpec(name="task_id", kind="choice", default="CartPole-v1", depends_on="split"),
+            *task_fields(TASKS, "CartPole-v1"),
             FieldSpec(name="episode_index", kind="int", default=0),
             FieldSpec(name="seed", kind="int", default=0),
             FieldSpec(name="step_latency_ms", kind="float", default=0.0),
@@ -97,22 +104,6 @@ class GymPanel(Panel):
         ],
         actions=["play", "reset"],
     )
-
-    def choices(self, name: str) -> list[Any] | None:
-        dataset = TASKS.get(str(self.values.get("dataset")), {})
-        if name == "split":
-            return sorted(dataset)
-        if name == "task_id":
-            return list(dataset.get(str(self.values.get("split")), []))
-        return super().choices(name)
-
-    def on_field_change(self, name: str, value: Any) -> dict[str, Any]:
-        if name == "task_id":
-            for dataset, splits in TASKS.items():
-                for split, tasks in splits.items():
-                    if value in tasks:
-                        self.values.update(dataset=dataset, split=split)
-        return super().on_field_change(name, value)
 
     def on_action(self, name: str) -> dict[str, Any]:
         if name != "play":
@@ -181,7 +172,10 @@ def step(
         state.total_return += reward
         state.finished = bool(terminated or truncated)
     out: dict[str, Any] = {
-        "obs": state.obs, "reward": reward, "done": state.finished, "metrics": state.metrics()
+        "obs": state.obs,
+        "reward": reward,
+        "done": state.finished,
+        "metrics": state.metrics(),
     }
     if state.render:
         name = _action_name(state, action) if acted else None

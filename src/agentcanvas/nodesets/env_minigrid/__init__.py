@@ -19,11 +19,22 @@ from typing import Any
 
 import numpy as np
 
-from agentcanvas.errors import NodeSetError, UserInputError
-from agentcanvas.frame_caption import MIN_FRAME_PX, caption_lines, captioned, upscaled
 from agentcanvas.gridnav import find_cells, shortest_plan
-from agentcanvas.nodes.base import CallContext, NodeSet, Panel
-from agentcanvas.nodes.manifest import FieldSpec, LoadInfo, PanelSpec, PortSpec
+from agentcanvas.nodes import (
+    MIN_FRAME_PX,
+    CallContext,
+    FieldSpec,
+    LoadInfo,
+    NodeSet,
+    NodeSetError,
+    PanelSpec,
+    PortSpec,
+    TaskPanel,
+    caption_lines,
+    captioned,
+    task_fields,
+    upscaled,
+)
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
@@ -119,16 +130,14 @@ class MiniGridState:
         self.env, self.level = None, None
 
 
-class MiniGridPanel(Panel):
+class MiniGridPanel(TaskPanel):
     """dataset → split → task_id cascade, episode_index/seed, play, on_load."""
 
+    tasks = LEVELS
+    task_noun = "level"
     spec = PanelSpec(
         fields=[
-            FieldSpec(name="dataset", kind="choice", default="babyai", choices=sorted(LEVELS)),
-            FieldSpec(name="split", kind="choice", default="GoTo", depends_on="dataset"),
-            FieldSpec(
-                name="task_id", kind="choice", default="BabyAI-GoToObj-v0", depends_on="split"
-            ),
+            *task_fields(LEVELS, "BabyAI-GoToObj-v0"),
             FieldSpec(name="episode_index", kind="int", default=0),
             FieldSpec(name="seed", kind="int", default=0, description="Level seed."),
             FieldSpec(
@@ -147,29 +156,6 @@ class MiniGridPanel(Panel):
         ],
         actions=["play", "reset"],
     )
-
-    def choices(self, name: str) -> list[Any] | None:
-        if name == "split":
-            return sorted(LEVELS.get(str(self.values.get("dataset")), {}))
-        if name == "task_id":
-            dataset = LEVELS.get(str(self.values.get("dataset")), {})
-            return list(dataset.get(str(self.values.get("split")), []))
-        return super().choices(name)
-
-    def on_field_change(self, name: str, value: Any) -> dict[str, Any]:
-        if name == "task_id" and value not in (self.choices("task_id") or []):
-            self._select_task(str(value))  # a task id alone selects its dataset and split
-            return dict(self.values)
-        return super().on_field_change(name, value)
-
-    def _select_task(self, task_id: str) -> None:
-        for dataset, splits in LEVELS.items():
-            for split, levels in splits.items():
-                if task_id in levels:
-                    self.values.update(dataset=dataset, split=split, task_id=task_id)
-                    return
-        known = [lvl for splits in LEVELS.values() for lvls in splits.values() for lvl in lvls]
-        raise UserInputError(f"panel field 'task_id': unknown level {task_id!r} (known: {known})")
 
     def on_action(self, name: str) -> dict[str, Any]:
         if name != "play":

@@ -13,8 +13,7 @@ from typing import Any
 import numpy as np
 
 from agentcanvas.gridnav import LEFT, find_cells, shortest_plan
-from agentcanvas.nodes.base import CallContext, NodeSet
-from agentcanvas.nodes.manifest import PortSpec
+from agentcanvas.nodes import CallContext, NodeSet, PortSpec
 
 NODESET = NodeSet(
     name="planner",

@@ -13,8 +13,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from agentcanvas.nodes.base import BatchItem, NodeSet
-from agentcanvas.nodes.manifest import PortSpec
+from agentcanvas.nodes import BatchItem, NodeSet, PortSpec
 
 
 class ActConfig(BaseModel):

@@ -15,8 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from agentcanvas.nodes.base import BatchItem, NodeSet
-from agentcanvas.nodes.manifest import PortSpec
+from agentcanvas.nodes import BatchItem, NodeSet, PortSpec
 
 MAX_SEQ_LEN = 32  # BabyAI missions and object names are far shorter
 # The encoder's own check (padded, else single) on texts of every length class; the

@@ -93,8 +93,11 @@ class RunIndex:
         ``query``, paged, each with ``config_diff``: the fields that differ between all the
         runs of its graph (:func:`config_differences_by_graph`), filtered or not; ``tags``:
         every tag of every run, for a filter."""
-        query = RunQuery(status=status or (query.status if query else None),
-                         text=query.text if query else None, tag=query.tag if query else None)
+        query = RunQuery(
+            status=status or (query.status if query else None),
+            text=query.text if query else None,
+            tag=query.tag if query else None,
+        )
         every = self.rows()
         rows = [row for row in every if query.matches(row)]
         differing = config_differences_by_graph(every)  # all runs of a graph, not the page

@@ -11,6 +11,8 @@ from PIL import Image
 from agentcanvas.nodes.base import CallContext
 from agentcanvas.paths import check_name, safe_child
 
+__all__ = ["save_frame"]
+
 
 def save_frame(frame: Any, ctx: CallContext) -> str:
     """Write ``frame`` (H×W×3 uint8) to the episode's assets folder; "" when none is set."""

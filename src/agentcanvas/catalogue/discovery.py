@@ -11,10 +11,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-import agentcanvas.graphs
-import agentcanvas.nodesets
 from agentcanvas.errors import NodeSetError
 from agentcanvas.nodes.base import NodeSet
+
+__all__ = [
+    "GRAPH_FILE",
+    "NODESET_NAME",
+    "Found",
+    "Origin",
+    "builtin_graphs",
+    "builtin_nodesets",
+    "folder_graphs",
+    "folder_nodesets",
+    "import_nodeset",
+]
 
 Origin = Literal["builtin", "workspace", "active"]
 NODESET_NAME = re.compile(r"^[a-z][a-z0-9_]{0,47}$")
@@ -31,7 +41,7 @@ class Found:
 
 
 def builtin_nodesets() -> dict[str, Found]:
-    root = Path(agentcanvas.nodesets.__file__).parent
+    root = _package_dir("agentcanvas.nodesets")
     found: dict[str, Found] = {}
     for info in pkgutil.iter_modules([str(root)]):
         if info.ispkg and NODESET_NAME.match(info.name):
@@ -83,7 +93,16 @@ def import_nodeset(found: Found) -> NodeSet:
 
 
 def builtin_graphs() -> dict[str, Found]:
-    return folder_graphs(Path(agentcanvas.graphs.__file__).parent, "builtin")
+    return folder_graphs(_package_dir("agentcanvas.graphs"), "builtin")
+
+
+def _package_dir(package: str) -> Path:
+    """The folder of a package of ours, found without importing it (node sets sit above
+    the catalogue: it imports them one by one, by name)."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise NodeSetError(f"package {package} is missing from this installation")
+    return Path(next(iter(spec.submodule_search_locations)))
 
 
 def folder_graphs(folder: Path, origin: Origin) -> dict[str, Found]:

@@ -1,27 +1,33 @@
-"""The registry's server operations: shared, replicated (tagged) and borrowed node-set servers.
+"""ServerFleet: which node-set servers this process runs or borrows, and where they listen.
 
-- ``ensure_shared_nodesets_for_graph``: each shared node set the graph uses is started once
-  (untagged) and refcounted per run.
-- ``register_remote_nodeset(name, url)``: borrow a server somebody else owns; the shim's
-  ``stop()`` is a no-op, so a borrower never kills the owner's server.
-- ``ensure_nodesets_for_graph(graph, worker_count=N)``: N tagged servers ``name#0 … #N-1`` for
-  each replicated node set (N = 1 is the same path with one server).
+- shared servers: one per node set (key ``name``), started once and refcounted per run;
+- replicated servers: N tagged servers ``name#0 … #N-1`` (one per worker);
+- borrowed servers: somebody else's, reached by URL; their ``stop()`` only closes our
+  connections, so a borrower never kills the owner's server.
+
+The fleet launches through the :class:`~agentcanvas.server.launcher.ServerLauncher` it is
+built with (local child processes today, another engine later): whoever builds the fleet
+chooses where servers run. Nothing below this layer imports it (docs/architecture.md).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
-from agentcanvas.errors import NodeSetError
-from agentcanvas.graph.model import Graph
+from agentcanvas.errors import NodeSetError, ServerError
 from agentcanvas.nodes.manifest import NodeSetManifest
-from agentcanvas.server.launcher import LaunchedServer, LocalProcessLauncher, ServerLauncher
+from agentcanvas.server.launcher import LaunchedServer, ServerLauncher
 from agentcanvas.server.proxy import RemoteNodeSet, fetch_manifest
+
+__all__ = ["ServerFleet", "ServerRecord", "ServerStatus", "server_key"]
+
+ManifestOf = Callable[[str], NodeSetManifest]
 
 
 def server_key(nodeset: str, tag: int | None) -> str:
+    """A server's key in the fleet: ``name`` (shared, borrowed) or ``name#tag`` (a worker's)."""
     return nodeset if tag is None else f"{nodeset}#{tag}"
 
 
@@ -50,19 +56,78 @@ class ServerRecord:
             await self.server.stop()
 
 
-@dataclass
-class NodeSetServers:
+@dataclass(frozen=True)
+class ServerStatus:
+    """What the API shows of one server."""
+
+    url: str
+    refcount: int
+    owned: bool
+    alive: bool
+
+
+class ServerFleet:
     """Servers known to this process, keyed ``name`` (shared/borrowed) or ``name#k``."""
 
-    manifests: dict[str, NodeSetManifest]
-    launcher: ServerLauncher = field(default_factory=LocalProcessLauncher)
-    records: dict[str, ServerRecord] = field(default_factory=dict)
-    launching: dict[str, asyncio.Future[ServerRecord]] = field(default_factory=dict)
+    def __init__(self, launcher: ServerLauncher, manifest_of: ManifestOf) -> None:
+        self.launcher = launcher
+        self._manifest_of = manifest_of
+        self.records: dict[str, ServerRecord] = {}
+        self._launching: dict[str, asyncio.Future[ServerRecord]] = {}
 
-    def __post_init__(self) -> None:
-        if isinstance(self.launcher, LocalProcessLauncher) and self.launcher.forkable is None:
-            self.launcher.forkable = lambda nodeset: self.manifests[nodeset].forkable
+    # -- queries ---------------------------------------------------------------------------
+    def record(self, key: str) -> ServerRecord | None:
+        return self.records.get(key)
 
+    def url(self, key: str) -> str | None:
+        record = self.records.get(key)
+        return record.url if record is not None else None
+
+    def alive(self, key: str) -> bool:
+        record = self.records.get(key)
+        return record is not None and record.is_alive()
+
+    async def answers(self, key: str) -> bool:
+        """Whether the server of ``key`` answers ``/health`` now."""
+        record = self.records.get(key)
+        if record is None:
+            return False
+        try:
+            await record.handle.health()
+        except ServerError:
+            return False
+        return True
+
+    def status(self) -> dict[str, ServerStatus]:
+        return {
+            key: ServerStatus(r.url, r.refcount, r.owned, r.is_alive())
+            for key, r in self.records.items()
+        }
+
+    # -- refcounts of shared servers -------------------------------------------------------
+    async def acquire(self, nodeset: str) -> ServerRecord:
+        """The shared server of ``nodeset``, started if needed, with one more holder."""
+        record = await self.start(nodeset)
+        record.refcount += 1
+        return record
+
+    def release(self, names: Sequence[str]) -> list[str]:
+        """Refcount −1 for each; returns the names whose refcount reached zero."""
+        idle = []
+        for name in names:
+            record = self.records.get(name)
+            if record is not None:
+                record.refcount = max(0, record.refcount - 1)
+                if record.refcount == 0:
+                    idle.append(name)
+        return idle
+
+    def refcount(self, name: str) -> int | None:
+        """How many runs hold the server ``name``; None when it is not running."""
+        record = self.records.get(name)
+        return record.refcount if record is not None else None
+
+    # -- lifecycle -------------------------------------------------------------------------
     async def start(self, nodeset: str, tag: int | None = None) -> ServerRecord:
         """The server of ``key``, launched once: concurrent callers share one launch. An
         owned server found dead is launched again (its record, refcount included, kept)."""
@@ -70,18 +135,18 @@ class NodeSetServers:
         record = self.records.get(key)
         if record is not None and (record.is_alive() or not record.owned):
             return record
-        pending = self.launching.get(key)
+        pending = self._launching.get(key)
         if pending is None:
             pending = asyncio.ensure_future(self._launch(key, nodeset, tag))
-            self.launching[key] = pending
-            pending.add_done_callback(lambda _: self.launching.pop(key, None))
+            self._launching[key] = pending
+            pending.add_done_callback(lambda _: self._launching.pop(key, None))
         return await asyncio.shield(pending)  # one caller cancelled: the launch goes on
 
     async def _launch(self, key: str, nodeset: str, tag: int | None) -> ServerRecord:
         if key in self.records:  # owned and dead
             return await self.restart(key)
         server = await self.launcher.launch(nodeset, tag)
-        handle = RemoteNodeSet(key, server.url, self.manifests[nodeset])
+        handle = RemoteNodeSet(key, server.url, self._manifest_of(nodeset))
         record = ServerRecord(nodeset, tag, server.url, handle, server)
         self.records[key] = record
         return record
@@ -102,13 +167,13 @@ class NodeSetServers:
         return [self.records[server_key(n, t)] for n, t in wanted]
 
     async def borrow(self, nodeset: str, url: str) -> ServerRecord:
+        """Reach somebody else's server at ``url``: fetch its manifest; never stop it."""
         manifest = await fetch_manifest(url)
         if manifest.name != nodeset:
             raise NodeSetError(f"server at {url} serves {manifest.name!r}, not {nodeset!r}")
         handle = RemoteNodeSet(nodeset, url, manifest)
         record = ServerRecord(nodeset, None, url, handle, server=None)
         self.records[nodeset] = record
-        self.manifests[nodeset] = manifest
         return record
 
     async def restart(self, key: str) -> ServerRecord:
@@ -119,7 +184,7 @@ class NodeSetServers:
         await old.stop()
         server = await self.launcher.launch(old.nodeset, old.tag)
         old.server, old.url = server, server.url
-        old.handle = RemoteNodeSet(key, server.url, self.manifests[old.nodeset])
+        old.handle = RemoteNodeSet(key, server.url, self._manifest_of(old.nodeset))
         old.restarts += 1
         return old
 
@@ -129,14 +194,9 @@ class NodeSetServers:
             await record.stop()
 
     async def stop_all(self) -> None:
+        """Stop every server (borrowed ones: close our connections) and the launcher."""
         records, self.records = list(self.records.values()), {}
         await asyncio.gather(*(r.stop() for r in records), return_exceptions=True)
         closer = getattr(self.launcher, "close", None)  # templates of forked servers
         if closer is not None:
             await closer()
-
-    def replicated_in(self, graph: Graph) -> list[str]:
-        return [n for n in graph.nodesets() if self.manifests[n].parallelism == "replicated"]
-
-    def shared_in(self, graph: Graph) -> list[str]:
-        return [n for n in graph.nodesets() if self.manifests[n].parallelism == "shared"]

@@ -1,0 +1,183 @@
+"""Atomic file I/O: the bottom of the house (every layer may use it, it uses none of them).
+
+Every rewrite is atomic: a temp file in the same folder, fsync, ``os.replace``, fsync of
+the folder, so a reader sees the old file or the new one, never half of one. JSON is written
+without NaN/Infinity (which strict JSON parsers reject): non-finite floats become ``null``.
+JSONL logs are append-only and their reader skips a torn or garbled line instead of failing.
+Filesystem errors are translated into :class:`~agentcanvas.errors.RunError` naming the file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agentcanvas import jsontext
+from agentcanvas.errors import RunError
+
+__all__ = [
+    "JsonlRead",
+    "append_jsonl",
+    "atomic_write_bytes",
+    "atomic_write_json",
+    "encode_jsonl_line",
+    "make_dirs",
+    "parse_jsonl_line",
+    "read_json",
+    "read_jsonl",
+]
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _create_temp(path: Path) -> tuple[int, Path]:
+    # os.open with mode 0o666 lets the umask decide permissions (mkstemp would force 0600).
+    while True:
+        tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), tmp
+        except FileExistsError:
+            continue
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` atomically and durably; the folder must exist."""
+    try:
+        fd, tmp = _create_temp(path)
+    except OSError as exc:
+        raise RunError(f"cannot write {str(path)!r}: {exc.strerror or exc}") from exc
+    try:
+        try:
+            _write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        _fsync_dir(path.parent)
+    except BaseException as exc:
+        tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise RunError(f"cannot write {str(path)!r}: {exc.strerror or exc}") from exc
+        raise
+
+
+def _dumps(path: Path, obj: Any, *, indent: int | None) -> str:
+    try:
+        text = jsontext.dumps(obj, indent=indent, ensure_ascii=False, compact=indent is None)
+    except (TypeError, ValueError) as exc:
+        raise RunError(f"cannot encode JSON for {str(path)!r}: {exc}") from exc
+    return text
+
+
+def atomic_write_json(path: Path, obj: Any) -> None:
+    """Write ``obj`` as JSON to ``path`` atomically; non-finite floats are written as null.
+
+    Keys keep their insertion order. Only plain JSON types (dict, list, tuple, str, int,
+    float, bool, None) are accepted; dump pydantic models with ``model_dump(mode="json")``.
+    """
+    atomic_write_bytes(path, (_dumps(path, obj, indent=1) + "\n").encode("utf-8"))
+
+
+def read_json(path: Path) -> Any:
+    """Parse the JSON file at ``path``; RunError naming the file when missing or corrupt."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise RunError(f"cannot read {str(path)!r}: {exc.strerror or exc}") from exc
+    try:
+        return json.loads(data)
+    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
+        raise RunError(f"{str(path)!r} is not valid JSON: {exc}") from exc
+
+
+def encode_jsonl_line(path: Path, record: Mapping[str, Any]) -> bytes:
+    """``record`` as one strict-JSON line (with its newline); ``path`` names it in errors."""
+    return (_dumps(path, record, indent=None) + "\n").encode("utf-8")
+
+
+def append_jsonl(path: Path, record: Mapping[str, Any]) -> None:
+    """Append ``record`` as one JSON line to ``path`` (created if missing).
+
+    The line goes to the kernel in one ``write`` (no user-space buffer left behind). If the
+    file ends in a torn line from a crashed writer, a newline is written first so the new
+    record does not fuse with it. Non-finite floats are written as null.
+    """
+    line = encode_jsonl_line(path, record)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o666)
+    except OSError as exc:
+        raise RunError(f"cannot append to {str(path)!r}: {exc.strerror or exc}") from exc
+    try:
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            line = b"\n" + line
+        _write_all(fd, line)
+    except OSError as exc:
+        raise RunError(f"cannot append to {str(path)!r}: {exc.strerror or exc}") from exc
+    finally:
+        os.close(fd)
+
+
+@dataclass(frozen=True)
+class JsonlRead:
+    """What :func:`read_jsonl` found: the parsed records and how many lines were unusable."""
+
+    records: tuple[dict[str, Any], ...]
+    torn_lines: int
+
+
+def parse_jsonl_line(raw: bytes) -> dict[str, Any] | None:
+    """One JSONL line as a record, or None when it is torn or garbled (not a JSON object)."""
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return None
+    # Records are JSON objects, so a torn prefix of one can never parse as a valid record.
+    return value if isinstance(value, dict) else None
+
+
+def read_jsonl(path: Path) -> JsonlRead:
+    """Read a JSONL file, skipping and counting torn or garbled lines (never raises for them).
+
+    Blank lines are ignored. A missing or unreadable file is a RunError naming the file.
+    """
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise RunError(f"cannot read {str(path)!r}: {exc.strerror or exc}") from exc
+    records: list[dict[str, Any]] = []
+    torn = 0
+    for raw in data.split(b"\n"):
+        if not raw.strip():
+            continue
+        parsed = parse_jsonl_line(raw)
+        if parsed is None:
+            torn += 1
+        else:
+            records.append(parsed)
+    return JsonlRead(records=tuple(records), torn_lines=torn)
+
+
+def make_dirs(folder: Path) -> None:
+    """``mkdir -p``; RunError naming the folder when it fails."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RunError(f"cannot create {str(folder)!r}: {exc.strerror or exc}") from exc
