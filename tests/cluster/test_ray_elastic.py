@@ -12,6 +12,7 @@ import pytest
 
 from agentcanvas.cluster.engine import RayEngine
 from agentcanvas.eval.config import EvalConfig, EvalRun
+from agentcanvas.eval.events import EvalProgress, LiveEvent
 from agentcanvas.eval.foreground import finalise_run
 from agentcanvas.eval.records import recorded_results
 from agentcanvas.eval.store import RunDir
@@ -128,7 +129,7 @@ async def test_aborted_run_resumes_its_missing_episodes(
     graph = registry.load_graph("slow_graph")
     config = EvalConfig(graph_name=graph.name, episode_count=EPISODES, worker_count=2, engine="ray")
     run_dir = RunDir(tmp_path / "resumed")
-    events: list[dict[str, Any]] = []
+    events: list[LiveEvent] = []
     engine = RayEngine()
     await engine.start(registry, graph, config)
     runner = engine.runner(
@@ -147,8 +148,9 @@ async def test_aborted_run_resumes_its_missing_episodes(
     await finalise_run(registry, runner, run_dir, engine)
     assert first.status == "aborted" and not run_dir.done_path.exists()
     await asyncio.to_thread(poll_until, lambda: live_actor_names() == [], "no actors", 30.0)
-    progress = [e for e in events if e["type"] == "eval_progress"]
-    assert len(progress) == len(runner.results) and progress[-1]["episodes_done"] >= 3
+    progress = [e for e in events if isinstance(e, EvalProgress)]
+    assert len(progress) == len(runner.results)
+    assert (progress[-1].episodes_done or 0) >= 3
 
     kept = [e for e in recorded_results(run_dir) if e.status != "cancelled"]
     assert 3 <= len(kept) < 2 * EPISODES
