@@ -26,6 +26,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, ClassVar
 
 from agentcanvas.errors import ConfigError, ServerDiedError, ServerError
@@ -46,7 +47,7 @@ from agentcanvas.eval.episode import (
     run_episode,
 )
 from agentcanvas.eval.seeding import episode_seed
-from agentcanvas.eval.store import RunDir, append_jsonl, atomic_write_json
+from agentcanvas.eval.store import RunDir, atomic_write_bytes, atomic_write_json, encode_jsonl_line
 from agentcanvas.eval.worker_pool import EnvWorkerPool, WorkerHandle, partition_contiguous
 from agentcanvas.graph.executor import ExecutionPrinciples
 from agentcanvas.graph.model import Graph
@@ -57,6 +58,7 @@ LIVE_AGGREGATE_MIN_INTERVAL_S = 0.25  # live aggregates are refreshed at most th
 LIVE_AGGREGATE_DUTY = 0.1  # and take at most this share of the run's wall time
 log = logging.getLogger(__name__)
 RETRYABLE = ("error", "exception", "timeout")
+MAX_RECORDINGS_IN_FLIGHT = 2  # per worker: episodes written while the next ones run
 
 
 def episode_tasks(config: EvalConfig, graph: Graph) -> list[str]:
@@ -82,13 +84,19 @@ def plan_episodes(config: EvalConfig, graph: Graph, run_key: str) -> list[Episod
 
 
 class _EpisodeLog:
-    """Appends one episode's node firings to its own log.jsonl."""
+    """Collects one episode's node firings; its log.jsonl is written when the episode is
+    recorded, in one write, off the event loop (issue 13: no file I/O per firing)."""
 
-    def __init__(self, path: Any) -> None:
+    def __init__(self, path: Path) -> None:
         self.path = path
+        self.entries: list[dict[str, Any]] = []
 
     def record(self, entry: dict[str, Any]) -> None:
-        append_jsonl(self.path, entry)
+        self.entries.append(entry)
+
+    def write(self) -> None:
+        lines = b"".join(encode_jsonl_line(self.path, entry) for entry in self.entries)
+        atomic_write_bytes(self.path, lines, durable=False)  # as durable as the old appends
 
 
 class BatchEvalRunner:
@@ -115,6 +123,7 @@ class BatchEvalRunner:
         self.config = config
         self.run_dir = run_dir
         self.broadcast = broadcast or (lambda event: None)
+        self._broadcasting = broadcast is not None
         _require_replicated_env(registry, self.graph)
         self.specs = plan_episodes(config, self.graph, run_id)
         self.results: dict[int, EpisodeResult] = {}
@@ -129,6 +138,7 @@ class BatchEvalRunner:
         self._stored = 0  # results stored so far (a resumed one counts too)
         self._final_for: int | None = None  # _stored when the complete summary was made
         self._episodes_json: list[dict[str, Any]] = []  # the complete summary's records
+        self._logs: dict[int, _EpisodeLog] = {}  # each episode's latest attempt's log
         self._save_lock = threading.Lock()
         for result in previous:
             self._store(result)
@@ -206,7 +216,7 @@ class BatchEvalRunner:
         shared = [self.registry.bound(n) for n in self.registry.servers.shared_in(self.graph)]
         async with pool.acquire_specific(worker_id) as handle:
             await _set_attached(shared, client, attach=True)
-            recording: asyncio.Future[None] | None = None  # owned here, awaited in turn
+            recording: list[asyncio.Future[None]] = []  # owned here, awaited in turn
             try:
                 # Cancelled: episodes not started yet are left missing, never written one
                 # by one as "cancelled" records (the run's summary counts them).
@@ -215,15 +225,16 @@ class BatchEvalRunner:
                 ):
                     spec = self.specs[index]
                     result = await self._run_one_episode(pool, handle, spec, client)
-                    if recording is not None:
-                        await recording
-                    # Persisting this episode overlaps the simulation of the next one.
-                    recording = asyncio.ensure_future(self._record(result))
+                    if len(recording) >= MAX_RECORDINGS_IN_FLIGHT:
+                        await recording.pop(0)
+                    # Persisting this episode overlaps the simulation of the next ones (its
+                    # fsyncs may take longer than an episode: they overlap each other too).
+                    recording.append(asyncio.ensure_future(self._record(result)))
                     if result.status == "timeout" and not self.cancel_event.is_set():
                         await self._replace_servers(pool, handle)
             finally:
-                if recording is not None:
-                    await asyncio.shield(recording)
+                for pending in recording:
+                    await asyncio.shield(pending)
                 await asyncio.shield(_set_attached(shared, client, attach=False))
 
     async def _run_one_episode(
@@ -289,7 +300,7 @@ class BatchEvalRunner:
             per_step_timeout_s=self.config.per_step_timeout_s,
             episode_timeout_s=self.config.episode_timeout_s,
             render=self.config.save_frames,
-            log=_EpisodeLog(log_path) if self.config.record_log else None,
+            log=self._new_log(spec.index, log_path),
             asset_dir=str(self.run_dir.episode_assets_dir(spec.index))
             if self.config.save_frames
             else "",
@@ -297,6 +308,12 @@ class BatchEvalRunner:
         )
         assert episode_dir.exists()
         return await run_episode(self.graph, spec, wiring, options)
+
+    def _new_log(self, index: int, path: Path) -> _EpisodeLog | None:
+        if not self.config.record_log:
+            return None
+        log = self._logs[index] = _EpisodeLog(path)
+        return log
 
     async def _require_shared(self) -> None:
         """ServerDiedError naming the server and its URL when a shared server is gone."""
@@ -320,12 +337,17 @@ class BatchEvalRunner:
             log.exception("could not replace the servers of worker %d", handle.worker_id)
 
     async def _record(self, result: EpisodeResult) -> None:
+        # The episode's own files first, durable, outside the lock: other workers' (and this
+        # worker's next) episodes write theirs meanwhile, and their fsyncs share commits.
+        await asyncio.to_thread(self._write_episode, result)
         async with self.results_lock:
             self._store(result)
             self._spend_error_budget(result)
             # File writes run in a thread: in-flight episodes keep running.
             await asyncio.to_thread(self._persist, result)
         self._new_results.set()
+        if not self._broadcasting:  # nobody listens: skip dumping the record again
+            return
         self.broadcast(
             {
                 "type": "eval_episode_done",
@@ -365,8 +387,12 @@ class BatchEvalRunner:
         if result.status == "timeout":
             self._timeouts.add(result.index)
 
-    def _persist(self, result: EpisodeResult) -> None:
-        """episode.json (the durable record), then its index line, then the bounded summary."""
+    def _write_episode(self, result: EpisodeResult) -> None:
+        """The episode's log.jsonl, then its episode.json (the durable record): both before
+        anything else mentions the episode."""
+        episode_log = self._logs.pop(result.index, None)
+        if episode_log is not None:
+            episode_log.write()
         atomic_write_json(
             self.run_dir.episode_json_path(result.index),
             {
@@ -375,6 +401,9 @@ class BatchEvalRunner:
                 "graph_name": self.graph.name,
             },
         )
+
+    def _persist(self, result: EpisodeResult) -> None:
+        """Its index line (episode.json is on disk), then the bounded summary."""
         records.append_record(self.run_dir, result)
         self._refresh_progress()
         self.save()
@@ -432,7 +461,11 @@ class BatchEvalRunner:
                 self._complete()
             data = self.run.model_dump(mode="json", exclude={"episodes"})
             episodes = self._episodes_json if self.run.episodes_complete else []
-            atomic_write_json(self.run_dir.summary_path, _in_field_order(data, episodes))
+            # Only the final summary must survive a machine crash: a live one is progress,
+            # rebuilt from the (durable) episode folders by recover.
+            durable = self.run.status in TERMINAL_RUN_STATUSES
+            path = self.run_dir.summary_path
+            atomic_write_json(path, _in_field_order(data, episodes), durable=durable)
 
 
 def _aggregates(

@@ -69,8 +69,13 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` atomically and durably; the folder must exist."""
+def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = True) -> None:
+    """Replace ``path`` with ``data`` atomically and durably; the folder must exist.
+
+    ``durable=False`` skips both fsyncs: still atomic for readers and across a crash of the
+    writer, but a machine crash may lose it. Only for files rebuilt from durable ones (the
+    live summary of a running eval, rebuilt from its episode folders by recover).
+    """
     try:
         fd, tmp = _create_temp(path)
     except OSError as exc:
@@ -78,11 +83,13 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     try:
         try:
             _write_all(fd, data)
-            os.fsync(fd)
+            if durable:
+                os.fsync(fd)
         finally:
             os.close(fd)
         os.replace(tmp, path)
-        _fsync_dir(path.parent)
+        if durable:
+            _fsync_dir(path.parent)
     except BaseException as exc:
         tmp.unlink(missing_ok=True)
         if isinstance(exc, OSError):
@@ -98,13 +105,14 @@ def _dumps(path: Path, obj: Any, *, indent: int | None) -> str:
     return text
 
 
-def atomic_write_json(path: Path, obj: Any) -> None:
+def atomic_write_json(path: Path, obj: Any, *, durable: bool = True) -> None:
     """Write ``obj`` as JSON to ``path`` atomically; non-finite floats are written as null.
 
     Keys keep their insertion order. Only plain JSON types (dict, list, tuple, str, int,
     float, bool, None) are accepted; dump pydantic models with ``model_dump(mode="json")``.
     """
-    atomic_write_bytes(path, (_dumps(path, obj, indent=1) + "\n").encode("utf-8"))
+    data = (_dumps(path, obj, indent=1) + "\n").encode("utf-8")
+    atomic_write_bytes(path, data, durable=durable)
 
 
 def read_json(path: Path) -> Any:

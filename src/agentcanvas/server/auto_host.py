@@ -191,8 +191,10 @@ def rpc_handlers(instance: LocalNodeSet, batcher: BatchedInferenceServer) -> dic
         return (await instance.panel_episode(fields)).model_dump(mode="json")
 
     async def evict(args: dict[str, Any]) -> bool:
+        """Whether the node set keeps per-episode state at all: False tells a client that
+        later evictions can be skipped (one round trip less per episode)."""
         await instance.evict(str(args["episode_key"]))
-        return True
+        return instance.nodeset.evict is not None
 
     return {"call": call, "panel_episode": panel_episode, "evict": evict}
 
