@@ -31,7 +31,7 @@ import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import scaling  # noqa: E402  (the bench folder is not a package)
+import scaling  # the bench folder is not a package
 
 GRAPH_NAME = "bench_episode_cost"
 

@@ -6,8 +6,9 @@ the tail of the longest remaining chunk); its per-worker stats are the summary's
 What an episode boundary costs does not grow with the
 run (issue 13): the episode's episode.json is written, its record appended to
 ``episodes.jsonl`` (see :mod:`agentcanvas.eval.records`), the counts updated in place, and
-summary.json rewritten atomically — bounded: counts, status counts and the latest aggregates,
-no per-episode records. That rewrite is the live progress channel.
+summary.json rewritten atomically (without fsync: recover rebuilds it) — bounded: counts,
+status counts and the latest aggregates, no per-episode records.
+That rewrite is the live progress channel.
 
 Live aggregates are recomputed by one owned task, off the recording path, from a snapshot of
 the results, as often as their cost allows (at most LIVE_AGGREGATE_DUTY of the wall time,

@@ -7,8 +7,9 @@
       episodes.jsonl                       (per-episode records, appended; see eval.records)
       episodes/ep{idx:04d}/  log.jsonl  assets/  episode.json
 
-Every rewrite is atomic: a temp file in the same folder, fsync, ``os.replace``, fsync of
-the folder, so a reader sees the old file or the new one, never half of one. JSON is written
+Every rewrite is atomic: a temp file in the same folder, fdatasync, ``os.replace``, fsync of
+the folder, so a reader sees the old file or the new one, never half of one (the live summary
+of a running eval skips both syncs: recover rebuilds it from the episode folders). JSON is written
 without NaN/Infinity (which strict JSON parsers reject): non-finite floats become ``null``.
 JSONL logs are append-only and their reader skips a torn or garbled line instead of failing.
 Filesystem errors are translated into :class:`~agentcanvas.errors.RunError` naming the file.
@@ -43,6 +44,9 @@ __all__ = [
 ]
 
 _MAX_RUN_ID_SUFFIX: Final = 10_000
+
+
+_datasync = getattr(os, "fdatasync", os.fsync)  # macOS has no fdatasync
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -83,8 +87,8 @@ def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = True) -> None
     try:
         try:
             _write_all(fd, data)
-            if durable:
-                os.fsync(fd)
+            if durable:  # the data and the size that reads need; the rename is synced below
+                _datasync(fd)
         finally:
             os.close(fd)
         os.replace(tmp, path)
