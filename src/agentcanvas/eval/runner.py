@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from agentcanvas.errors import ConfigError, ServerDiedError, ServerError
+from agentcanvas.errors import ConfigError, RunError, ServerDiedError, ServerError
 from agentcanvas.eval import health, metrics, records
 from agentcanvas.eval.config import (
     TERMINAL_RUN_STATUSES,
@@ -48,7 +49,7 @@ from agentcanvas.eval.episode import (
     run_episode,
 )
 from agentcanvas.eval.seeding import episode_seed
-from agentcanvas.eval.store import RunDir, atomic_write_bytes, atomic_write_json, encode_jsonl_line
+from agentcanvas.eval.store import RunDir, atomic_write_json, encode_jsonl_line
 from agentcanvas.eval.worker_pool import EnvWorkerPool, WorkerHandle, partition_contiguous
 from agentcanvas.graph.executor import ExecutionPrinciples
 from agentcanvas.graph.model import Graph
@@ -85,19 +86,28 @@ def plan_episodes(config: EvalConfig, graph: Graph, run_key: str) -> list[Episod
 
 
 class _EpisodeLog:
-    """Collects one episode's node firings; its log.jsonl is written when the episode is
-    recorded, in one write, off the event loop (issue 13: no file I/O per firing)."""
+    """Appends one episode's node firings to its log.jsonl as they happen, on a file kept
+    open for the episode: one ``write`` per firing, no open/close each (issue 13)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.entries: list[dict[str, Any]] = []
+        self._fd: int | None = None
 
     def record(self, entry: dict[str, Any]) -> None:
-        self.entries.append(entry)
+        line = memoryview(encode_jsonl_line(self.path, entry))
+        try:
+            if self._fd is None:  # a retry or a resume starts the log afresh
+                flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_TRUNC
+                self._fd = os.open(self.path, flags, 0o666)
+            while line:
+                line = line[os.write(self._fd, line) :]
+        except OSError as exc:
+            raise RunError(f"cannot append to {str(self.path)!r}: {exc.strerror or exc}") from exc
 
-    def write(self) -> None:
-        lines = b"".join(encode_jsonl_line(self.path, entry) for entry in self.entries)
-        atomic_write_bytes(self.path, lines, durable=False)  # as durable as the old appends
+    def close(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
 
 
 class BatchEvalRunner:
@@ -313,6 +323,9 @@ class BatchEvalRunner:
     def _new_log(self, index: int, path: Path) -> _EpisodeLog | None:
         if not self.config.record_log:
             return None
+        previous = self._logs.get(index)
+        if previous is not None:  # an earlier attempt's
+            previous.close()
         log = self._logs[index] = _EpisodeLog(path)
         return log
 
@@ -389,11 +402,11 @@ class BatchEvalRunner:
             self._timeouts.add(result.index)
 
     def _write_episode(self, result: EpisodeResult) -> None:
-        """The episode's log.jsonl, then its episode.json (the durable record): both before
+        """Close the episode's log, write its episode.json (the durable record) before
         anything else mentions the episode."""
         episode_log = self._logs.pop(result.index, None)
         if episode_log is not None:
-            episode_log.write()
+            episode_log.close()
         atomic_write_json(
             self.run_dir.episode_json_path(result.index),
             {
