@@ -133,8 +133,7 @@ class BatchEvalRunner:
         self.graph = graph.model_copy(deep=True)  # frozen at construction
         self.config = config
         self.run_dir = run_dir
-        self.broadcast = broadcast or (lambda event: None)
-        self._broadcasting = broadcast is not None
+        self.broadcast = broadcast or _no_broadcast
         _require_replicated_env(registry, self.graph)
         self.specs = plan_episodes(config, self.graph, run_id)
         self.results: dict[int, EpisodeResult] = {}
@@ -360,7 +359,7 @@ class BatchEvalRunner:
             # File writes run in a thread: in-flight episodes keep running.
             await asyncio.to_thread(self._persist, result)
         self._new_results.set()
-        if not self._broadcasting:  # nobody listens: skip dumping the record again
+        if self.broadcast is _no_broadcast:  # nobody listens: skip dumping the record again
             return
         self.broadcast(
             {
@@ -521,6 +520,10 @@ async def _set_attached(handles: list[Any], client: str, attach: bool) -> None:
             if attach:
                 raise
             log.warning("could not detach %s from %s (server gone?)", client, handle)
+
+
+def _no_broadcast(event: dict[str, Any]) -> None:
+    """The broadcast of a run nobody watches live."""
 
 
 def _mean(run: EvalRun, name: str) -> float | None:
