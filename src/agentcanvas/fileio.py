@@ -1,7 +1,8 @@
 """Atomic file I/O: the bottom of the house (every layer may use it, it uses none of them).
 
-Every rewrite is atomic: a temp file in the same folder, fsync, ``os.replace``, fsync of
-the folder, so a reader sees the old file or the new one, never half of one. JSON is written
+Every rewrite is atomic: a temp file in the same folder, fdatasync, ``os.replace``, fsync of
+the folder, so a reader sees the old file or the new one, never half of one (``durable=False``
+skips both syncs, for files rebuilt from durable ones). JSON is written
 without NaN/Infinity (which strict JSON parsers reject): non-finite floats become ``null``.
 JSONL logs are append-only and their reader skips a torn or garbled line instead of failing.
 Filesystem errors are translated into :class:`~agentcanvas.errors.RunError` naming the file.
@@ -33,6 +34,9 @@ __all__ = [
 ]
 
 
+_datasync = getattr(os, "fdatasync", os.fsync)  # macOS has no fdatasync
+
+
 def _fsync_dir(folder: Path) -> None:
     fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -57,8 +61,13 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` atomically and durably; the folder must exist."""
+def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = True) -> None:
+    """Replace ``path`` with ``data`` atomically and durably; the folder must exist.
+
+    ``durable=False`` skips both fsyncs: still atomic for readers and across a crash of the
+    writer, but a machine crash may lose it. Only for files rebuilt from durable ones (the
+    live summary of a running eval, rebuilt from its episode folders by recover).
+    """
     try:
         fd, tmp = _create_temp(path)
     except OSError as exc:
@@ -66,11 +75,13 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     try:
         try:
             _write_all(fd, data)
-            os.fsync(fd)
+            if durable:  # the data and the size that reads need; the rename is synced below
+                _datasync(fd)
         finally:
             os.close(fd)
         os.replace(tmp, path)
-        _fsync_dir(path.parent)
+        if durable:
+            _fsync_dir(path.parent)
     except BaseException as exc:
         tmp.unlink(missing_ok=True)
         if isinstance(exc, OSError):
@@ -86,13 +97,14 @@ def _dumps(path: Path, obj: Any, *, indent: int | None) -> str:
     return text
 
 
-def atomic_write_json(path: Path, obj: Any) -> None:
+def atomic_write_json(path: Path, obj: Any, *, durable: bool = True) -> None:
     """Write ``obj`` as JSON to ``path`` atomically; non-finite floats are written as null.
 
     Keys keep their insertion order. Only plain JSON types (dict, list, tuple, str, int,
     float, bool, None) are accepted; dump pydantic models with ``model_dump(mode="json")``.
     """
-    atomic_write_bytes(path, (_dumps(path, obj, indent=1) + "\n").encode("utf-8"))
+    data = (_dumps(path, obj, indent=1) + "\n").encode("utf-8")
+    atomic_write_bytes(path, data, durable=durable)
 
 
 def read_json(path: Path) -> Any:

@@ -6,8 +6,9 @@ the tail of the longest remaining chunk); its per-worker stats are the summary's
 What an episode boundary costs does not grow with the
 run (issue 13): the episode's episode.json is written, its record appended to
 ``episodes.jsonl`` (see :mod:`agentcanvas.eval.records`), the counts updated in place, and
-summary.json rewritten atomically — bounded: counts, status counts and the latest aggregates,
-no per-episode records. That rewrite is the live progress channel.
+summary.json rewritten atomically (without fsync: recover rebuilds it) — bounded: counts,
+status counts and the latest aggregates, no per-episode records.
+That rewrite is the live progress channel.
 
 Live aggregates are recomputed by one owned task, off the recording path, from a snapshot of
 the results, as often as their cost allows (at most LIVE_AGGREGATE_DUTY of the wall time,
@@ -23,12 +24,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, ClassVar
 
-from agentcanvas.errors import ConfigError, ServerDiedError, ServerError
+from agentcanvas.errors import ConfigError, RunError, ServerDiedError, ServerError
 from agentcanvas.eval import health, media, metrics, records
 from agentcanvas.eval.config import (
     TERMINAL_RUN_STATUSES,
@@ -45,11 +48,17 @@ from agentcanvas.eval.episode import (
     EpisodeWiring,
     run_episode,
 )
-from agentcanvas.eval.events import Broadcast, EvalComplete, EvalEpisodeDone, EvalProgress
+from agentcanvas.eval.events import (
+    Broadcast,
+    EvalComplete,
+    EvalEpisodeDone,
+    EvalProgress,
+    LiveEvent,
+)
 from agentcanvas.eval.seeding import episode_seed
 from agentcanvas.eval.store import RunDir
 from agentcanvas.eval.worker_pool import EnvWorkerPool, WorkerHandle, partition_contiguous
-from agentcanvas.fileio import append_jsonl, atomic_write_json
+from agentcanvas.fileio import atomic_write_json, encode_jsonl_line
 from agentcanvas.graph.executor import ExecutionPrinciples
 from agentcanvas.graph.model import Graph
 from agentcanvas.server.registry import WorkspaceComponentRegistry
@@ -58,6 +67,7 @@ LIVE_AGGREGATE_MIN_INTERVAL_S = 0.25  # live aggregates are refreshed at most th
 LIVE_AGGREGATE_DUTY = 0.1  # and take at most this share of the run's wall time
 log = logging.getLogger(__name__)
 RETRYABLE = ("error", "exception", "timeout")
+MAX_RECORDINGS_IN_FLIGHT = 2  # per worker: episodes written while the next ones run
 
 
 def episode_tasks(config: EvalConfig, graph: Graph) -> list[str]:
@@ -79,13 +89,28 @@ def plan_episodes(config: EvalConfig, graph: Graph, run_key: str) -> list[Episod
 
 
 class _EpisodeLog:
-    """Appends one episode's node firings to its own log.jsonl."""
+    """Appends one episode's node firings to its log.jsonl as they happen, on a file kept
+    open for the episode: one ``write`` per firing, no open/close each (issue 13)."""
 
-    def __init__(self, path: Any) -> None:
+    def __init__(self, path: Path) -> None:
         self.path = path
+        self._fd: int | None = None
 
     def record(self, entry: dict[str, Any]) -> None:
-        append_jsonl(self.path, entry)
+        line = memoryview(encode_jsonl_line(self.path, entry))
+        try:
+            if self._fd is None:  # a retry or a resume starts the log afresh
+                flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_TRUNC
+                self._fd = os.open(self.path, flags, 0o666)
+            while line:
+                line = line[os.write(self._fd, line) :]
+        except OSError as exc:
+            raise RunError(f"cannot append to {str(self.path)!r}: {exc.strerror or exc}") from exc
+
+    def close(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
 
 
 class BatchEvalRunner:
@@ -111,7 +136,7 @@ class BatchEvalRunner:
         self.graph = graph.model_copy(deep=True)  # frozen at construction
         self.config = config
         self.run_dir = run_dir
-        self.broadcast = broadcast or (lambda event: None)
+        self.broadcast = broadcast or _no_broadcast
         _require_replicated_env(registry, self.graph)
         self.specs = plan_episodes(config, self.graph, run_id)
         self.results: dict[int, EpisodeResult] = {}
@@ -126,6 +151,7 @@ class BatchEvalRunner:
         self._stored = 0  # results stored so far (a resumed one counts too)
         self._final_for: int | None = None  # _stored when the complete summary was made
         self._episodes_json: list[dict[str, Any]] = []  # the complete summary's records
+        self._logs: dict[int, _EpisodeLog] = {}  # each episode's latest attempt's log
         self._save_lock = threading.Lock()
         for result in previous:
             self._store(result)
@@ -205,9 +231,9 @@ class BatchEvalRunner:
         shared = [self.registry.bound(n) for n in self.registry.shared_in(self.graph)]
         async with pool.acquire_specific(worker_id) as handle:
             await _set_attached(shared, client, attach=True)
-            # Owned by this worker: awaited before the next one starts and in ``finally``,
-            # shielded so that cancelling the worker never cuts a record in half.
-            recording: asyncio.Task[None] | None = None
+            # Owned by this worker: awaited in turn (at most MAX_RECORDINGS_IN_FLIGHT) and in
+            # ``finally``, shielded so that cancelling the worker never cuts a record in half.
+            recording: list[asyncio.Task[None]] = []
             try:
                 # Cancelled: episodes not started yet are left missing, never written one
                 # by one as "cancelled" records (the run's summary counts them).
@@ -216,17 +242,20 @@ class BatchEvalRunner:
                 ):
                     spec = self.specs[index]
                     result = await self._run_one_episode(pool, handle, spec, client)
-                    if recording is not None:
-                        await asyncio.shield(recording)
-                    # Persisting this episode overlaps the simulation of the next one.
-                    recording = asyncio.create_task(
-                        self._record(result), name=f"{client}:record {result.index}"
+                    if len(recording) >= MAX_RECORDINGS_IN_FLIGHT:
+                        await asyncio.shield(recording.pop(0))
+                    # Persisting this episode overlaps the simulation of the next ones (its
+                    # fsyncs may take longer than an episode: they overlap each other too).
+                    recording.append(
+                        asyncio.create_task(
+                            self._record(result), name=f"{client}:record {result.index}"
+                        )
                     )
                     if result.status == "timeout" and not self.cancel_event.is_set():
                         await self._replace_servers(pool, handle)
             finally:
-                if recording is not None:
-                    await asyncio.shield(recording)
+                for pending in recording:
+                    await asyncio.shield(pending)
                 await asyncio.shield(_set_attached(shared, client, attach=False))
 
     async def _run_one_episode(
@@ -292,7 +321,7 @@ class BatchEvalRunner:
             per_step_timeout_s=self.config.per_step_timeout_s,
             episode_timeout_s=self.config.episode_timeout_s,
             render=media.renders(self.config),
-            log=_EpisodeLog(log_path) if self.config.record_log else None,
+            log=self._new_log(spec.index, log_path),
             asset_dir=str(self.run_dir.episode_assets_dir(spec.index))
             if media.renders(self.config)
             else "",
@@ -303,6 +332,15 @@ class BatchEvalRunner:
         assets = self.run_dir.episode_assets_dir(spec.index)  # before episode.json: final
         await asyncio.to_thread(media.discard_unwanted_frames, self.config, result, assets)
         return result
+
+    def _new_log(self, index: int, path: Path) -> _EpisodeLog | None:
+        if not self.config.record_log:
+            return None
+        previous = self._logs.get(index)
+        if previous is not None:  # an earlier attempt's
+            previous.close()
+        log = self._logs[index] = _EpisodeLog(path)
+        return log
 
     async def _require_shared(self) -> None:
         """ServerDiedError naming the server and its URL when a shared server is gone."""
@@ -326,12 +364,17 @@ class BatchEvalRunner:
             log.exception("could not replace the servers of worker %d", handle.worker_id)
 
     async def _record(self, result: EpisodeResult) -> None:
+        # The episode's own files first, durable, outside the lock: other workers' (and this
+        # worker's next) episodes write theirs meanwhile, and their fsyncs share commits.
+        await asyncio.to_thread(self._write_episode, result)
         async with self.results_lock:
             self._store(result)
             self._spend_error_budget(result)
             # File writes run in a thread: in-flight episodes keep running.
             await asyncio.to_thread(self._persist, result)
         self._new_results.set()
+        if self.broadcast is _no_broadcast:  # nobody listens: skip building the events
+            return
         self.broadcast(EvalEpisodeDone(run_id=self.run.run_id, episode=result))
         self.broadcast(
             EvalProgress(
@@ -362,8 +405,12 @@ class BatchEvalRunner:
         if result.status == "timeout":
             self._timeouts.add(result.index)
 
-    def _persist(self, result: EpisodeResult) -> None:
-        """episode.json (the durable record), then its index line, then the bounded summary."""
+    def _write_episode(self, result: EpisodeResult) -> None:
+        """Close the episode's log, write its episode.json (the durable record) before
+        anything else mentions the episode."""
+        episode_log = self._logs.pop(result.index, None)
+        if episode_log is not None:
+            episode_log.close()
         atomic_write_json(
             self.run_dir.episode_json_path(result.index),
             {
@@ -372,6 +419,9 @@ class BatchEvalRunner:
                 "graph_name": self.graph.name,
             },
         )
+
+    def _persist(self, result: EpisodeResult) -> None:
+        """Its index line (episode.json is on disk), then the bounded summary."""
         records.append_record(self.run_dir, result)
         self._refresh_progress()
         self.save()
@@ -429,7 +479,11 @@ class BatchEvalRunner:
                 self._complete()
             data = self.run.model_dump(mode="json", exclude={"episodes"})
             episodes = self._episodes_json if self.run.episodes_complete else []
-            atomic_write_json(self.run_dir.summary_path, _in_field_order(data, episodes))
+            # Only the final summary must survive a machine crash: a live one is progress,
+            # rebuilt from the (durable) episode folders by recover.
+            durable = self.run.status in TERMINAL_RUN_STATUSES
+            path = self.run_dir.summary_path
+            atomic_write_json(path, _in_field_order(data, episodes), durable=durable)
 
 
 def _aggregates(
@@ -471,6 +525,10 @@ async def _set_attached(handles: list[Any], client: str, attach: bool) -> None:
             if attach:
                 raise
             log.warning("could not detach %s from %s (server gone?)", client, handle)
+
+
+def _no_broadcast(event: LiveEvent) -> None:
+    """The broadcast of a run nobody watches live."""
 
 
 def _mean(run: EvalRun, name: str) -> float | None:

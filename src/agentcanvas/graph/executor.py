@@ -350,7 +350,8 @@ class GraphExecutor:
             entry["error"] = error
         if self._log is not None:
             self._log.record(entry)
-        self._emit({**entry, "node_type": entry["type"], "type": "exec_log"})
+        if self._events is not None and not self.principles.suppress_nav_events:
+            self._emit({**entry, "node_type": entry["type"], "type": "exec_log"})
 
     def _emit(self, event: dict[str, Any]) -> None:
         if self._events is not None and not self.principles.suppress_nav_events:

@@ -218,9 +218,11 @@ def rpc_handlers(instance: LocalNodeSet, batcher: BatchedInferenceServer) -> dic
         return (await instance.panel_episode(request.fields)).model_dump(mode="json")
 
     async def evict(args: dict[str, Any]) -> bool:
+        """Whether the node set keeps per-episode state at all: False tells a client that
+        later evictions can be skipped (one round trip less per episode)."""
         request = protocol.parse(args, protocol.EvictRequest, protocol.EVICT)
         await instance.evict(request.episode_key)
-        return True
+        return instance.nodeset.evict is not None
 
     return {
         protocol.OP_CALL: call,

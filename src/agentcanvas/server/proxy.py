@@ -149,6 +149,7 @@ class RemoteNodeSet:
         self.where = f"node-set server {name} at {self.url}"
         self._http = _Http(self.url, self.where)
         self._rpc: RpcClient | None = None
+        self._evicts = True  # until the server says its node set has no evict hook
 
     def _deadline(self) -> float:
         return self.timeout_s or call_timeout_s()
@@ -207,7 +208,14 @@ class RemoteNodeSet:
         return LoadInfo.model_validate(await self._get(protocol.PANEL_LOAD))
 
     async def evict(self, episode_key: str) -> None:
-        await self._request(protocol.OP_EVICT, {"episode_key": episode_key}, protocol.EVICT)
+        """Evict ``episode_key``; skipped once the server said its node set keeps no
+        per-episode state (its answer to an eviction is whether it has an evict hook)."""
+        if not self._evicts:
+            return
+        keeps_state = await self._request(
+            protocol.OP_EVICT, {"episode_key": episode_key}, protocol.EVICT
+        )
+        self._evicts = keeps_state is not False
 
     async def attach(self, client_id: str) -> int:
         return int((await self._post_json(protocol.ATTACH, {"client": client_id}))["attached"])
