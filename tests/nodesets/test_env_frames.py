@@ -11,11 +11,12 @@ from typing import Any
 import numpy as np
 import pytest
 
+from agentcanvas.catalogue import ACTIVE_WORKSPACE_ENV
 from agentcanvas.frame_caption import MIN_FRAME_PX, caption_lines, captioned, upscaled
 from agentcanvas.nodes.base import CallContext, LocalNodeSet
-from agentcanvas.nodes.registry import ACTIVE_WORKSPACE_ENV, WorkspaceComponentRegistry
 from agentcanvas.nodesets.env_gym import _action_name as gym_action_name
 from agentcanvas.nodesets.env_minigrid import _action_name as minigrid_action_name
+from agentcanvas.server.registry import WorkspaceComponentRegistry
 
 LEFT, FORWARD = 0, 2  # MiniGrid actions
 
