@@ -248,6 +248,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         max_errors=None,
         save_frames=True,
         frames=None,
+        engine="local",
+        ray_address=None,
         workers=2,
         json=False,
     )

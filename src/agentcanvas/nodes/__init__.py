@@ -22,13 +22,13 @@ from agentcanvas.nodes.base import BatchItem, CallContext, LocalNodeSet, NodeSet
 from agentcanvas.nodes.manifest import FieldSpec, LoadInfo, PanelSpec, PortSpec
 from agentcanvas.nodes.panels import TaskPanel, Tasks, find_task, task_fields
 
-__all__ = [
-    "MIN_FRAME_PX",
+__all__ = [  # noqa: RUF022 - plain sorted order, as tests/nodes/test_public_api.py checks
     "BatchItem",
     "CallContext",
     "FieldSpec",
     "LoadInfo",
     "LocalNodeSet",
+    "MIN_FRAME_PX",
     "NodeSet",
     "NodeSetError",
     "Panel",
