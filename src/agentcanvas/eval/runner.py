@@ -242,13 +242,16 @@ class BatchEvalRunner:
                 ):
                     spec = self.specs[index]
                     result = await self._run_one_episode(pool, handle, spec, client)
+                    # Counted now, not when its files are written: past the budget no
+                    # further episode may start while recordings are still in flight.
+                    self._spend_error_budget(result)
                     if len(recording) >= MAX_RECORDINGS_IN_FLIGHT:
                         await asyncio.shield(recording.pop(0))
                     # Persisting this episode overlaps the simulation of the next ones (its
                     # fsyncs may take longer than an episode: they overlap each other too).
                     recording.append(
                         asyncio.create_task(
-                            self._record(result), name=f"{client}:record {result.index}"
+                            self._persist_result(result), name=f"{client}:record {result.index}"
                         )
                     )
                     if result.status == "timeout" and not self.cancel_event.is_set():
@@ -364,12 +367,16 @@ class BatchEvalRunner:
             log.exception("could not replace the servers of worker %d", handle.worker_id)
 
     async def _record(self, result: EpisodeResult) -> None:
+        """Count ``result`` against the error budget, then persist it."""
+        self._spend_error_budget(result)
+        await self._persist_result(result)
+
+    async def _persist_result(self, result: EpisodeResult) -> None:
         # The episode's own files first, durable, outside the lock: other workers' (and this
         # worker's next) episodes write theirs meanwhile, and their fsyncs share commits.
         await asyncio.to_thread(self._write_episode, result)
         async with self.results_lock:
             self._store(result)
-            self._spend_error_budget(result)
             # File writes run in a thread: in-flight episodes keep running.
             await asyncio.to_thread(self._persist, result)
         self._new_results.set()
