@@ -3,7 +3,8 @@
 The browser is /usr/bin/chromium (``apt-get install -y chromium``; Playwright's own download
 cannot work offline); without it the browser tests skip. Screenshots go to
 ``test-artifacts/screenshots/`` at the repository root (git-ignored). ``tests/web/conftest.py``
-turns ``chromium_browser`` and ``checked_page`` into the ``browser`` and ``page`` fixtures.
+turns ``chromium_browser`` and ``checked_page`` into the ``browser`` and ``page`` fixtures;
+``open_route`` opens a page of a backend's dashboard once its WebSocket is live.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from support.backend import Backend
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -69,6 +72,13 @@ def checked_page(
     finally:
         context.close()
     assert not errors, f"uncaught errors in the page: {errors}"
+
+
+def open_route(page: Any, backend: Backend, route: str) -> None:
+    """Open the dashboard of ``backend`` at ``route`` (``#/``, ``#/run/<id>``, …) and wait
+    until its WebSocket is live, so that pushed updates reach the page from then on."""
+    page.goto(f"{backend.url}/{route}")
+    page.wait_for_selector("#live-status[data-state='live']")
 
 
 def shot(page: Any, name: str) -> Path:

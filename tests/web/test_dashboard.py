@@ -17,7 +17,7 @@ import io
 import json
 import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from importlib import resources
@@ -32,7 +32,15 @@ from agentcanvas.eval.config import EpisodeResult, EvalConfig, EvalRun
 from agentcanvas.eval.store import RunDir
 from agentcanvas.fileio import atomic_write_json
 from support.backend import Backend
-from support.browser import ARTIFACTS, CHROMIUM, NO_CHROMIUM, require_websocket_support, shot
+from support.browser import (
+    ARTIFACTS,
+    CHROMIUM,
+    NO_CHROMIUM,
+    open_route,
+    require_websocket_support,
+    shot,
+)
+from support.polling import poll_until
 
 sync_api = pytest.importorskip("playwright.sync_api")
 
@@ -190,11 +198,6 @@ def big_backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BigWorkspa
 # Browser
 
 
-def open_page(page: Any, backend: Backend, route: str) -> None:
-    page.goto(f"{backend.url}/{route}")
-    page.wait_for_selector("#live-status[data-state='live']")
-
-
 def record_ws_frames(page: Any) -> list[dict[str, Any]]:
     frames: list[dict[str, Any]] = []
 
@@ -203,18 +206,6 @@ def record_ws_frames(page: Any) -> list[dict[str, Any]]:
 
     page.on("websocket", on_socket)
     return frames
-
-
-def poll(
-    check: Callable[[], Any], deadline_s: float, what: str, explain: Callable[[], str] = str
-) -> Any:
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {deadline_s} s waiting for {what}\n{explain()}")
 
 
 def wait_run_state(locator: Any, backend: Backend, run_id: str) -> None:
@@ -231,7 +222,7 @@ def wait_run_state(locator: Any, backend: Backend, run_id: str) -> None:
 
 def test_start_run_from_form_and_watch_progress_live(live_backend: Backend, page: Any) -> None:
     frames = record_ws_frames(page)
-    open_page(page, live_backend, "#/")
+    open_route(page, live_backend, "#/")
     page.wait_for_selector("#f-graph_name option[value='babyai_slow']", state="attached")
     page.select_option("#f-graph_name", "babyai_slow")
     page.fill("#f-episode_count", "4")
@@ -271,7 +262,7 @@ def test_start_run_from_form_and_watch_progress_live(live_backend: Backend, page
 def test_bad_form_values_show_errors_next_to_field(live_backend: Backend, page: Any) -> None:
     starts: list[str] = []
     page.on("request", lambda r: starts.append(r.url) if r.url.endswith("/start") else None)
-    open_page(page, live_backend, "#/")
+    open_route(page, live_backend, "#/")
     page.wait_for_selector("#f-graph_name option[value='babyai_oracle']", state="attached")
     page.select_option("#f-graph_name", "babyai_oracle")
     page.fill("#f-episode_count", "0")
@@ -294,7 +285,7 @@ def test_bad_form_values_show_errors_next_to_field(live_backend: Backend, page: 
 
 def test_finished_run_page(live_backend: Backend, finished_runs: dict[str, str], page: Any) -> None:
     run_a, run_b = finished_runs["a"], finished_runs["b"]
-    open_page(page, live_backend, f"#/run/{run_a}")
+    open_route(page, live_backend, f"#/run/{run_a}")
     page.wait_for_selector("#aggregate-table tr[data-metric=success]")
     page.wait_for_selector("#episode-table tbody tr[data-index]")
     assert page.locator("#episode-table tbody tr[data-index]").count() == 6
@@ -321,7 +312,7 @@ def test_finished_run_page(live_backend: Backend, finished_runs: dict[str, str],
     assert steps == sorted(steps, reverse=True)
     shot(page, "04_run_page")
 
-    open_page(page, live_backend, f"#/run/{run_b}")
+    open_route(page, live_backend, f"#/run/{run_b}")
     page.wait_for_selector("#episode-table tbody tr[data-index]")
     failures = int(page.locator(".stat.failure strong").inner_text())
     assert failures > 0 and page.locator(".stat.error strong").inner_text() == "0"
@@ -341,7 +332,7 @@ def test_episode_frames_step_through(
     record = live_backend.api("GET", f"/api/eval/v2/runs/{run_a}/episodes/0")
     frame_names = [a for a in record["assets"] if a.endswith("_env.png")]
     assert len(frame_names) >= 3
-    open_page(page, live_backend, f"#/run/{run_a}/episode/0")
+    open_route(page, live_backend, f"#/run/{run_a}/episode/0")
     image = page.locator("img#frame")
     image.wait_for()
     first = image.get_attribute("src")
@@ -370,7 +361,7 @@ def test_compare_two_runs(live_backend: Backend, finished_runs: dict[str, str], 
     run_a, run_b, run_c = finished_runs["a"], finished_runs["b"], finished_runs["c"]
     expected = live_backend.api("GET", f"/api/eval/v2/compare?a={run_a}&b={run_b}")
     assert expected["flips"], "a tight step budget should flip some successes"
-    open_page(page, live_backend, "#/compare")
+    open_route(page, live_backend, "#/compare")
     page.wait_for_selector(f"#compare-a option[value='{run_a}']", state="attached")
     page.select_option("#compare-a", run_a)
     page.select_option("#compare-b", run_b)
@@ -390,7 +381,7 @@ def test_compare_two_runs(live_backend: Backend, finished_runs: dict[str, str], 
     assert "save_frames" in page.locator(".config-diff").inner_text()
     shot(page, "07_compare_one_difference")
 
-    open_page(page, live_backend, f"#/compare?a={run_a}&b={run_c}")
+    open_route(page, live_backend, f"#/compare?a={run_a}&b={run_c}")
     warning = page.locator("#config-warning")
     warning.wait_for()
     assert "seed" in warning.inner_text() and "step_budget" in warning.inner_text()
@@ -400,16 +391,16 @@ def test_compare_two_runs(live_backend: Backend, finished_runs: dict[str, str], 
 def test_cancel_resume_and_live_run_page(live_backend: Backend, page: Any) -> None:
     body = {"graph_name": "babyai_slow", "episode_count": 4, "worker_count": 1}
     run_id = live_backend.api("POST", "/api/eval/v2/start", json=body)["run_id"]
-    open_page(page, live_backend, "#/")
+    open_route(page, live_backend, "#/")
     row = page.locator(f"#runs-table tr[data-run-id='{run_id}']")
     progress = row.locator(".progress")
     row.wait_for()
     first_done = "b => b.dataset.status === 'running' && b.firstChild.value >= 1"
-    poll(
+    poll_until(
         lambda: progress.evaluate(first_done),
-        RUN_DEADLINE_S,
         "the first episode of the run",
-        lambda: live_backend.diagnostics(run_id),
+        RUN_DEADLINE_S,
+        explain=lambda: live_backend.diagnostics(run_id),
     )
     cancel = row.locator("button.cancel")
     cancel.click()
@@ -424,7 +415,7 @@ def test_cancel_resume_and_live_run_page(live_backend: Backend, page: Any) -> No
 
     row.locator("button.resume").click()
     wait_run_state(row.locator(".progress[data-status=running]"), live_backend, run_id)
-    open_page(page, live_backend, f"#/run/{run_id}")
+    open_route(page, live_backend, f"#/run/{run_id}")
     bar = page.locator(".run-header .progress")
     wait_run_state(page.locator(".run-header .status-slot .st-completed"), live_backend, run_id)
     assert bar.locator(".progress-text").inner_text() == "8/8"

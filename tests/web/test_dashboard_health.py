@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from support.backend import Backend
-from support.browser import CHROMIUM, NO_CHROMIUM, shot
+from support.browser import CHROMIUM, NO_CHROMIUM, open_route, shot
 from support.cli import run_cli
 from support.truth_workspace import write_truth_workspace
 
@@ -65,11 +65,6 @@ def runs(backend: Backend) -> dict[str, str]:
     for run_id in ids.values():
         backend.wait_status(run_id, "completed", RUN_DEADLINE_S)
     return ids
-
-
-def open_route(page: Any, backend: Backend, route: str) -> None:
-    page.goto(f"{backend.url}/{route}")
-    page.wait_for_selector("#live-status[data-state='live']")
 
 
 def test_a_run_whose_every_episode_raised_looks_unhealthy(
