@@ -3,7 +3,8 @@ for the dashboard's Chromium tests.
 
 ``make test`` runs everything; ``make test-fast`` (``pytest -m "not slow"``) is the inner loop.
 Slow modules outside those folders (real runs through servers or subprocesses, taking seconds
-each) are listed in ``SLOW_MODULES``; add a module there when its tests start real runs.
+each) are listed in ``SLOW_MODULES``; add a module there when its tests start real runs, and
+move its entry with it (a name that no longer exists stops the session).
 """
 
 from __future__ import annotations
@@ -45,6 +46,14 @@ SLOW_MODULES = {
     "eval/test_termination.py",
     "eval/test_work_stealing.py",
 }
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A slow module that moved would silently lose its mark: its old name is refused."""
+    missing = sorted(m for m in SLOW_MODULES if not (TESTS / m).is_file())
+    missing += sorted(f for f in SLOW_FOLDERS | BROWSER_FOLDERS if not (TESTS / f).is_dir())
+    if missing:
+        raise pytest.UsageError(f"tests/conftest.py marks files that do not exist: {missing}")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -18,11 +18,9 @@ import pytest
 
 from agentcanvas.graph.model import parse_graph
 from support.cli import run_cli
+from support.doc_example import doc_example_files
 from support.workspace import write_files
 
-REPO = Path(__file__).resolve().parents[2]
-DOC = REPO / "docs" / "nodesets.md"
-DOC_FILE = re.compile(r"<!-- file: (?P<path>[^ ]+) -->\n```[a-z]*\n(?P<body>.*?)\n```", re.S)
 CLI_TIMEOUT_S = 120.0
 
 
@@ -73,20 +71,16 @@ BAD_FILES = {
 }
 
 
-def _doc_example_files() -> dict[str, str]:
-    return {m["path"]: m["body"] + "\n" for m in DOC_FILE.finditer(DOC.read_text("utf-8"))}
-
-
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("cli") / "workspace"
-    return write_files(root, {**_doc_example_files(), **BAD_FILES})
+    return write_files(root, {**doc_example_files(), **BAD_FILES})
 
 
 @pytest.fixture(scope="module")
 def overlay(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An active workspace whose line_walk plays the 'hard' track instead."""
-    data = json.loads(_doc_example_files()["graphs/line_walk.json"])
+    data = json.loads(doc_example_files()["graphs/line_walk.json"])
     data["env"] = {"nodeset": "line_world", "fields": {"track": "hard"}, "tasks": ["line-21"]}
     data["description"] = "overlay version"
     root = tmp_path_factory.mktemp("cli") / "overlay"
