@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from agentcanvas import exit_codes
+from agentcanvas import envsettings, exit_codes
 from agentcanvas.cli_common import (
     FRAMES_HELP,
     add_meta_arguments,
@@ -33,7 +33,6 @@ from agentcanvas.eval.run_setup import new_run_dir, run_registry
 from agentcanvas.eval.runner import episode_tasks
 from agentcanvas.eval.tasks import check_tasks
 from agentcanvas.paths import runs_dir
-from agentcanvas.server.batch_audit import check_batcher_settings
 
 stderr = Console(stderr=True)
 
@@ -127,7 +126,7 @@ class _ProgressView:
 def _run(
     args: argparse.Namespace, workers: int, label: str, meta: RunMeta | None = None
 ) -> ForegroundRun:
-    check_batcher_settings()  # refused here, naming the variable, before any server starts
+    envsettings.check_all()  # refused here, naming the variable, before any server starts
     registry = workspace_registry()
     graph = resolve_graph(registry, args.graph)
     config = build_config(args, graph.name, workers)

@@ -5,9 +5,8 @@ default — never a silent clamp or a bare ``ValueError``. Settings are read whe
 test or a child process may set them late); :func:`check_all` reads every one of them, so a
 command can refuse a bad setting before it starts anything. An empty value means unset.
 
-The scheduler's own settings (``scheduler.settings``), the batch audit's
-(``server.batch_audit``) and the fake GPU (``scheduler.resources``) check theirs where they
-are read.
+The scheduler's own settings (``scheduler.settings``) and the fake GPU
+(``scheduler.resources``) check theirs where they are read.
 """
 
 from __future__ import annotations
@@ -20,8 +19,11 @@ from agentcanvas.errors import ConfigError
 
 __all__ = [
     "ALL",
+    "AUDIT_RATE",
+    "AUDIT_SEED",
     "CALL_TIMEOUT_S",
     "CALL_TRANSPORT",
+    "EVAL_SUBPROCESS",
     "FLUSH_POLICY",
     "FORK_SERVERS",
     "MAX_BATCH",
@@ -125,6 +127,14 @@ FORK_SERVERS = ChoiceSetting("AGENTCANVAS_FORK_SERVERS", "1", ("0", "1"))
 """``0``: spawn every node-set server instead of forking it from a template."""
 CALL_TRANSPORT = ChoiceSetting("AGENTCANVAS_CALL_TRANSPORT", "ipc", ("ipc", "tcp"))
 """How node calls travel to a server: abstract unix sockets (Linux) or TCP."""
+AUDIT_RATE = FloatSetting("AGENTCANVAS_AUDIT_RATE", 0.0625, 0.0, 1.0)
+"""Share of a shared server's multi-request batches re-checked row by row
+(``server.batch_audit``): 0 turns the audit off, 1 audits every batch."""
+AUDIT_SEED = IntSetting("AGENTCANVAS_AUDIT_SEED", 0, 0, 10**18 - 1)
+"""Seed of the hash that picks the audited batches and rows."""
+EVAL_SUBPROCESS = ChoiceSetting("AGENTCANVAS_EVAL_SUBPROCESS", "1", ("0", "1"))
+"""``0``: the backend runs every run inside its own process, even when a request asks for an
+eval subprocess (``api.eval``)."""
 
 ALL: tuple[IntSetting | FloatSetting | ChoiceSetting, ...] = (
     MAX_BATCH,
@@ -134,6 +144,9 @@ ALL: tuple[IntSetting | FloatSetting | ChoiceSetting, ...] = (
     NUM_THREADS,
     FORK_SERVERS,
     CALL_TRANSPORT,
+    AUDIT_RATE,
+    AUDIT_SEED,
+    EVAL_SUBPROCESS,
 )
 
 

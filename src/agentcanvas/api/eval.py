@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -12,6 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse
 from pydantic import BaseModel, Field, ValidationError
 
+from agentcanvas import envsettings
 from agentcanvas.cluster import select_engine
 from agentcanvas.errors import ConfigError, EpisodeNotFoundError, StateError
 from agentcanvas.eval import health
@@ -112,9 +112,7 @@ async def start_eval_v2(body: StartRequest, request: Request) -> StartResponse:
     except ValidationError as exc:  # a rule of EvalConfig that StartRequest does not repeat
         errors = [{**e, "loc": ("body", *e["loc"])} for e in exc.errors()]
         raise RequestValidationError(errors) from exc
-    use_subprocess = (
-        body.via_subprocess and os.environ.get("AGENTCANVAS_EVAL_SUBPROCESS", "1") != "0"
-    )
+    use_subprocess = body.via_subprocess and envsettings.EVAL_SUBPROCESS.get() == "1"
     if not use_subprocess:
         run_id = await _start_in_process(svc, graph, config, overlay)
         save_start_meta(svc.runs.run_dir(run_id).root, body.name, body.tags, body.note)

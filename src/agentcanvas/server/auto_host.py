@@ -45,11 +45,7 @@ from agentcanvas.fileio import atomic_write_json, read_json
 from agentcanvas.nodes.base import CallContext, LocalNodeSet, NodeSet
 from agentcanvas.paths import check_name
 from agentcanvas.server import procs, protocol
-from agentcanvas.server.batch_audit import (
-    audit_settings_from_env,
-    build_auditor,
-    check_batcher_settings,
-)
+from agentcanvas.server.batch_audit import audit_settings_from_env, build_auditor
 from agentcanvas.server.batched_inference import BatchedInferenceServer
 from agentcanvas.server.batching import policy_from_env
 from agentcanvas.server.rpc import Handler, RpcServer
@@ -395,7 +391,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_name("nodeset", args.nodeset)
         envsettings.check_all()  # a bad setting fails here, before the node set loads
-        check_batcher_settings()
         fix_numeric_threads()
         asyncio.run(serve(args.nodeset, args.tag, args.record_dir))
     except AgentCanvasError as exc:

@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import hashlib
 import math
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentcanvas import envsettings
 from agentcanvas.errors import ConfigError
 from agentcanvas.nodes.base import CallContext, LocalNodeSet
 from agentcanvas.nodes.batch_check import (
@@ -37,11 +37,8 @@ from agentcanvas.nodes.batch_check import (
     describe_difference,
     same_bits,
 )
-from agentcanvas.server.batching import policy_from_env
 
 __all__ = [
-    "AUDIT_RATE_ENV",
-    "AUDIT_SEED_ENV",
     "DEFAULT_AUDIT_RATE",
     "AuditSettings",
     "BatchAuditor",
@@ -50,14 +47,11 @@ __all__ = [
     "RunUse",
     "audit_settings_from_env",
     "build_auditor",
-    "check_batcher_settings",
     "split_episode_key",
     "startup_check",
 ]
 
-DEFAULT_AUDIT_RATE = 0.0625
-AUDIT_RATE_ENV = "AGENTCANVAS_AUDIT_RATE"
-AUDIT_SEED_ENV = "AGENTCANVAS_AUDIT_SEED"
+DEFAULT_AUDIT_RATE = envsettings.AUDIT_RATE.default
 
 
 @dataclass(frozen=True)
@@ -73,27 +67,9 @@ class AuditSettings:
 
 
 def audit_settings_from_env() -> AuditSettings:
-    """``AGENTCANVAS_AUDIT_RATE`` (0..1) and ``AGENTCANVAS_AUDIT_SEED`` (int >= 0), checked."""
-    rate_text = os.environ.get(AUDIT_RATE_ENV, "").strip()
-    seed_text = os.environ.get(AUDIT_SEED_ENV, "").strip()
-    try:
-        rate = float(rate_text) if rate_text else DEFAULT_AUDIT_RATE
-    except ValueError:
-        rate = math.nan
-    if not (math.isfinite(rate) and 0.0 <= rate <= 1.0):
-        raise ConfigError(
-            f"{AUDIT_RATE_ENV} must be a number from 0 (audit off) to 1 (every "
-            f"batch), not {rate_text!r}"
-        )
-    if seed_text and not (seed_text.isdigit() and len(seed_text) <= 18):
-        raise ConfigError(f"{AUDIT_SEED_ENV} must be an integer >= 0, not {seed_text!r}")
-    return AuditSettings(rate=rate, seed=int(seed_text) if seed_text else 0)
-
-
-def check_batcher_settings() -> None:
-    """Every env setting a shared server's batcher reads; ConfigError names a bad one."""
-    policy_from_env()
-    audit_settings_from_env()
+    """``AGENTCANVAS_AUDIT_RATE`` and ``AGENTCANVAS_AUDIT_SEED`` (declared with their ranges
+    in ``envsettings``); a bad one is a ConfigError naming it."""
+    return AuditSettings(rate=envsettings.AUDIT_RATE.get(), seed=envsettings.AUDIT_SEED.get())
 
 
 @dataclass(frozen=True)
