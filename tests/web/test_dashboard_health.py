@@ -5,7 +5,9 @@ One ``agentcanvas serve`` per module, on a workspace with node sets that raise
 looks unhealthy in the list and on its page; names and tags set with ``agentcanvas submit``
 show, search and filter, and edit; the episode table filters by task, the run page draws
 per-task histograms and the effective step budget; the live run page keeps its episode count
-in step with its progress. Screenshots go to ``test-artifacts/screenshots/``.
+in step with its progress; a run cancelled part-way shows its cancelled and unstarted
+episodes apart from errors, and every rate's coverage ("n = 2 of 12"). Screenshots go to
+``test-artifacts/screenshots/``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import pytest
 from support.backend import Backend
 from support.browser import CHROMIUM, NO_CHROMIUM, open_route, shot
 from support.cli import run_cli
+from support.polling import poll_until
 from support.truth_workspace import write_truth_workspace
 
 pytest.importorskip("playwright.sync_api")
@@ -296,6 +299,92 @@ def test_the_live_run_page_keeps_its_episode_count_in_step(backend: Backend, pag
         "document.querySelector('#episodes-panel h2').dataset.total === '8'"
         " && document.querySelector('.run-header .progress-text').textContent === '8/8'"
     )
+
+
+EARLY_EPISODES = 6  # per task: 12 planned, cancelled after CANCEL_AFTER have ended
+CANCEL_AFTER = 2
+ERROR_STATUSES = ("error", "exception", "timeout", "no_verdict")
+
+
+def _cancelled_early(backend: Backend) -> dict[str, Any]:
+    """A slow run cancelled through the API once CANCEL_AFTER episodes have ended; its
+    summary."""
+    run_id = backend.start_run("babyai_slow", EARLY_EPISODES, 1)
+    poll_until(
+        lambda: (
+            backend.api("GET", f"/api/eval/v2/status/{run_id}", params={"compact": True})[
+                "episodes_done"
+            ]
+            >= CANCEL_AFTER
+        ),
+        f"{CANCEL_AFTER} episodes of {run_id}",
+        RUN_DEADLINE_S,
+        explain=lambda: backend.diagnostics(run_id),
+    )
+    backend.cancel(run_id)
+    return backend.wait_status(run_id, "cancelled", RUN_DEADLINE_S)
+
+
+def test_a_run_cancelled_early_shows_cancellations_apart_from_errors_and_its_coverage(
+    backend: Backend, page: Any
+) -> None:
+    summary = _cancelled_early(backend)
+    run_id, total, counts = summary["run_id"], summary["episodes_total"], summary["status_counts"]
+    completed = counts.get("completed", 0)
+    assert total == EARLY_EPISODES * len(TASKS) and CANCEL_AFTER <= completed < total, counts
+    assert not any(counts.get(s) for s in ERROR_STATUSES), counts
+    assert summary["health"]["verdict"] == "cancelled" and summary["health"]["error_count"] == 0
+    assert summary["aggregate_metrics"]["success"]["n"] == completed
+    coverage = f"n = {completed} of {total}"
+
+    open_route(page, backend, "#/")
+    row = page.locator(f"#runs-table tr[data-run-id='{run_id}']")
+    row.locator("[data-col=status] .st-cancelled").wait_for()
+    assert row.locator("[data-col=health] .badge[data-verdict=cancelled]").inner_text() == (
+        "cancelled"
+    )
+    bar = row.locator(".progress")
+    assert bar.get_attribute("data-errors") == "0"
+    assert bar.get_attribute("data-all-errors") == "false"
+    assert "error" not in bar.inner_text()
+    assert bar.locator(".progress-text").inner_text().startswith(f"{completed}/{total}")
+    assert row.locator(".seg.err").evaluate("s => s.getBoundingClientRect().width") == 0
+    assert f"({coverage})" in row.locator("[data-col=success]").inner_text()
+    assert row.locator("button.resume").count() == 1  # episodes are left to run
+    shot(page, "health_07_runs_list_cancelled_early")
+
+    open_route(page, backend, f"#/run/{run_id}")
+    page.wait_for_selector("#episode-table tbody tr[data-index]")
+    assert page.locator("#run-health").inner_text().startswith("health: cancelled")
+    assert page.locator(".run-header.unhealthy").count() == 0
+    assert page.locator(".stat.error strong").inner_text() == "0"
+    assert page.locator(".error-breakdown").count() == 0
+    assert page.locator(".stat.completed strong").inner_text() == str(completed)
+    in_flight = counts.get("cancelled", 0)  # the episode running when the cancel came
+    if in_flight:
+        assert page.locator(".stat.cancelled strong").inner_text() == str(in_flight)
+    not_run = total - completed - in_flight
+    assert page.locator(".stat.not-run strong").inner_text() == str(not_run)
+    assert f"({coverage})" in page.locator(".stat.success").inner_text()
+    row_n = page.locator("#aggregate-table tr[data-metric=success] td").nth(2).inner_text()
+    assert row_n == coverage
+    assert page.locator("#episode-table tbody tr[data-outcome=error]").count() == 0
+    if in_flight:  # its record says why it stopped, not in an error's red
+        cancelled_row = page.locator("#episode-table tbody tr[data-outcome=cancelled]")
+        assert cancelled_row.locator("td.error-text").count() == 0
+        assert cancelled_row.locator("td.muted", has_text="cancelled with the run").count() == 1
+    for task in TASKS:  # every planned task has its coverage, those never reached too
+        n_task = summary["aggregate_by_task"].get(task, {}).get("success", {}).get("n", 0)
+        cell = page.locator(f"#task-table tr[data-task='{task}'] td").first
+        cell.filter(has_text=f"n = {n_task} of {EARLY_EPISODES}").wait_for()
+    success = summary["aggregate_metrics"]["success"]
+    task_failures = completed - round(success["mean"] * success["n"])
+    videos = page.locator("#failure-videos-panel")
+    if task_failures:  # the cancelled episode is not one of the failures
+        videos.get_by_text(f"{task_failures} episode(s) did not succeed").wait_for()
+    else:
+        videos.get_by_text("no failure to show").wait_for()
+    shot(page, "health_08_run_page_cancelled_early")
 
 
 def test_a_run_cancelled_after_its_last_episode_shows_completed(

@@ -59,11 +59,12 @@ async def failure_videos(
     limit: int = Query(6, ge=1, le=MAX_FAILURE_VIDEOS),
 ) -> dict[str, Any]:
     """The first ``limit`` episodes (by index) that did not succeed and kept frames, each
-    with its video's URL; ``failed`` counts every episode that did not succeed."""
+    with its video's URL; ``failed`` counts every episode that ended without succeeding (a
+    cancelled one did not end: it is neither a failure nor an error)."""
     svc = request.app.state.services
     summary = svc.runs.summary(run_id)
     run_dir = svc.runs.run_dir(run_id)
-    failed = [e for e in summary.get("episodes", []) if not _succeeded(e)]
+    failed = [e for e in summary.get("episodes", []) if _ended_unsuccessful(e)]
     shown: list[dict[str, Any]] = []
     for episode in failed[:MAX_SCANNED_FAILURES]:
         if len(shown) == limit:
@@ -93,6 +94,11 @@ def _succeeded(episode: dict[str, Any]) -> bool:
     success = (episode.get("metrics") or {}).get("success")
     above_zero = isinstance(success, int | float) and success > 0  # True counts as 1
     return episode.get("status") == "completed" and above_zero
+
+
+def _ended_unsuccessful(episode: dict[str, Any]) -> bool:
+    """A task failure or an error; not a success, and not an episode cut short by a cancel."""
+    return episode.get("status") != "cancelled" and not _succeeded(episode)
 
 
 def _frames_of(summary: dict[str, Any]) -> str:

@@ -22,14 +22,22 @@ export function episodeOutcome(e) {
   return s ? ["success", "success"] : ["failure", "failure"];
 }
 
+const UNSCORED = "not scored: the episode did not complete (its values are where it stopped)";
+
+// Metrics of an episode that did not complete are greyed (no aggregate counts them), and a
+// cancelled episode's note is not an error.
 function episodeRow(runId, e, metrics) {
   const [outcome, kind] = episodeOutcome(e);
+  const scored = e.status === "completed";
+  const metricCell = (m) => (scored ? num(fmtNum(e.metrics?.[m]))
+    : h("td", { class: "num muted", title: UNSCORED }, fmtNum(e.metrics?.[m])));
+  const noteClass = e.status === "cancelled" ? "note-text muted" : "error-text";
   return h("tr", { dataset: { index: e.index, outcome: kind } },
     num(h("a", { href: episodeHref(runId, e.index), text: e.index })),
     h("td", {}, e.task), num(e.episode_index),
     h("td", {}, statusBadge(e.status)), h("td", { class: `outcome ${kind}` }, outcome),
-    num(e.steps), metrics.map((m) => num(fmtNum(e.metrics?.[m]))), num(e.attempts ?? 1),
-    h("td", { class: "error-text", title: e.error || "" }, e.error ? truncate(e.error, 90) : ""));
+    num(e.steps), metrics.map(metricCell), num(e.attempts ?? 1),
+    h("td", { class: noteClass, title: e.error || "" }, e.error ? truncate(e.error, 90) : ""));
 }
 
 const OUTCOME_FILTERS = [

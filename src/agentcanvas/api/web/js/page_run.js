@@ -107,9 +107,11 @@ function outcomeBlock(summary, showEpisodes) {
   const errorTotal = errors.reduce((sum, [, n]) => sum + n, 0);
   const cancelled = counts.cancelled ?? 0;
   const notRun = ACTIVE.has(summary.status) ? 0
-    : Math.max(0, (summary.episodes_total ?? 0) - (summary.episodes_done ?? 0));
+    : Math.max(0, (summary.episodes_total ?? 0) - (summary.episodes_done ?? 0) - cancelled);
+  // A count of 0 is grey: no red "0 errors" beside a run that simply stopped early.
   const stat = (label, value, kind, filter) => h("button", {
-    type: "button", class: `stat ${kind}`, "data-outcome": kind, onclick: () => showEpisodes(filter),
+    type: "button", class: `stat ${kind}${value === 0 ? " zero" : ""}`, "data-outcome": kind,
+    onclick: () => showEpisodes(filter),
   }, h("strong", {}, value ?? "–"), h("span", {}, label));
   return h("div", { class: "outcomes" },
     stat("completed", completed, "completed", "status:completed"),
@@ -141,7 +143,7 @@ function healthLine(summary) {
 function taskRows(summary, metric) {
   return Object.entries(summary.aggregate_by_task ?? {}).map(([task, aggregates]) => {
     const a = aggregates[metric] ?? {};
-    return { label: task, mean: a.mean, lo: a.lo, hi: a.hi, note: `n=${a.n ?? 0}` };
+    return { label: task, mean: a.mean, lo: a.lo, hi: a.hi, note: taskCoverageText(a.n, summary) };
   });
 }
 
@@ -151,9 +153,18 @@ function taskLink(task, showTask) {
     title: "show this task's episodes", onclick: () => showTask(task) }, task);
 }
 
-function perTaskBlock(summary, names, state, showTask) {
-  const tasks = Object.entries(summary.aggregate_by_task ?? {});
-  if (!tasks.length) return [notice("No per-task results yet.")];
+// "n = 2 of 6": a task's completed episodes out of those planned for it.
+function taskCoverageText(n, summary) {
+  const planned = summary.config?.episode_count;
+  return isNum(planned) ? `n = ${n ?? 0} of ${planned}` : `n = ${n ?? 0}`;
+}
+
+// One row per task with results, then one per planned task without any (a run cancelled
+// early may never have reached it): its coverage says so instead of the row going missing.
+function perTaskBlock(summary, names, state, showTask, planned) {
+  const byTask = summary.aggregate_by_task ?? {};
+  const tasks = [...Object.entries(byTask), ...planned.filter((t) => !(t in byTask)).map((t) => [t, {}])];
+  if (!Object.keys(byTask).length) return [notice("No per-task results yet.")];
   const select = h("select", { "aria-label": "metric for the chart" }, names.map((n) => option(n)));
   select.value = state.metric;
   const chartSlot = h("div", { class: "chart-wrap", id: "task-chart" });
@@ -166,9 +177,10 @@ function perTaskBlock(summary, names, state, showTask) {
   select.addEventListener("change", draw);
   draw();
   const meanAndInterval = (a) => (a ? `${fmtNum(a.mean)} ${fmtInterval(a.lo, a.hi)}` : "–");
-  const table = dataTable("task-table", ["Task", "n", ...names.map((n) => `${n} [95 %]`)],
-    tasks.map(([task, aggregates]) => h("tr", {}, rowHead(taskLink(task, showTask)),
-      num(Object.values(aggregates)[0]?.n ?? 0), names.map((n) => num(meanAndInterval(aggregates[n]))))),
+  const table = dataTable("task-table", ["Task", "n (of planned)", ...names.map((n) => `${n} [95 %]`)],
+    tasks.map(([task, aggregates]) => h("tr", { dataset: { task } }, rowHead(taskLink(task, showTask)),
+      num(taskCoverageText(Object.values(aggregates)[0]?.n, summary)),
+      names.map((n) => num(meanAndInterval(aggregates[n]))))),
     Array.from({ length: names.length + 1 }, (_, i) => i + 1));
   return [scroller(table), h("label", { class: "inline" }, "Chart: ", select), chartSlot];
 }
@@ -253,10 +265,12 @@ function runLayout(ctx, runId, onAction) {
 }
 
 // While a run goes, its progress counts the records the episode table lists (one source for
-// both numbers); when it has ended, the summary's counts are final.
+// both numbers), less those recorded as cancelled, which episodes_done leaves out too; when
+// the run has ended, the summary's counts are final.
 function shownSummary(page, summary) {
   if (!ACTIVE.has(summary.status) || page.recorded === null) return summary;
-  return { ...summary, episodes_done: page.recorded };
+  const cancelled = summary.status_counts?.cancelled ?? 0;
+  return { ...summary, episodes_done: Math.max(0, page.recorded - cancelled) };
 }
 
 function runTasks(summary, graph, dist) {
@@ -270,11 +284,18 @@ function renderRun(page, summary, source) {
   page.header.fill(shownSummary(page, summary), source);
   put(page.outcomes.body, outcomeBlock(summary, page.showEpisodes));
   put(page.aggregates.body, scroller(aggregateTable(summary, names)));
-  put(page.tasks.body, perTaskBlock(summary, names, page.taskState, page.showTask));
+  renderTasks(page, summary, names);
   put(page.config.body, configBlock(summary.config, page.dist?.step_budgets));
   put(page.determinism.body, determinismBlock(summary.determinism));
   page.episodes.setMetrics(names);
-  page.episodes.setTasks(runTasks(summary, page.graphDoc, page.dist));
+}
+
+// The per-task block and the episode table's task filter, again once the graph (which names
+// the planned tasks) has come.
+function renderTasks(page, summary, names = metricNames(summary)) {
+  const tasks = runTasks(summary, page.graphDoc, page.dist);
+  put(page.tasks.body, perTaskBlock(summary, names, page.taskState, page.showTask, tasks));
+  page.episodes.setTasks(tasks);
 }
 
 function noSuchRun(ctx, runId) {
@@ -320,7 +341,7 @@ export function runView(ctx, runId) {
       if (!ctx.alive || missing) return;
       page.graphDoc = graph;
       put(page.graph.body, graphBlock(graph));
-      if (summary) page.episodes.setTasks(runTasks(summary, graph, page.dist));
+      if (summary) renderTasks(page, summary);
     })
     .catch((err) => !missing && ctx.fail(page.graph.body, err));
   page.header.meta.load().catch(() => {});

@@ -24,11 +24,12 @@ export function errorCount(summary) {
   return ERROR_STATUSES.reduce((sum, status) => sum + (counts[status] ?? 0), 0);
 }
 
-// Episodes recorded as cancelled (a cancelled run's remainder) do not count as done.
+// The summary's episodes_done counts the episodes that ended; those recorded as cancelled (in
+// flight when the run was cancelled) are not in it, only in status_counts.
 export function progressCounts(summary) {
   const total = summary.episodes_total || 0;
   const cancelled = summary.status_counts?.cancelled ?? 0;
-  const done = Math.max(0, (summary.episodes_done || 0) - cancelled);
+  const done = Math.max(0, summary.episodes_done || 0);
   return { total, cancelled, done, errors: Math.min(errorCount(summary), done) };
 }
 
