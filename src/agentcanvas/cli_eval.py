@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import ValidationError
@@ -31,8 +32,11 @@ from agentcanvas.eval.invariance import diff_runs
 from agentcanvas.eval.run_meta import RunMeta, meta_from_flags, write_meta
 from agentcanvas.eval.run_setup import new_run_dir, run_registry
 from agentcanvas.eval.runner import episode_tasks
+from agentcanvas.eval.store import RunDir
 from agentcanvas.eval.tasks import check_tasks
+from agentcanvas.graph.model import Graph
 from agentcanvas.paths import runs_dir
+from agentcanvas.server.registry import WorkspaceComponentRegistry
 
 stderr = Console(stderr=True)
 
@@ -131,16 +135,58 @@ def _run(
     graph = resolve_graph(registry, args.graph)
     config = build_config(args, graph.name, workers)
     check_tasks(registry, graph, config.tasks, field="--tasks")
-    view = _ProgressView(config.episode_count * len(episode_tasks(config, graph)), label)
     run_dir = new_run_dir(runs_dir(registry.workspace))
     if meta is not None and meta != RunMeta():  # the folder first, so the name shows at once
         write_meta(run_dir.root, meta)
+    return asyncio.run(_run_here(registry, graph, config, run_dir, label))
+
+
+async def _run_here(
+    registry: WorkspaceComponentRegistry,
+    graph: Graph,
+    config: EvalConfig,
+    run_dir: RunDir,
+    label: str,
+    shared_urls: Mapping[str, str] | None = None,
+) -> ForegroundRun:
+    """One foreground run with a progress bar; ``shared_urls``: shared servers to borrow."""
+    view = _ProgressView(config.episode_count * len(episode_tasks(config, graph)), label)
     run = run_registry(registry.catalogue, run_dir)  # its servers log into the run folder
-    engine = select_engine(config)
     with view.progress:
-        return asyncio.run(
-            run_foreground(run, graph, config, broadcast=view, run_dir=run_dir, engine=engine)
+        return await run_foreground(
+            run,
+            graph,
+            config,
+            broadcast=view,
+            run_dir=run_dir,
+            shared_urls=shared_urls,
+            engine=select_engine(config),
         )
+
+
+async def _runs_at(args: argparse.Namespace, counts: list[int]) -> list[ForegroundRun]:
+    """The same run at each worker count. The graph's shared node sets (models) start once,
+    in the first run's folder, and every run borrows them by URL as runs queued on the
+    backend do: a model loads once, not once per worker count. (The Ray engine starts its
+    own model actors per run.)"""
+    registry = workspace_registry()
+    graph = resolve_graph(registry, args.graph)
+    configs = [build_config(args, graph.name, w) for w in counts]  # all refused up front
+    check_tasks(registry, graph, configs[0].tasks, field="--tasks")
+    base = runs_dir(registry.workspace)
+    run_dirs = [new_run_dir(base)]
+    owner = run_registry(registry.catalogue, run_dirs[0])
+    runs: list[ForegroundRun] = []
+    try:
+        local = configs[0].engine == "local"
+        urls = await owner.ensure_shared_nodesets_for_graph(graph) if local else {}
+        for config in configs:
+            run_dir = run_dirs.pop() if run_dirs else new_run_dir(base)
+            label = f"w={config.worker_count}"
+            runs.append(await _run_here(registry, graph, config, run_dir, label, urls))
+    finally:
+        await asyncio.shield(owner.shutdown_all())
+    return runs
 
 
 def print_summary(run: EvalRun, where: str) -> None:
@@ -207,7 +253,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
         raise ConfigError(f"--workers: expected e.g. 1,2,4, got {args.workers!r}") from exc
     if len(counts) < 2 or any(not 1 <= w <= 64 for w in counts):
         raise ConfigError(f"--workers: give two or more counts from 1 to 64, got {args.workers!r}")
-    runs = [_run(args, w, f"w={w}") for w in counts]
+    envsettings.check_all()  # refused here, naming the variable, before any server starts
+    runs = asyncio.run(_runs_at(args, counts))
     base = runs[0].summary
     failed = False
     for other in runs[1:]:

@@ -83,6 +83,17 @@ def test_builtin_graph_is_invariant_at_several_worker_counts(
         assert not FAILED_STATUSES & set(summary.status_counts), summary.status_counts
         assert summary.aggregate_metrics, "no metrics: nothing was compared"
         assert [e.identity() for e in summary.episodes] == [e.identity() for e in base.episodes]
+    # A shared node set (a model) started once, in the first run's folder, and every worker
+    # count borrowed it (its batch modes are in each run's determinism block).
+    shared = {key.split(".", 1)[0] for key in base.determinism.shared_server_modes}
+    for nodeset in sorted(shared):
+        logs = sorted(tmp_path.glob(f"outputs/eval_runs/*/servers/server_{nodeset}.log"))
+        first = tmp_path / "outputs" / "eval_runs" / base.run_id / "servers"
+        assert [log.parent for log in logs] == [first], logs
+        for summary in summaries:
+            assert set(summary.determinism.shared_server_modes) == set(
+                base.determinism.shared_server_modes
+            )
 
 
 LEAKY_ENV = textwrap.dedent(
