@@ -11,7 +11,8 @@ median of ``--repeats``). For each run:
 - the cold start of the eval subprocess, from its summary.json ``timings``: ``python`` (spawn
   → its main() runs: interpreter start and imports), ``scan`` (``scan_all``),
   ``borrow`` (``register_remote_nodeset`` for each shared server of the backend) and
-  ``N servers`` (``ensure_nodesets_for_graph``: spawn N env servers and wait until ready);
+  ``N servers`` (``ensure_nodesets_for_graph``: start N env servers — forked from a template
+when the node set is forkable, else spawned — and wait until ready);
 - ``→1st ep``: submit until the first episode.json is written.
 
 The default graph is ``cartpole_mlp`` (a shared ``policy_mlp`` server, borrowed, and a

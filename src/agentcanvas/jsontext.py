@@ -7,6 +7,7 @@ which writes a non-finite float as ``null`` and refuses anything else that JSON 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from collections.abc import Callable, Mapping
@@ -40,6 +41,19 @@ def dumps(
     it such a value raises TypeError. ``compact`` leaves out the spaces after separators.
     """
     separators = (",", ":") if compact else ((",", ": ") if indent is not None else None)
+    if default is None:
+        # Most texts hold no non-finite float: then ``finite_or_none`` would copy ``obj``
+        # unchanged, and json's encoder alone (C, when not indented) writes the same text.
+        # A non-finite float makes it raise ValueError, and anything JSON cannot hold
+        # (a non-dict Mapping, say) TypeError: both take the copying path below.
+        with contextlib.suppress(TypeError, ValueError):
+            return json.dumps(
+                obj,
+                indent=indent,
+                separators=separators,
+                ensure_ascii=ensure_ascii,
+                allow_nan=False,
+            )
 
     def finite_default(value: Any) -> Any:
         assert default is not None

@@ -53,6 +53,12 @@ def test_eval_json_prints_only_the_final_summary_on_stdout(tmp_path: Path) -> No
     run_dir = tmp_path / "outputs" / "eval_runs" / summary["run_id"]
     assert read_json(run_dir / "summary.json") == summary
     assert (run_dir / "_DONE").exists()
+    # env_minigrid is forkable: one template, and both servers forked from it, log here
+    assert {p.name for p in (run_dir / "servers").iterdir()} == {
+        "template_env_minigrid.log",
+        "server_env_minigrid_0.log",
+        "server_env_minigrid_1.log",
+    }
     assert "2/2" in proc.stderr  # progress went to stderr
     assert "Traceback" not in proc.stderr
 

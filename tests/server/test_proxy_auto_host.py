@@ -20,8 +20,10 @@ import zmq
 import zmq.asyncio
 
 from agentcanvas import wire
+from agentcanvas.catalogue import NodeSetCatalogue
 from agentcanvas.errors import RemoteError, ServerDiedError, ServerError
 from agentcanvas.nodes.base import CallContext
+from agentcanvas.server.fleet import ServerFleet
 from agentcanvas.server.launcher import LaunchedServer, LocalProcessLauncher
 from agentcanvas.server.proxy import RemoteNodeSet, fetch_manifest
 from agentcanvas.server.rpc import RpcClient
@@ -124,6 +126,26 @@ async def test_a_body_that_does_not_fit_its_route_is_a_400_naming_the_field(
         response = await client.post(f"{core_server.url}{route}", content=body)
     assert response.status_code == 400, response.text
     assert route in response.json()["error"] and field in response.json()["error"]
+
+
+async def test_the_manifest_advertises_the_call_endpoint_a_borrower_calls_on(
+    core_server: LaunchedServer,
+) -> None:
+    served = await fetch_manifest(core_server.url)
+    assert served.call_endpoint is not None
+    assert served.call_endpoint.startswith(("ipc://", "tcp://"))
+    catalogue = NodeSetCatalogue()
+    catalogue.scan_all()
+    assert served.declared() == catalogue.manifest("core")  # the server adds nothing else
+    fleet = ServerFleet(LocalProcessLauncher(), catalogue.manifest)
+    record = await fleet.borrow("core", core_server.url)
+    try:
+        assert record.handle.manifest == catalogue.manifest("core")
+        assert await echo(record.handle, 7) == 7  # on the endpoint the manifest named
+        assert (await record.handle.health())["call"] == served.call_endpoint
+    finally:
+        await fleet.stop_all()  # a borrower only lets go of its connections
+    assert core_server.is_alive()
 
 
 async def test_concurrent_calls_on_one_proxy_get_their_own_answers(core: RemoteNodeSet) -> None:

@@ -40,14 +40,14 @@ def new_run_dir(runs_dir: Path) -> RunDir:
 
 
 def run_registry(catalogue: NodeSetCatalogue, run_dir: RunDir) -> WorkspaceComponentRegistry:
-    """A registry for one run: ``catalogue``, and local servers (spawned) logging to
-    ``servers/``."""
+    """A registry for one run: ``catalogue``, and local servers logging to ``servers/``.
+
+    Servers of a forkable node set are forked from one template per node set
+    (`server.forkserver`; its log is ``servers/template_<nodeset>.log``), the others spawned;
+    ``AGENTCANVAS_FORK_SERVERS=0`` spawns them all."""
     log_dir = run_dir.root / "servers"
     log_dir.mkdir(parents=True, exist_ok=True)
-    # Spawned, not forked: what runs did before the launcher became a constructor argument
-    # (the attribute they set replaced the launcher that knew which node sets may fork).
-    # ``forkable=catalogue.is_forkable`` would fork them from templates (server.forkserver).
-    launcher = LocalProcessLauncher(log_dir=log_dir)
+    launcher = LocalProcessLauncher(log_dir=log_dir, forkable=catalogue.is_forkable)
     return WorkspaceComponentRegistry(catalogue=catalogue, launcher=launcher)
 
 

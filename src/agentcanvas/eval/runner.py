@@ -332,8 +332,9 @@ class BatchEvalRunner:
         )
         assert episode_dir.exists()
         result = await run_episode(self.graph, spec, wiring, options)
-        assets = self.run_dir.episode_assets_dir(spec.index)  # before episode.json: final
-        await asyncio.to_thread(media.discard_unwanted_frames, self.config, result, assets)
+        if options.render:  # without frames there is nothing to discard: no thread hop
+            assets = self.run_dir.episode_assets_dir(spec.index)  # before episode.json: final
+            await asyncio.to_thread(media.discard_unwanted_frames, self.config, result, assets)
         return result
 
     def _new_log(self, index: int, path: Path) -> _EpisodeLog | None:

@@ -4,7 +4,8 @@
 
 The port reaches the parent through the ready pipe (no race: the socket is bound and
 listening before the line is written). HTTP endpoints: ``/health`` (which advertises the call
-endpoint as ``"call"``), ``/manifest``, ``/call/{node}`` (msgpack bodies, for tools),
+endpoint as ``"call"``), ``/manifest`` (the node set's manifest, with the call endpoint as
+``"call_endpoint"``: `protocol.ServedManifest`), ``/call/{node}`` (msgpack bodies, for tools),
 ``/panel/*``, ``/evict``, ``/attach`` + ``/detach``, ``/stats``, ``/determinism``,
 ``/batch_audit?run=<run_id>`` (each batched function's start-up check and audit, see
 ``batch_audit``; the checks run before the server reports ready). The hot
@@ -103,9 +104,13 @@ def create_app(
         reply = protocol.HealthReply(True, instance.name, tag, os.getpid(), call_endpoint)
         return msgspec.structs.asdict(reply)
 
+    served = protocol.ServedManifest(
+        **instance.manifest.model_dump(), call_endpoint=call_endpoint
+    ).model_dump(mode="json")
+
     @app.get(protocol.MANIFEST)
     async def manifest() -> dict[str, Any]:
-        return instance.manifest.model_dump(mode="json")
+        return served
 
     handlers = rpc_handlers(instance, batcher)
 

@@ -167,11 +167,12 @@ class ServerFleet:
         return [self.records[server_key(n, t)] for n, t in wanted]
 
     async def borrow(self, nodeset: str, url: str) -> ServerRecord:
-        """Reach somebody else's server at ``url``: fetch its manifest; never stop it."""
-        manifest = await fetch_manifest(url)
-        if manifest.name != nodeset:
-            raise NodeSetError(f"server at {url} serves {manifest.name!r}, not {nodeset!r}")
-        handle = RemoteNodeSet(nodeset, url, manifest)
+        """Reach somebody else's server at ``url``: fetch its manifest (and from it the call
+        endpoint: no ``/health`` round trip before the first call); never stop it."""
+        served = await fetch_manifest(url)
+        if served.name != nodeset:
+            raise NodeSetError(f"server at {url} serves {served.name!r}, not {nodeset!r}")
+        handle = RemoteNodeSet(nodeset, url, served.declared(), call_endpoint=served.call_endpoint)
         record = ServerRecord(nodeset, None, url, handle, server=None)
         self.records[nodeset] = record
         return record

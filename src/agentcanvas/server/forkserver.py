@@ -169,9 +169,10 @@ def _template(nodeset: str) -> None:
         except (OSError, ValueError):
             conn.close()
             continue
+        template_pid = os.getpid()  # read before the fork: the child checks it is still there
         if os.fork() == 0:
             listener.close()
-            os._exit(_forked_server(conn, request, loaded))
+            os._exit(_forked_server(conn, request, loaded, template_pid))
         conn.close()
 
 
@@ -189,12 +190,16 @@ def _preload_server_imports() -> None:
     uvicorn.Config(app, lifespan="off", log_level="warning").load()
 
 
-def _forked_server(conn: socket.socket, request: dict[str, Any], loaded: Any) -> int:
+def _forked_server(
+    conn: socket.socket, request: dict[str, Any], loaded: Any, template_pid: int
+) -> int:
     """In the forked child: become an auto_host server reporting ready on ``conn``."""
     from agentcanvas.server import auto_host
 
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    os.environ[procs.PARENT_PID_ENV] = str(os.getppid())
+    # The template's pid, not getppid(): a template that died between our fork and the prctl
+    # would make getppid() the reaper's, and the check after the prctl would pass.
+    os.environ[procs.PARENT_PID_ENV] = str(template_pid)
     procs.set_parent_death_signal()  # the parent is the template
     log = request.get("log")
     if log:
@@ -226,10 +231,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if os.environ.get(procs.PARENT_PID_ENV):
         procs.set_parent_death_signal()
+    from agentcanvas import envsettings
+    from agentcanvas.paths import check_name
+    from agentcanvas.server.batch_audit import check_batcher_settings
     from agentcanvas.server.runtime import fix_numeric_threads
 
-    fix_numeric_threads()
     try:
+        check_name("nodeset", args.nodeset)
+        envsettings.check_all()  # as auto_host does: a bad setting fails before anything loads
+        check_batcher_settings()
+        fix_numeric_threads()
         _template(args.nodeset)
     except AgentCanvasError as exc:
         print(f"forkserver {args.nodeset}: {exc}", file=sys.stderr)

@@ -12,8 +12,10 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 import msgspec
+from pydantic import Field
 
 from agentcanvas.errors import UserInputError
+from agentcanvas.nodes.manifest import NodeSetManifest
 
 __all__ = [
     "ATTACH",
@@ -41,6 +43,7 @@ __all__ = [
     "PanelActionRequest",
     "PanelChangeRequest",
     "PanelEpisodeRequest",
+    "ServedManifest",
     "call_path",
     "parse",
 ]
@@ -124,6 +127,21 @@ class HealthReply(msgspec.Struct):
     tag: int | None
     pid: int
     call: str
+
+
+class ServedManifest(NodeSetManifest):
+    """``GET /manifest``: the node set's manifest and where this server takes its hot-path
+    calls, so that a borrower that only has the URL learns both in one request."""
+
+    call_endpoint: str | None = Field(
+        default=None,
+        description="The ZeroMQ endpoint of node calls, the episode's panel round trip and "
+        "evictions (as ``call`` on /health); None from a server that does not say.",
+    )
+
+    def declared(self) -> NodeSetManifest:
+        """The manifest as the node set declares it, without what the server adds."""
+        return NodeSetManifest.model_validate(self.model_dump(exclude={"call_endpoint"}))
 
 
 Body = TypeVar("Body", bound=msgspec.Struct)

@@ -7,8 +7,9 @@ into the proxy — the design note's ``server/proxy.py · _make_forward``.
 Two transports, one server identity (its HTTP URL, named in every error):
 
 - the per-episode hot path — ``call``, ``panel_episode``, ``evict`` — goes over ZeroMQ to the
-  call endpoint the server advertises on ``/health`` (`server.rpc`, msgpack + raw array
-  frames);
+  call endpoint the server advertises on ``/health`` and in its ``/manifest`` (`server.rpc`,
+  msgpack + raw array frames); a proxy given the endpoint (a borrower read it in the
+  manifest) never asks ``/health`` for it;
 - everything else (manifest, health, the panel's other requests, attach/detach, stats) is
   HTTP through ``httpx``.
 
@@ -124,8 +125,9 @@ def _json_map(response: httpx.Response) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-async def fetch_manifest(url: str, timeout_s: float = CONNECT_TIMEOUT_S) -> NodeSetManifest:
-    """GET {url}/manifest; ServerError naming the URL when unreachable."""
+async def fetch_manifest(url: str, timeout_s: float = CONNECT_TIMEOUT_S) -> protocol.ServedManifest:
+    """GET {url}/manifest (with the server's call endpoint); ServerError naming the URL when
+    unreachable."""
     http = _Http(url.rstrip("/"), f"node-set server at {url}")
     try:
         value = await http.request("GET", protocol.MANIFEST, timeout_s)
@@ -133,14 +135,20 @@ async def fetch_manifest(url: str, timeout_s: float = CONNECT_TIMEOUT_S) -> Node
         raise ServerError(f"cannot fetch the manifest from {url}: {exc}") from exc
     finally:
         await http.aclose()
-    return NodeSetManifest.model_validate(value)
+    return protocol.ServedManifest.model_validate(value)
 
 
 class RemoteNodeSet:
-    """A node set behind an auto_host server: HTTP at ``url``, calls on its rpc endpoint."""
+    """A node set behind an auto_host server: HTTP at ``url``, calls on its rpc endpoint
+    (``call_endpoint`` when known, else asked of ``/health`` before the first call)."""
 
     def __init__(
-        self, name: str, url: str, manifest: NodeSetManifest, timeout_s: float | None = None
+        self,
+        name: str,
+        url: str,
+        manifest: NodeSetManifest,
+        timeout_s: float | None = None,
+        call_endpoint: str | None = None,
     ) -> None:
         self.name = name
         self.url = url.rstrip("/")
@@ -148,7 +156,7 @@ class RemoteNodeSet:
         self.timeout_s = timeout_s  # None: the run's per-step timeout (server.deadlines)
         self.where = f"node-set server {name} at {self.url}"
         self._http = _Http(self.url, self.where)
-        self._rpc: RpcClient | None = None
+        self._rpc = RpcClient(call_endpoint, self.where) if call_endpoint else None
         self._evicts = True  # until the server says its node set has no evict hook
 
     def _deadline(self) -> float:
