@@ -233,13 +233,11 @@ def main(argv: list[str] | None = None) -> int:
         procs.set_parent_death_signal()
     from agentcanvas import envsettings
     from agentcanvas.paths import check_name
-    from agentcanvas.server.batch_audit import check_batcher_settings
     from agentcanvas.server.runtime import fix_numeric_threads
 
     try:
         check_name("nodeset", args.nodeset)
         envsettings.check_all()  # as auto_host does: a bad setting fails before anything loads
-        check_batcher_settings()
         fix_numeric_threads()
         _template(args.nodeset)
     except AgentCanvasError as exc:
