@@ -15,7 +15,7 @@ from agentcanvas.cluster.session import node_addresses
 from agentcanvas.eval.config import EvalRun
 from support.batched_nodesets import write_batched_workspace
 from support.cli import run_cli
-from support.ray_cluster import identities, live_actor_names, run_graph
+from support.ray_cluster import identities, live_actor_names, live_groups, run_graph
 from support.workspace import home_workspace
 
 pytestmark = pytest.mark.slow
@@ -51,6 +51,8 @@ async def test_builtin_graph_records_equal_local(
     assert ray_run.determinism.engine == "ray" and local.determinism.engine == "local"
     assert ray_run.determinism.guaranteed == local.determinism.guaranteed
     assert live_actor_names() == []  # the run's actors are gone with it
+    assert ray_run.determinism.placement_group  # its own group: no scheduler reserved one
+    assert live_groups() == []  # and it is removed with the run
     assert _logs(tmp_path, ray_run) == _logs(tmp_path, local)  # written by the head
     nodes = ray_run.determinism.worker_nodes  # SPREAD: the two workers on two nodes
     assert sorted(nodes) == ["0", "1"] and len({ids[0] for ids in nodes.values()}) == 2

@@ -91,7 +91,8 @@ def test_a_rewrite_keeps_the_file_layout_and_unknown_fields(
     run_dir = write_raw(tmp_path, legacy)
     RunSpec.read(run_dir).write(run_dir)
     rewritten = json.loads(run_dir.spec_path.read_text())
-    assert rewritten == {**legacy, "resume": False}  # "version" stays the key on disk
+    scheduling = {**legacy["scheduling"], "model_resources": {}}  # fields added since: defaults
+    assert rewritten == {**legacy, "scheduling": scheduling, "resume": False}  # "version" kept
     # the calibration key of the frozen graph does not change through the model
     assert graph_fingerprint(rewritten["graph"]) == graph_fingerprint(graph_json)
 

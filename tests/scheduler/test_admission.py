@@ -318,3 +318,21 @@ def test_a_starving_job_holds_its_reservation_against_later_jobs() -> None:
     # Once enough is free, big starts first.
     freed = decide([big, small], [], {"ram": 1000.0}, {}, canvas_locked=False)
     assert freed.start == ["big"]
+
+
+# -- a Ray run on a cluster --------------------------------------------------------------------
+def test_a_cluster_job_waits_for_its_placement_group_and_holds_nothing_here() -> None:
+    from agentcanvas.scheduler.admission import STARVATION_WAIT_S
+
+    wait = "ray placement group: 4 CPU, 0 GPU; cluster has 3 CPU, 0 GPU free"
+    ray_run = JobDemand("ray", 5, 1, {"ram": 900.0}, cluster_wait=wait, waited_s=1e6)
+    local = JobDemand("local", 0, 2, {"ram": 900.0}, waited_s=STARVATION_WAIT_S + 1)
+
+    waiting = decide([ray_run, local], [], {"ram": 1000.0}, {}, canvas_locked=False)
+
+    assert waiting.start == ["local"]  # the long-waiting cluster job kept no memory back
+    assert waiting.waiting["ray"] == wait
+    placed = JobDemand("ray", 5, 1, {"ram": 900.0})
+    admitted = decide([placed, local], [], {"ram": 1000.0}, {}, canvas_locked=False)
+    assert admitted.start == ["ray"]  # placed: this host's rules, priority first
+    assert admitted.waiting["local"].startswith("ram: needs 900 MB")

@@ -24,7 +24,8 @@ from agentcanvas.eval.run_spec import RunSpec
 from agentcanvas.fileio import atomic_write_json, read_json
 from agentcanvas.scheduler.calibration import CalibrationStore, graph_fingerprint
 from agentcanvas.scheduler.cpu import CpuSampler, cpu_cores
-from agentcanvas.scheduler.job_scheduler import EVAL_NICENESS, JobScheduler, SchedulerHooks
+from agentcanvas.scheduler.job_scheduler import EVAL_NICENESS, JobScheduler
+from agentcanvas.scheduler.jobs import SchedulerHooks
 from agentcanvas.scheduler.resources import (
     FAKE_VRAM_ENV,
     FakeVramSampler,
@@ -185,6 +186,32 @@ def test_cancel_of_a_queued_run_is_final_at_once(
     assert scheduler.queue == [] and released.calls == [["policy_mlp"]]
     with pytest.raises(StateError, match="neither queued nor running"):
         scheduler.cancel(run_id)
+
+
+def test_a_ray_run_on_a_cluster_waits_for_its_placement_group(
+    new_scheduler: Callable[..., JobScheduler], make_spec: Callable[..., RunSpec]
+) -> None:
+    """Queued, it asks for its group and is not admitted until the group is placed (no
+    refresh runs here: nothing touches Ray); this host counts its eval process only, and its
+    calibration is not a local run's. Cancel releases the reservation."""
+    scheduler = new_scheduler(samplers=[RamSampler(), CpuSampler(1.0)])
+    local = make_spec(worker_count=3)
+    config = local.config.model_copy(update={"engine": "ray", "ray_address": "127.0.0.1:1"})
+    run_id = scheduler.submit(local.model_copy(update={"config": config}), {})
+
+    scheduler.tick()
+
+    (entry,) = scheduler.list_active()["queued"]
+    assert scheduler.running == {}
+    assert entry["waiting_reason"].startswith("ray: connecting to 127.0.0.1:1")
+    assert entry["placement"]["bundles"] == [{"CPU": 1.0}] * 3
+    assert entry["placement"]["state"] == "connecting"
+    assert entry["estimates"]["cpu"]["value"] == 1.0  # its workers are on the cluster
+    assert entry["estimates"]["ram"]["value"] == 600.0
+    (job,) = scheduler.queue
+    assert job.graph_key == graph_fingerprint(local.graph) + "+ray-cluster"
+    assert scheduler.cancel(run_id) == "cancelled"
+    assert scheduler.cluster.get(run_id) is None and not scheduler.cluster.busy()
 
 
 def test_canvas_lock_refuses_admission(

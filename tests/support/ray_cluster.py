@@ -91,5 +91,16 @@ def live_actor_names() -> list[str]:
     )
 
 
+def live_groups() -> list[str]:
+    """Ids of this cluster's placement groups of agentcanvas runs that are not removed."""
+    import ray
+
+    return sorted(
+        group_id
+        for group_id, info in ray.util.placement_group_table().items()
+        if str(info.get("name", "")).startswith("agentcanvas:") and info["state"] != "REMOVED"
+    )
+
+
 def attempts(run: EvalRun) -> list[EpisodeResult]:
     return [e for e in run.episodes if e.attempts > 1]

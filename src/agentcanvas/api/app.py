@@ -1,7 +1,9 @@
 """The backend app: ``create_app()`` with a lifespan that owns the process's services.
 
 The lifespan scans the workspace, builds the JobScheduler (queue recovered from disk), and
-drives the scheduler tick about once a second — and at once after a submit or cancel.
+drives the scheduler tick about once a second — and at once after a submit or cancel. A
+third loop does the Ray work of the scheduler's cluster reservations (placement groups of
+queued Ray runs) in a worker thread, and asks for a tick when one of them changes.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from agentcanvas.eval.run_spec import RunSpec
 from agentcanvas.fileio import atomic_write_json
 from agentcanvas.paths import runs_dir
 from agentcanvas.scheduler.calibration import CalibrationStore
-from agentcanvas.scheduler.job_scheduler import JobScheduler, SchedulerHooks
+from agentcanvas.scheduler.job_scheduler import JobScheduler
+from agentcanvas.scheduler.jobs import SchedulerHooks
 from agentcanvas.scheduler.samplers import default_samplers
 from agentcanvas.scheduler.settings import AdmissionSettings
 from agentcanvas.server.registry import WorkspaceComponentRegistry
@@ -37,6 +40,8 @@ from .web_mount import web_mount
 
 log = logging.getLogger(__name__)
 TICK_S = 1.0
+CLUSTER_POLL_S = 0.5
+CLUSTER_CLOSE_S = 30.0
 INPROCESS_STOP_S = 10.0
 LOOP_STOP_S = 5.0
 WEB_DIR = Path(__file__).parent / "web"
@@ -111,6 +116,22 @@ async def _tick_loop(svc: ProcessServices) -> None:
             await asyncio.wait_for(svc.wake.wait(), timeout=TICK_S)
 
 
+async def _cluster_loop(svc: ProcessServices) -> None:
+    """Create, poll and remove the placement groups of Ray runs, off the event loop; a
+    backend that never queues a Ray run never imports Ray."""
+    cluster = svc.scheduler.cluster
+    while True:
+        if cluster.busy():
+            try:
+                changed = await asyncio.to_thread(cluster.refresh)
+            except Exception:  # the loop must outlive one bad refresh (a lost cluster)
+                log.exception("cluster reservations refresh failed")
+            else:
+                if changed:
+                    svc.request_tick()
+        await asyncio.sleep(CLUSTER_POLL_S)
+
+
 def _relay(svc: ProcessServices) -> None:
     try:
         svc.progress.poll({k: j.job.run_dir.root for k, j in svc.scheduler.running.items()})
@@ -131,6 +152,12 @@ async def _shutdown(svc: ProcessServices) -> None:
     await svc.loops.aclose(LOOP_STOP_S)
     await svc.inprocess.aclose(INPROCESS_STOP_S)
     svc.scheduler.shutdown()
+    if svc.scheduler.cluster.busy():  # remove the placement groups still held, leave Ray
+        try:
+            async with asyncio.timeout(CLUSTER_CLOSE_S):
+                await asyncio.to_thread(svc.scheduler.cluster.close)
+        except Exception:  # a lost cluster: its groups died with it
+            log.exception("could not release the cluster reservations")
     await svc.registry.shutdown_all()
 
 
@@ -153,6 +180,7 @@ def create_app(
             await _rebind_shared(svc)
         svc.loops.start(_tick_loop(svc), name="scheduler tick")
         svc.loops.start(_relay_loop(svc), name="progress relay")
+        svc.loops.start(_cluster_loop(svc), name="cluster reservations")
         try:
             yield
         finally:

@@ -119,12 +119,14 @@ async def start_eval_v2(body: StartRequest, request: Request) -> StartResponse:
         return StartResponse(run_id=run_id, status="running", via_subprocess=False)
     ray = config.engine == "ray"  # the Ray engine runs its own model actors
     urls = {} if ray else await borrow_shared(svc.registry, resolver, graph)
+    models = {n: resolver.manifest(n).resources for n in resolver.shared_in(graph)} if ray else {}
     spec = RunSpec(
         config=config,
         scheduling=SpecScheduling(
             marginal_vram_mb=body.marginal_vram_mb,
             exclusive_gpu=body.exclusive_gpu,
             priority=body.priority,
+            model_resources=models,  # what its placement group reserves for them
         ),
         graph=graph.model_dump(mode="json"),
         shared_nodesets=sorted(urls),

@@ -1,24 +1,28 @@
 """RayEngine: the ``ray`` engine of a run — Ray session, model actors, worker actors.
 
 ``start`` opens the session (a local Ray on loopback, or ``ray_address``), ships the
-workspace's node sets and graphs (``shipping``), starts one actor per shared node set and
-binds the registry to them (so the determinism block reads their start-up checks and audit,
-as it reads a server's). The worker actors are started by the runner, which knows the run
-id. ``close`` kills every actor of the run and ends a session it started.
+workspace's node sets and graphs (``shipping``), takes the run's placement group (the one the
+scheduler reserved, else its own: ``run_group``), starts one actor per shared node set in its
+bundle and binds the registry to them (so the determinism block reads their start-up checks
+and audit, as it reads a server's). The worker actors are started by the runner, which knows
+the run id, each in its bundle. ``close`` kills every actor of the run, removes its group and
+ends a session it started.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Sequence
 from typing import Any
 
 from agentcanvas.cluster.model_actor import ModelServer, RayModelHandle
-from agentcanvas.cluster.placement import model_options
+from agentcanvas.cluster.placement import model_options, plan_placement
+from agentcanvas.cluster.run_group import START_TIMEOUT_S, RunGroup
 from agentcanvas.cluster.runner import RayEvalRunner
 from agentcanvas.cluster.session import RaySession, import_ray, open_session
 from agentcanvas.cluster.shipping import ShippedWorkspace, stage_workspace
-from agentcanvas.cluster.workers import START_TIMEOUT_S, RayWorkerGroup
+from agentcanvas.cluster.workers import RayWorkerGroup
 from agentcanvas.errors import ServerError, StateError
 from agentcanvas.eval.config import DeterminismInfo, EpisodeResult, EvalConfig
 from agentcanvas.eval.determinism import collect_determinism
@@ -39,26 +43,36 @@ class RayEngine:
         self.shipped: ShippedWorkspace | None = None
         self.models: dict[str, Any] = {}
         self.group: RayWorkerGroup | None = None
+        self.placement: RunGroup | None = None
 
     async def start(
         self, registry: WorkspaceComponentRegistry, graph: Graph, config: EvalConfig
     ) -> None:
-        self.session = await asyncio.to_thread(
-            open_session, config.ray_address, config.worker_count
+        shared = registry.shared_in(graph)
+        plan = plan_placement(
+            config.worker_count, {n: registry.manifest(n).resources for n in shared}
         )
+        cpus = max(1, math.ceil(plan.demand()["CPU"]))  # a local Ray: room for the group
+        self.session = await asyncio.to_thread(open_session, config.ray_address, cpus)
         self.shipped = stage_workspace(registry.workspace, registry.active_workspace)
         runtime_env = self.shipped.runtime_env()
+        self.placement = await RunGroup.acquire(plan, str(id(self)))
         ray = import_ray()
         remote = ray.remote(ModelServer)
-        for name in registry.shared_in(graph):
+        for name in shared:
             manifest = registry.manifest(name)
-            options = model_options(manifest, runtime_env, f"agentcanvas:{id(self)}:{name}")
+            where = self.placement.bundle_of_model(name)
+            options = model_options(manifest, runtime_env, f"agentcanvas:{id(self)}:{name}", where)
             actor = remote.options(**options).remote(name, None, self.shipped.active_dir())
             self.models[name] = actor
             registry.bind_handle(name, RayModelHandle(name, actor, manifest))
         await self._models_ready()
         self.group = RayWorkerGroup(
-            graph.model_dump(mode="json"), self.models, runtime_env, self.shipped.active_dir()
+            graph.model_dump(mode="json"),
+            self.models,
+            runtime_env,
+            self.shipped.active_dir(),
+            self.placement,
         )
 
     async def _models_ready(self) -> None:
@@ -105,7 +119,8 @@ class RayEngine:
         )
 
     async def close(self) -> None:
-        """Kill the run's actors (workers, then models), end an owned session."""
+        """Kill the run's actors (workers, then models), remove its placement group, end an
+        owned session."""
         try:
             if self.group is not None:
                 self.group.kill_all()
@@ -113,6 +128,9 @@ class RayEngine:
             models, self.models = self.models, {}
             for actor in models.values():
                 ray.kill(actor, no_restart=True)
+            placement, self.placement = self.placement, None
+            if placement is not None:
+                placement.remove()  # granted or its own: what the run reserved is released
         finally:
             if self.shipped is not None:
                 self.shipped.close()

@@ -70,6 +70,7 @@ class RayEvalRunner(BatchEvalRunner):
         if not self.group.actors:
             await self.group.start(self.run.run_id, self.config.worker_count)
         self.run.determinism.worker_nodes = self.group.nodes
+        self.run.determinism.placement_group = self.group.reported_group
         work = RetryingWork(dispatcher)
         async with asyncio.TaskGroup() as tasks:
             forward = tasks.create_task(self._forward_cancel())

@@ -10,6 +10,7 @@ otherwise resolve the host's network address: ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTE
 from __future__ import annotations
 
 import os
+import socket
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,7 @@ from agentcanvas.errors import ConfigError
 LOOPBACK = "127.0.0.1"
 LOCAL_OBJECT_STORE_BYTES = 150 * 1024**2
 LOCAL_SESSION_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+REACH_TIMEOUT_S = 5.0
 
 
 def import_ray() -> Any:
@@ -45,9 +47,9 @@ class RaySession:
             ray.shutdown()
 
 
-def open_session(address: str | None, worker_count: int) -> RaySession:
+def open_session(address: str | None, num_cpus: int) -> RaySession:
     """Join ``address`` (auto, ray://..., host:port), an already initialised Ray, or start a
-    local one on loopback with CPUs for ``worker_count`` workers."""
+    local one on loopback with ``num_cpus`` CPUs (what the run's placement group needs)."""
     if is_loopback(address) and "ray" not in sys.modules:  # Ray reads it when imported
         for name, value in LOCAL_SESSION_ENV.items():
             os.environ.setdefault(name, value)
@@ -57,8 +59,9 @@ def open_session(address: str | None, worker_count: int) -> RaySession:
     common: dict[str, Any] = {"ignore_reinit_error": True, "log_to_driver": False}
     if address:
         try:
+            check_reachable(address)
             ray.init(address=address, **common)
-        except (ConnectionError, RuntimeError, ValueError) as exc:
+        except (OSError, RuntimeError, ValueError) as exc:  # ConnectionError is an OSError
             raise ConfigError(
                 f"ray_address: cannot connect to Ray at {address!r} ({exc}); start a cluster "
                 "with `ray start --head` or leave the address out for a local Ray"
@@ -66,13 +69,22 @@ def open_session(address: str | None, worker_count: int) -> RaySession:
         return RaySession(address, owned=False)
     ray.init(
         address="local",  # a new instance: never join a cluster found on this machine
-        num_cpus=max(1, worker_count),
+        num_cpus=max(1, num_cpus),
         include_dashboard=False,
         object_store_memory=LOCAL_OBJECT_STORE_BYTES,
         _node_ip_address=LOOPBACK,
         **common,
     )
     return RaySession(None, owned=True)
+
+
+def check_reachable(address: str) -> None:
+    """OSError unless something accepts a connection at ``address``'s host and port: Ray's
+    own connect to a dead address retries for minutes (``auto`` is Ray's to resolve)."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return  # auto, or a form Ray itself will refuse
+    socket.create_connection((host, int(port)), timeout=REACH_TIMEOUT_S).close()
 
 
 def is_loopback(address: str | None) -> bool:

@@ -102,6 +102,13 @@ class EpisodeWorker:
 
         return str(ray.get_runtime_context().get_node_id())
 
+    async def placement_group(self) -> str:
+        """The hex id of the placement group this actor runs in ("" for none), as Ray says."""
+        from ray.util import get_current_placement_group
+
+        group = get_current_placement_group()
+        return "" if group is None else str(group.id.hex())
+
     async def cancel(self) -> None:
         """End the episode in flight as ``cancelled`` (the run was cancelled)."""
         self._cancel_event().set()

@@ -8,16 +8,17 @@ from collections.abc import Callable
 from typing import Any
 
 from agentcanvas.cluster.placement import worker_options
+from agentcanvas.cluster.run_group import START_TIMEOUT_S, RunGroup
 from agentcanvas.cluster.session import import_ray
 from agentcanvas.cluster.worker_actor import EpisodeWorker
 from agentcanvas.errors import ServerError
 
-START_TIMEOUT_S = 300.0  # an actor's first start: a new node may install its runtime env
 PING_TIMEOUT_S = 2.0
 
 
 class RayWorkerGroup:
-    """W worker actors; ``nodes`` records the Ray node ids each one ran on (in order)."""
+    """W worker actors, worker ``k`` in bundle ``k`` of the run's placement group;
+    ``nodes`` records the Ray node ids each one ran on (in order)."""
 
     def __init__(
         self,
@@ -25,21 +26,27 @@ class RayWorkerGroup:
         models: dict[str, Any],
         runtime_env: dict[str, Any],
         active: str | None,
+        placement: RunGroup,
     ) -> None:
         self.graph = graph
         self.models = models
         self.runtime_env = runtime_env
         self.active = active
+        self.placement = placement
         self.actors: list[Any] = []
         self.nodes: dict[str, list[str]] = {}
+        self.reported_group: str | None = None
+        """The placement group every worker actor said it runs in (set by ``start``)."""
 
     async def start(self, run_id: str, worker_count: int) -> None:
-        """Create the actors and wait until each has loaded its node sets."""
+        """Create the actors in their bundles and wait until each has loaded its node sets
+        and said it runs in the run's group."""
         ray = import_ray()
         remote = ray.remote(EpisodeWorker)
+        group = self.placement.group
         for k in range(worker_count):
             client = f"{run_id}/w{k}"
-            options = worker_options(self.runtime_env, f"agentcanvas:{run_id}:w{k}")
+            options = worker_options(self.runtime_env, f"agentcanvas:{run_id}:w{k}", group, k)
             actor = remote.options(**options).remote(
                 client, self.graph, None, self.active, self.models
             )
@@ -47,11 +54,17 @@ class RayWorkerGroup:
         try:
             async with asyncio.timeout(START_TIMEOUT_S):
                 nodes = await asyncio.gather(*(a.node_id.remote() for a in self.actors))
+                groups = await asyncio.gather(*(a.placement_group.remote() for a in self.actors))
         except TimeoutError as exc:
             raise ServerError(
                 f"Ray could not start {worker_count} worker actor(s) within "
-                f"{START_TIMEOUT_S:g} s: does the cluster have {worker_count} free CPU(s)?"
+                f"{START_TIMEOUT_S:g} s in their placement group"
             ) from exc
+        reported = set(groups)  # what the actors say, for the summary, not what we asked
+        self.reported_group = (reported.pop() or None) if len(reported) == 1 else None
+        strays = [k for k, g in enumerate(groups) if g != self.placement.group_id]
+        if strays:  # Ray placed them elsewhere: the reservation would not be what is used
+            raise ServerError(f"worker actor(s) {strays} are not in the run's placement group")
         for k, node in enumerate(nodes):
             self.note_node(k, str(node))
 

@@ -186,6 +186,11 @@ class DeterminismInfo(BaseModel):
     worker_nodes: dict[str, list[str]] = Field(
         default_factory=dict, description="Engine ray: the Ray node ids each worker ran on."
     )
+    placement_group: str | None = Field(
+        default=None,
+        description="Engine ray: the placement group (hex id) the run's actors were reserved "
+        "in; each worker actor reported it from inside.",
+    )
 
 
 class WorkerStats(BaseModel):

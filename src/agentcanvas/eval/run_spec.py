@@ -25,6 +25,7 @@ from agentcanvas.eval.config import EvalConfig
 from agentcanvas.eval.store import RunDir
 from agentcanvas.fileio import atomic_write_json, read_json
 from agentcanvas.graph.model import Graph, parse_graph
+from agentcanvas.nodes.manifest import NodeSetResources
 
 __all__ = ["SPEC_VERSION", "RunSpec", "SpecScheduling", "validation_problems"]
 
@@ -42,6 +43,11 @@ class SpecScheduling(BaseModel):
     exclusive_gpu: bool = False
     submitted_at: float | None = Field(
         default=None, description="Unix time of the (last) submit; FIFO order within a priority."
+    )
+    model_resources: dict[str, NodeSetResources] = Field(
+        default_factory=dict,
+        description="Engine ray: what each shared node set's actor reserves (its manifest's "
+        "resources at submit); the run's placement group has a bundle for each.",
     )
 
 

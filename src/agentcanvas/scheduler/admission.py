@@ -16,7 +16,10 @@ Rules (design note § 3, with priority honoured):
 - a job that does not fit is skipped, not blocking; order is priority (high first), then
   FIFO within a priority;
 - but a job that has waited ``STARVATION_WAIT_S`` or longer holds its reservation while it
-  waits, so a stream of smaller jobs behind it cannot starve it forever.
+  waits, so a stream of smaller jobs behind it cannot starve it forever;
+- a Ray-engine job on a cluster waits until its placement group is placed
+  (``cluster_wait``: what it waits for, else None); while it waits for the cluster it holds
+  nothing of this host, however long it has waited.
 
 A waiting job's reason names the first resource that refuses it (memory before CPU), e.g.
 ``ram: needs 900 MB, 500 MB available`` or ``cpu: needs 3 of 2 free slots``.
@@ -53,6 +56,9 @@ class JobDemand:
     estimates: Mapping[str, float]
     exclusive_gpu: bool = False
     waited_s: float = 0.0
+    cluster_wait: str | None = None
+    """Engine ray on a cluster: what its placement group still waits for (None: placed, or
+    not a cluster job)."""
 
 
 @dataclass(frozen=True)
@@ -101,6 +107,9 @@ def decide(
         return decision
     load = list(running)
     for job in queue_order(queued):
+        if job.cluster_wait:  # the cluster decides; this host keeps nothing aside for it
+            decision.waiting[job.run_id] = job.cluster_wait
+            continue
         reason = _blocked(job, load, free, capacity)
         if reason:
             if job.waited_s >= STARVATION_WAIT_S:  # later jobs may not take what it needs

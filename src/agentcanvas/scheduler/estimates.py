@@ -1,6 +1,8 @@
 """What a queued run is expected to need, per resource, and where each figure comes from.
 
-- ``cpu``: its processes (the eval process and one env server per worker), in slots;
+- ``cpu``: its processes (the eval process and one env server per worker), in slots; a
+  Ray-engine run on a cluster has only its eval process here (its workers' CPUs are in its
+  placement group, which the cluster reserves);
 - ``ram``: the calibrated peak of earlier runs of the same graph content and worker count
   (``CalibrationStore``), else a default by worker count;
 - ``vram``: what the submitter declared (``marginal_vram_mb``), or the calibrated peak when
@@ -53,6 +55,13 @@ class JobShape:
     graph_key: str
     worker_count: int
     declared_vram_mb: float
+    on_cluster: bool = False
+    """Engine ray with a cluster address: its workers run on the cluster, not here."""
+
+    @property
+    def local_workers(self) -> int:
+        """Workers whose processes run on this host."""
+        return 0 if self.on_cluster else self.worker_count
 
 
 def estimate_job(
@@ -79,8 +88,10 @@ def explained(estimates: dict[str, Estimate]) -> dict[str, dict[str, object]]:
 
 
 def _cpu(shape: JobShape) -> Estimate:
-    slots = run_cpu_slots(shape.worker_count)
+    slots = run_cpu_slots(shape.local_workers)
     why = f"its processes: the eval process and {shape.worker_count} env server(s)"
+    if shape.on_cluster:
+        why = "its eval process; its workers are reserved on the Ray cluster"
     return Estimate(slots, "slots", "processes", why)
 
 
@@ -94,11 +105,16 @@ def _calibrated_why(calibrated: float) -> str:
 def _ram(shape: JobShape, calibrated: float | None) -> Estimate:
     if calibrated is not None:
         return Estimate(calibrated, "MB", "calibrated", _calibrated_why(calibrated))
-    value = DEFAULT_RAM_MB_BASE + DEFAULT_RAM_MB_PER_WORKER * shape.worker_count
+    value = DEFAULT_RAM_MB_BASE + DEFAULT_RAM_MB_PER_WORKER * shape.local_workers
     why = (
         f"no completed run of this graph content and worker count yet: "
         f"{DEFAULT_RAM_MB_BASE:.0f} MB + {DEFAULT_RAM_MB_PER_WORKER:.0f} MB per worker"
     )
+    if shape.on_cluster:
+        why = (
+            f"no completed run of this graph content and worker count yet: "
+            f"{DEFAULT_RAM_MB_BASE:.0f} MB for its eval process (its workers are on the cluster)"
+        )
     return Estimate(value, "MB", "default", why)
 
 

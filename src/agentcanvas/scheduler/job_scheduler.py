@@ -8,6 +8,12 @@ the backend's lifespan drives ``tick`` about once a second and right after submi
 The queue lives on disk: a queued run is a run folder whose summary says ``queued``, so it
 survives a backend restart (``recover``); a run found ``running`` without ``_DONE`` becomes
 ``aborted`` and can be resumed.
+
+A Ray-engine run with a cluster address is admitted when the cluster can hold it: queuing it
+asks ``cluster`` (ClusterReservations) for its placement group, admission keeps it queued
+until the group is placed (its waiting reason says what for), its eval process is told the
+group's id (``PLACEMENT_GROUP_ENV``), and cancel or reap releases the group. The Ray work is
+done by ``cluster.refresh``, which the backend's async shell runs in a thread.
 """
 
 from __future__ import annotations
@@ -18,13 +24,14 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import psutil
 
+from agentcanvas.cluster.reservations import ClusterReservations
 from agentcanvas.errors import RunError, RunLockedError, StateError
 from agentcanvas.eval.config import TERMINAL_RUN_STATUSES, EvalRun
 from agentcanvas.eval.recovery import drop_cancelled_episodes, episodes_planned
@@ -34,8 +41,9 @@ from agentcanvas.eval.store import RunDir, new_run_id
 from agentcanvas.fileio import atomic_write_json, read_json
 from agentcanvas.paths import safe_child
 from agentcanvas.scheduler.admission import HELD_RESOURCES, JobDemand, RunningLoad, decide
-from agentcanvas.scheduler.calibration import CalibrationStore, graph_fingerprint
+from agentcanvas.scheduler.calibration import CalibrationStore
 from agentcanvas.scheduler.estimates import Estimate, JobShape, estimate_job, explained
+from agentcanvas.scheduler.jobs import QueuedJob, RunningJob, SchedulerHooks, child_env
 from agentcanvas.scheduler.resources import ProcessTreeMonitor, ResourceSampler
 from agentcanvas.scheduler.restart import (
     mark_ended,
@@ -57,45 +65,6 @@ when runs keep every core busy (with a high ``--cpu-oversubscription``, or outsi
 
 
 @dataclass
-class QueuedJob:
-    """A run waiting for admission (mirrors its spec.json scheduling block)."""
-
-    run_id: str
-    run_dir: RunDir
-    graph_name: str
-    graph_key: str
-    worker_count: int
-    priority: int
-    seq: float
-    marginal_vram_mb: float
-    exclusive_gpu: bool
-    shared_nodesets: list[str]
-    active_workspace_dir: str | None = None
-
-
-@dataclass
-class RunningJob:
-    job: QueuedJob
-    child: ChildProcess
-    monitor: ProcessTreeMonitor
-    estimates: dict[str, Estimate]
-    started_at: float
-    kill_at: float | None = None
-    last_summary_mtime: float = 0.0
-
-
-@dataclass
-class SchedulerHooks:
-    """Callbacks into the backend: the canvas lock, shared refcounts, progress events."""
-
-    canvas_locked: Callable[[], bool] = lambda: False
-    release_shared: Callable[[list[str]], None] = lambda names: None
-    drain_unloads: Callable[[], None] = lambda: None
-    on_progress: Callable[[str, dict[str, Any]], None] = lambda run_id, summary: None
-    on_finished: Callable[[str, str], None] = lambda run_id, status: None
-
-
-@dataclass
 class JobScheduler:
     """The queue, the running jobs, and the transitions between them."""
 
@@ -110,6 +79,7 @@ class JobScheduler:
     running: dict[str, RunningJob] = field(default_factory=dict)
     waiting_reasons: dict[str, str] = field(default_factory=dict)
     queued_estimates: dict[str, dict[str, Estimate]] = field(default_factory=dict)
+    cluster: ClusterReservations = field(default_factory=ClusterReservations)
 
     # -- submit / cancel / resume ----------------------------------------------------------
     def submit(self, spec: RunSpec, shared_urls: dict[str, str]) -> str:
@@ -138,22 +108,11 @@ class JobScheduler:
 
     def _enqueue(self, run_dir: RunDir, spec: RunSpec) -> QueuedJob:
         """Queue a validated spec (the caller holds the run's lock)."""
-        config, scheduling = spec.config, spec.scheduling
-        job = QueuedJob(
-            run_id=run_dir.root.name,
-            run_dir=run_dir,
-            graph_name=config.graph_name,
-            graph_key=graph_fingerprint(spec.graph),
-            worker_count=config.worker_count,
-            priority=scheduling.priority,
-            seq=scheduling.submitted_at or time.time(),
-            marginal_vram_mb=scheduling.marginal_vram_mb,
-            exclusive_gpu=scheduling.exclusive_gpu,
-            shared_nodesets=list(spec.shared_nodesets),
-            active_workspace_dir=spec.active_workspace_dir,
-        )
+        job = QueuedJob.from_spec(run_dir, spec)
         set_status(run_dir, "queued")
         self.queue.append(job)
+        if job.placement is not None and job.ray_address:
+            self.cluster.want(job.run_id, job.ray_address, job.placement)
         return job
 
     def run_dir(self, run_id: str) -> RunDir:
@@ -169,6 +128,7 @@ class JobScheduler:
                     set_status(job.run_dir, "cancelled")
                     job.run_dir.touch_done()
                 self.hooks.release_shared(job.shared_nodesets)
+                self.cluster.release(run_id)  # its placement group, placed or not
                 return "cancelled"
         running = self.running.get(run_id)
         if running is None:
@@ -244,9 +204,11 @@ class JobScheduler:
                 job.job.graph_key, job.job.worker_count, peaks, graph_name=job.job.graph_name
             )
         self.hooks.release_shared(job.job.shared_nodesets)
+        self.cluster.release(job.job.run_id)  # its eval process removed it; if killed, we do
         log.info("run %s finished: %s (exit %s)", job.job.run_id, status, job.child.returncode)
 
     def _admit(self) -> None:
+        self._fail_unreservable()
         free: dict[str, float | None] = {}
         capacity = dict(self.capacity_mb)
         for sampler in self.samplers:
@@ -268,9 +230,22 @@ class JobScheduler:
             self.queue.remove(job)
             self._spawn(job, self.queued_estimates.pop(run_id))
 
+    def _fail_unreservable(self) -> None:
+        """A run whose cluster cannot be reached fails with the reason (resumable later)."""
+        for job in list(self.queue):
+            error = self.cluster.failure(job.run_id) if job.placement else None
+            if error is not None:
+                with hold(job.run_dir):
+                    self.queue.remove(job)
+                    set_status(job.run_dir, "failed", error=error)
+                    job.run_dir.touch_done()
+                self.hooks.release_shared(job.shared_nodesets)
+                self.cluster.release(job.run_id)
+
     def _estimates(self, job: QueuedJob) -> dict[str, Estimate]:
         resources = {s.resource for s in self.samplers} | set(self.capacity_mb)
-        shape = JobShape(job.graph_key, job.worker_count, job.marginal_vram_mb)
+        on_cluster = job.placement is not None
+        shape = JobShape(job.graph_key, job.worker_count, job.marginal_vram_mb, on_cluster)
         return estimate_job(shape, resources, self.calibration)
 
     def _demand(self, job: QueuedJob) -> JobDemand:
@@ -282,6 +257,7 @@ class JobScheduler:
             {resource: e.value for resource, e in estimates.items()},
             job.exclusive_gpu,
             waited_s=max(0.0, time.time() - job.seq),
+            cluster_wait=self.cluster.waiting_for(job.run_id) if job.placement else None,
         )
 
     def _load(self, running: RunningJob) -> RunningLoad:
@@ -301,13 +277,15 @@ class JobScheduler:
             "--backend-url",
             self.backend_url,
         ]
-        env = _child_env(job.active_workspace_dir)
+        group = self.cluster.group_id(job.run_id) if job.placement else None
+        env = child_env(job.active_workspace_dir, group)
         try:
             with hold(job.run_dir):  # "running" before the eval process takes the lock
                 set_status(job.run_dir, "running")
         except RunLockedError as exc:
             log.error("run %s not started: %s", job.run_id, exc)
             self.hooks.release_shared(job.shared_nodesets)
+            self.cluster.release(job.run_id)
             return
         try:
             child = spawn(
@@ -323,6 +301,7 @@ class JobScheduler:
                 set_status(job.run_dir, "failed", error=f"could not spawn: {exc}")
                 job.run_dir.touch_done()
             self.hooks.release_shared(job.shared_nodesets)
+            self.cluster.release(job.run_id)
             return
         with contextlib.suppress(psutil.Error):  # its env servers inherit it when they fork
             psutil.Process(child.pid).nice(min(19, os.nice(0) + EVAL_NICENESS))
@@ -355,6 +334,7 @@ class JobScheduler:
                 "worker_count": j.worker_count,
                 "waiting_reason": self.waiting_reasons.get(j.run_id, ""),
                 "estimates": explained(self.queued_estimates.get(j.run_id) or self._estimates(j)),
+                "placement": self.cluster.view(j.run_id),
             }
             for j in sorted(self.queue, key=lambda j: (-j.priority, j.seq))
         ]
@@ -368,6 +348,7 @@ class JobScheduler:
                 "started_at": r.started_at,
                 "estimates_mb": {k: e.value for k, e in r.estimates.items() if e.unit == "MB"},
                 "estimates": explained(r.estimates),
+                "placement": self.cluster.view(r.job.run_id),
             }
             for r in self.running.values()
         ]
@@ -402,10 +383,3 @@ def _terminate_leader(child: ChildProcess, signum: signal.Signals) -> None:
     if child.returncode is None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(child.pid, signum)
-
-
-def _child_env(active_workspace_dir: str | None) -> dict[str, str]:
-    env = dict(os.environ)
-    if active_workspace_dir:
-        env["ACTIVE_WORKSPACE_DIR"] = active_workspace_dir
-    return env

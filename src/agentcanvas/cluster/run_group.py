@@ -1,0 +1,119 @@
+"""The placement group a run's actors are scheduled into, and the Ray calls on groups.
+
+An eval process admitted by the scheduler finds the group reserved for it in
+``PLACEMENT_GROUP_ENV`` (its hex id): it checks that the group's bundles are the ones its own
+plan needs and uses it. Without one (a foreground ``agentcanvas eval``, a local Ray) it
+reserves its own group and waits until Ray has placed it, up to ``START_TIMEOUT_S``, then
+fails naming what the cluster lacks. Either way the group is removed when the run ends
+(removing a removed group is a no-op, so the scheduler may remove it again when it reaps).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from agentcanvas.cluster.placement import (
+    PLACEMENT_GROUP_ENV,
+    PlacementPlan,
+    describe_wait,
+    group_name,
+)
+from agentcanvas.cluster.session import import_ray
+from agentcanvas.errors import ConfigError, ServerError
+
+__all__ = [
+    "START_TIMEOUT_S",
+    "RunGroup",
+    "cluster_free",
+    "create_group",
+    "group_by_id",
+    "remove_group",
+]
+
+START_TIMEOUT_S = 300.0  # an actor's first start: a new node may install its runtime env
+
+
+def create_group(plan: PlacementPlan, name: str) -> Any:
+    """Ask Ray for the plan's group (returns at once; ``group.ready()`` says when placed)."""
+    ray = import_ray()
+    bundles = [dict(b) for b in plan.bundles]
+    return ray.util.placement_group(bundles, strategy=plan.strategy, name=name)
+
+
+def group_by_id(group_id: str) -> Any:
+    """A handle to the group with this hex id (made by another process, the scheduler)."""
+    import_ray()
+    from ray._raylet import PlacementGroupID
+    from ray.util.placement_group import PlacementGroup
+
+    return PlacementGroup(PlacementGroupID.from_hex(group_id))
+
+
+def remove_group(group: Any) -> None:
+    """Remove the group (its actors die with it); a group already removed is left alone."""
+    ray = import_ray()
+    with contextlib.suppress(ray.exceptions.RayError, ValueError):
+        ray.util.remove_placement_group(group)
+
+
+def cluster_free() -> dict[str, float]:
+    """What the cluster has free now, outside every placement group (``CPU``, ``GPU``,
+    ``memory`` in bytes)."""
+    free = import_ray().available_resources()
+    return {r: float(free.get(r, 0.0)) for r in ("CPU", "GPU", "memory")}
+
+
+@dataclass
+class RunGroup:
+    """One run's group: ``owned`` when this process reserved it (no scheduler did)."""
+
+    group: Any
+    plan: PlacementPlan
+    owned: bool
+
+    @property
+    def group_id(self) -> str:
+        return str(self.group.id.hex())
+
+    def bundle_of_model(self, name: str) -> tuple[Any, int] | None:
+        """Where a shared node set's actor goes; None: it reserves nothing."""
+        index = self.plan.model_bundles.get(name)
+        return None if index is None else (self.group, index)
+
+    @classmethod
+    async def acquire(cls, plan: PlacementPlan, run_key: str) -> RunGroup:
+        """The group the scheduler reserved (``PLACEMENT_GROUP_ENV``), else a new one of
+        this process, once Ray has placed it."""
+        granted = os.environ.get(PLACEMENT_GROUP_ENV)
+        if granted:
+            group = group_by_id(granted)
+            bundles = await asyncio.to_thread(lambda: group.bundle_specs)
+            if not plan.same_bundles(bundles):
+                raise ConfigError(
+                    f"the placement group {granted} reserved for this run holds {bundles}, "
+                    f"but the run needs {[dict(b) for b in plan.bundles]}"
+                )
+            run_group = cls(group, plan, owned=False)
+        else:
+            run_group = cls(create_group(plan, group_name(run_key)), plan, owned=True)
+        await run_group._ready()
+        return run_group
+
+    async def _ready(self) -> None:
+        try:
+            async with asyncio.timeout(START_TIMEOUT_S):
+                await self.group.ready()
+        except TimeoutError as exc:
+            free = await asyncio.to_thread(cluster_free)
+            self.remove()
+            raise ServerError(
+                f"Ray could not place the run's actors within {START_TIMEOUT_S:g} s: "
+                f"{describe_wait(self.plan.demand(), free)}"
+            ) from exc
+
+    def remove(self) -> None:
+        remove_group(self.group)
