@@ -104,6 +104,7 @@ NOT_RANGED = {
     "AGENTCANVAS_TOKEN",
     "AGENTCANVAS_PARENT_PID",
     "AGENTCANVAS_READY_FD",
+    "AGENTCANVAS_RAY_PLACEMENT_GROUP",  # scheduler -> eval process: the group it reserved
 }
 CHECKED_ELSEWHERE = "scheduler"
 NAME = re.compile(r"[\"'](AGENTCANVAS_[A-Z0-9_]+)[\"']")

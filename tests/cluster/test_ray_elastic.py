@@ -94,6 +94,32 @@ async def test_node_removed_mid_run(
     assert sum(w.episodes for w in done.workers) == done.episodes_total
 
 
+async def test_worker_actor_killed_mid_episode(
+    ray_cluster: Any, slow_workspace: Path, reference: EvalRun, tmp_path: Path
+) -> None:
+    """One worker actor is killed while its node stays: Ray restarts it, the episode it held
+    is run again with the same seed (attempts 2), and the records are the uninterrupted
+    run's."""
+    import ray
+
+    workspace = tmp_path / "ws"
+    write_slow_workspace(workspace)
+    engine = RayEngine()
+    run = asyncio.create_task(
+        run_graph(workspace, "slow_graph", engine, episode_count=EPISODES, worker_count=2)
+    )
+    await _started(workspace / "runs", 2)
+    assert engine.group is not None
+    ray.kill(engine.group.actors[0], no_restart=False)  # mid-episode: the slow env is busy
+    done = await asyncio.wait_for(run, 180)
+    assert done.status == "completed", done.error
+    assert identities(done) == identities(reference)
+    retried = attempts(done)
+    assert retried and all(e.attempts == 2 for e in retried), [e.attempts for e in retried]
+    assert sum(w.episodes for w in done.workers) == done.episodes_total
+    assert live_actor_names() == []
+
+
 async def test_model_actor_killed_mid_run(
     ray_cluster: Any, slow_workspace: Path, reference: EvalRun, tmp_path: Path
 ) -> None:
