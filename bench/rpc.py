@@ -53,6 +53,7 @@ import zmq.asyncio
 
 from agentcanvas import wire
 from agentcanvas.nodes.base import CallContext
+from agentcanvas.server import protocol
 from agentcanvas.server.launcher import LocalProcessLauncher
 from agentcanvas.server.proxy import RemoteNodeSet, fetch_manifest
 from agentcanvas.server.registry import WorkspaceComponentRegistry
@@ -260,7 +261,7 @@ async def layer_rows(url: str, remote: RemoteNodeSet) -> AsyncIterator[dict[str,
                 ),
                 "server: pre-encoded request on a raw DEALER": Row(raw_call, True),
                 "+ RpcClient (deadline, death watch, wire)": Row(
-                    lambda: rpc.request("call", args, "/call/noop", 10.0), True
+                    lambda: rpc.request("call", args, "/call/noop", 10.0, protocol.CallReply), True
                 ),
                 "+ RemoteNodeSet.call": Row(lambda: remote.call("noop", {}, {}, CTX), True),
                 "HTTP /call/noop (uvicorn + httpx)": Row(

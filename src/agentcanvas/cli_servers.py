@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import httpx
+import msgspec
 import psutil
 from pydantic import ValidationError
 
@@ -24,7 +25,7 @@ from agentcanvas.cli_common import command, print_json, workspace_registry
 from agentcanvas.errors import RunError, UserInputError
 from agentcanvas.fileio import read_json
 from agentcanvas.paths import check_name, workspace_dir
-from agentcanvas.server import auto_host
+from agentcanvas.server import auto_host, protocol
 from agentcanvas.server.auto_host import ServerRecordFile, record_path
 
 HEALTH_TIMEOUT_S = 2.0
@@ -95,11 +96,11 @@ def _process_matches(record: ServerRecordFile) -> bool:
 
 def _answers_health(record: ServerRecordFile) -> bool:
     try:
-        response = httpx.get(f"{record.url}/health", timeout=HEALTH_TIMEOUT_S)
-        health = response.json()
-    except (httpx.HTTPError, ValueError):
+        response = httpx.get(f"{record.url}{protocol.HEALTH}", timeout=HEALTH_TIMEOUT_S)
+        health = msgspec.json.decode(response.content, type=protocol.HealthReply)
+    except (httpx.HTTPError, msgspec.DecodeError):  # a reply that does not fit included
         return False
-    return isinstance(health, dict) and bool(health.get("pid") == record.pid)
+    return health.pid == record.pid
 
 
 def _prune(path: Path) -> None:

@@ -18,7 +18,9 @@
     ├── ServerError               a node-set server is unreachable, hung or died
     │   ├── ServerDiedError       the server process is gone (supervision restarts it)
     │   ├── ServerTimeoutError    a call got no answer within its deadline (wall clock)
-    │   └── RemoteError           the server raised handling a request (its type and message)
+    │   ├── RemoteError           the server raised handling a request (its type and message)
+    │   └── ProtocolError         a reply does not fit the protocol (names the route and field)
+    │       └── ProtocolVersionError  the server speaks another major protocol version
     ├── WireError                 a payload could not be encoded/decoded
     ├── StateError                a lifecycle transition was asked in the wrong state
     │   └── RunLockedError        another living process is writing that run folder
@@ -102,6 +104,16 @@ class RemoteError(ServerError):
     def __init__(self, message: str, exc_type: str = "", exc_message: str = "") -> None:
         super().__init__(message)
         self.exc_type, self.exc_message = exc_type, exc_message
+
+
+class ProtocolError(ServerError):
+    """A node-set server's reply does not fit its route's reply type (``server.protocol``);
+    the message names the server, the route and the field."""
+
+
+class ProtocolVersionError(ProtocolError):
+    """A node-set server advertises another major protocol version than this client's; the
+    message names both versions and the server's URL."""
 
 
 class WireError(AgentCanvasError):

@@ -17,8 +17,9 @@ So an array round trip is bit-exact (dtype, shape and raw bytes) for every numer
 order included. Decoded arrays own aligned, writable memory; tuples and sets decode as lists;
 subclasses of the plain types (IntEnum, StrEnum, OrderedDict) travel as plain values. A value
 that cannot travel is a WireError naming its path (e.g. ``outputs.obs[2]``); a truncated or
-garbled message is a WireError too. `dumps` / `loads` are the one-buffer form (every array
-inline) for HTTP bodies.
+garbled message is a WireError too. A `Decoder` decodes straight into a msgspec type (a Struct:
+``server.protocol``'s replies) in the same pass. `dumps` / `loads` are the
+one-buffer form (every array inline) for HTTP bodies.
 """
 
 from __future__ import annotations
@@ -27,20 +28,21 @@ import enum
 import math
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import msgspec
 import numpy as np
 
 from agentcanvas.errors import WireError
 
-__all__ = ["WIRE_CONTENT_TYPE", "Buffer", "decode", "dumps", "encode", "loads"]
+__all__ = ["WIRE_CONTENT_TYPE", "Buffer", "Decoder", "decode", "dumps", "encode", "loads"]
 
 WIRE_CONTENT_TYPE = "application/x-agentcanvas-msgpack"
 INLINE_MAX_BYTES = 1024
 EXT_ARRAY, EXT_SCALAR, EXT_BIGINT = 1, 2, 3
 
 Buffer = bytes | bytearray | memoryview
+T = TypeVar("T")
 # bool, signed and unsigned ints, floats, complex: every dtype whose bytes are its value.
 _ARRAY_KINDS = frozenset("biufc")
 _PLAIN = (type(None), bool, int, float, str, bytes, bytearray)
@@ -223,22 +225,41 @@ def _array(dtype_str: object, shape: object, raw: object) -> np.ndarray[Any, Any
 
 
 _unpacker = msgspec.msgpack.Decoder()
-_decoder = msgspec.msgpack.Decoder(ext_hook=_ext_hook)
+
+
+class Decoder(Generic[T]):
+    """Decodes the frames made by `encode` straight into ``kind`` (a msgspec type: a Struct,
+    ``dict[str, Any]``…) in one pass; WireError also when the value does not fit, naming the
+    field (msgspec's words: ``Object missing required field `outputs` - at `$.ok```)."""
+
+    __slots__ = ("_decoder",)
+
+    def __init__(self, kind: type[T]) -> None:
+        self._decoder = msgspec.msgpack.Decoder(kind, ext_hook=_ext_hook)
+
+    def decode(self, frames: Sequence[Buffer]) -> T:
+        if not frames:
+            raise WireError("empty wire message: no header frame")
+        _dstate.frames = frames
+        try:
+            value: T = self._decoder.decode(frames[0])
+        except msgspec.ValidationError as exc:  # msgspec names the field
+            raise WireError(str(exc)) from exc
+        except msgspec.DecodeError as exc:
+            raise WireError(f"garbled wire payload: {exc}") from exc
+        except (TypeError, ValueError) as exc:  # a bad dtype string, a header of the wrong shape
+            raise WireError(f"garbled wire payload: {exc!r}") from exc
+        finally:
+            _dstate.frames = ()
+        return value
+
+
+_any: Decoder[Any] = Decoder(Any)  # Any: msgspec's untyped decode
 
 
 def decode(frames: Sequence[Buffer]) -> object:
     """Decode the frames made by `encode`; WireError when truncated or garbled."""
-    if not frames:
-        raise WireError("empty wire message: no header frame")
-    _dstate.frames = frames
-    try:
-        return _decoder.decode(frames[0])
-    except msgspec.DecodeError as exc:
-        raise WireError(f"garbled wire payload: {exc}") from exc
-    except (TypeError, ValueError) as exc:  # a bad dtype string, a header of the wrong shape
-        raise WireError(f"garbled wire payload: {exc!r}") from exc
-    finally:
-        _dstate.frames = ()
+    return _any.decode(frames)
 
 
 def loads(data: Buffer) -> object:

@@ -273,7 +273,7 @@ async def test_a_borrowed_server_survives_its_borrowers(
     await borrower.register_remote_nodeset(ENV, url)
     handle = borrower.bound(ENV)
     assert isinstance(handle, RemoteNodeSet) and handle.url == url
-    assert (await handle.health())["pid"] == pid
+    assert (await handle.health()).pid == pid
     await borrower.shutdown_all()
     child = subprocess.run(
         [sys.executable, "-c", BORROWER, url],
@@ -287,7 +287,7 @@ async def test_a_borrowed_server_survives_its_borrowers(
     assert owner.server_alive(key) and not pid_gone(pid)
     owned = owner.get_env_panel(key)
     assert isinstance(owned, RemoteNodeSet)
-    assert (await owned.health())["pid"] == pid
+    assert (await owned.health()).pid == pid
     graph = owner.load_graph(GRAPH)
     await set_episode(owned, graph, specs(graph)[0], render=False)
     assert "metrics" in await owned.call("step", {}, {}, CallContext("env", 0))
@@ -327,7 +327,7 @@ async def test_killed_and_hung_servers_become_node_errors_naming_them(workspace:
             os.kill(pid, signal.SIGCONT)
         assert hung.status == "timeout"  # a call deadline is wall clock, not a score
         assert f"{key} at {url} did not answer /call/step within 0.5 s" in hung.node_errors["env"]
-        assert (await short.health())["pid"] == pid  # resumed, it answers again
+        assert (await short.health()).pid == pid  # resumed, it answers again
         await short.close()
     finally:
         await registry.shutdown_all()

@@ -21,8 +21,9 @@ import zmq.asyncio
 
 from agentcanvas import wire
 from agentcanvas.catalogue import NodeSetCatalogue
-from agentcanvas.errors import RemoteError, ServerDiedError, ServerError
+from agentcanvas.errors import ProtocolError, RemoteError, ServerDiedError, ServerError
 from agentcanvas.nodes.base import CallContext
+from agentcanvas.server import protocol
 from agentcanvas.server.fleet import ServerFleet
 from agentcanvas.server.launcher import LaunchedServer, LocalProcessLauncher
 from agentcanvas.server.proxy import RemoteNodeSet, fetch_manifest
@@ -81,7 +82,7 @@ async def test_floats_round_trip_bit_exactly(core: RemoteNodeSet) -> None:
 async def test_a_node_failure_is_data_and_the_server_lives_on(core: RemoteNodeSet) -> None:
     outputs = await core.call("no_such_node", {}, {}, CTX)
     assert "no_such_node" in outputs["error"]
-    assert (await core.health())["ok"] is True
+    assert (await core.health()).ok is True
 
 
 async def test_http_errors_are_translated(core: RemoteNodeSet, core_server: LaunchedServer) -> None:
@@ -142,7 +143,9 @@ async def test_the_manifest_advertises_the_call_endpoint_a_borrower_calls_on(
     try:
         assert record.handle.manifest == catalogue.manifest("core")
         assert await echo(record.handle, 7) == 7  # on the endpoint the manifest named
-        assert (await record.handle.health())["call"] == served.call_endpoint
+        health = await record.handle.health()
+        assert health.call == served.call_endpoint
+        assert health.protocol_version == served.protocol_version == protocol.PROTOCOL_VERSION
     finally:
         await fleet.stop_all()  # a borrower only lets go of its connections
     assert core_server.is_alive()
@@ -185,7 +188,7 @@ async def test_dead_and_hung_servers_become_errors_naming_them() -> None:
 async def test_garbage_on_the_call_socket_is_bad_input_and_the_server_lives_on(
     core: RemoteNodeSet,
 ) -> None:
-    endpoint = (await core.health())["call"]
+    endpoint = (await core.health()).call
     context = zmq.asyncio.Context()
     sock = context.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
@@ -205,8 +208,9 @@ async def test_garbage_on_the_call_socket_is_bad_input_and_the_server_lives_on(
     assert await echo(core, 5) == 5
 
 
-async def test_an_answer_that_is_not_ours_is_a_server_error_naming_it() -> None:
-    """A peer on the call endpoint that answers garbage, or another request's answer."""
+async def test_an_answer_that_is_not_ours_is_a_protocol_error_naming_it() -> None:
+    """A peer on the call endpoint that answers garbage, another request's answer, or a reply
+    that does not fit the op's reply struct."""
     context = zmq.asyncio.Context()
     router = context.socket(zmq.ROUTER)
     router.setsockopt(zmq.LINGER, 0)
@@ -218,11 +222,21 @@ async def test_an_answer_that_is_not_ours_is_a_server_error_naming_it() -> None:
         await router.send_multipart([identity, *frames])
 
     try:
-        for frames in ([b"\xc1"], [wire.dumps({"id": 999, "ok": 1})]):
+        for frames, detail in (
+            ([b"\xc1"], "garbled wire payload"),
+            ([wire.dumps({"id": 999, "ok": {"outputs": {}}})], "the reply to request 999, not 2"),
+            (
+                [wire.dumps({"id": 3, "ok": {"out": 1}})],
+                r"Object missing required field `outputs` - at `\$\.ok`",
+            ),
+            ([wire.dumps({"id": 4})], "neither `ok` nor `err`"),
+        ):
             answering = asyncio.ensure_future(answer(*frames))
-            garbage = r"fake at http://x answered /call/x with garbage"
-            with pytest.raises(ServerError, match=garbage):
-                await client.request("call", {}, "/call/x", DEADLINE_S)
+            not_ours = (
+                rf"fake at http://x answered /call/x with a reply that does not fit: {detail}"
+            )
+            with pytest.raises(ProtocolError, match=not_ours):
+                await client.request("call", {}, "/call/x", DEADLINE_S, protocol.CallReply)
             await answering
     finally:
         client.close()

@@ -30,7 +30,7 @@ async def _evict_then_kill(nodeset: str) -> RemoteNodeSet:
         remote = RemoteNodeSet(nodeset, server.url, await fetch_manifest(server.url))
         remote.timeout_s = DEADLINE_S
         await remote.evict("run:0")
-        os.kill(int((await remote.health())["pid"]), signal.SIGKILL)
+        os.kill((await remote.health()).pid, signal.SIGKILL)
         poll_until(lambda: not server.is_alive(), f"{nodeset} server to die", DEADLINE_S)
     finally:
         await server.stop()

@@ -19,6 +19,7 @@ from agentcanvas.wire import (
     EXT_SCALAR,
     INLINE_MAX_BYTES,
     WIRE_CONTENT_TYPE,
+    Decoder,
     decode,
     dumps,
     encode,
@@ -278,6 +279,41 @@ def test_decode_accepts_bytearray_and_memoryview() -> None:
     payload = dumps({"a": np.arange(3)})
     for data in (bytearray(payload), memoryview(payload)):
         assert loads(data)["a"].tolist() == [0, 1, 2]
+
+
+class Outputs(msgspec.Struct):
+    outputs: dict[str, Any]
+
+
+def test_a_decoder_decodes_into_its_type_arrays_included() -> None:
+    obs = np.arange(2000, dtype=np.int16).reshape(40, 50)  # its own frame
+    frames = encode({"outputs": {"obs": obs, "small": np.int8(3)}})
+    decoded = Decoder(Outputs).decode(frames)
+    assert isinstance(decoded, Outputs)
+    assert decoded.outputs["obs"].tobytes() == obs.tobytes()
+    assert decoded.outputs["small"] == np.int8(3)
+
+
+@pytest.mark.parametrize(
+    ("tree", "match"),
+    [
+        ({"output": {}}, r"Object missing required field `outputs`$"),
+        ({"outputs": [1]}, r"Expected `object`, got `array` - at `\$\.outputs`"),
+        ([1], r"Expected `object`, got `array`$"),
+    ],
+)
+def test_a_value_that_does_not_fit_the_decoders_type_names_the_field(
+    tree: object, match: str
+) -> None:
+    with pytest.raises(WireError, match=match):
+        Decoder(Outputs).decode(encode(tree))
+
+
+def test_a_decoder_reports_garbled_payloads_as_decode_does() -> None:
+    with pytest.raises(WireError, match="garbled wire payload"):
+        Decoder(Outputs).decode([b"\xc1"])
+    with pytest.raises(WireError, match="no header"):
+        Decoder(Outputs).decode([])
 
 
 def test_observation_roundtrip_costs_microseconds() -> None:

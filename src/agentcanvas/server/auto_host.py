@@ -5,7 +5,8 @@
 The port reaches the parent through the ready pipe (no race: the socket is bound and
 listening before the line is written). HTTP endpoints: ``/health`` (which advertises the call
 endpoint as ``"call"``), ``/manifest`` (the node set's manifest, with the call endpoint as
-``"call_endpoint"``: `protocol.ServedManifest`), ``/call/{node}`` (msgpack bodies, for tools),
+``"call_endpoint"``: `protocol.ServedManifest`; both say ``protocol_version``), ``/call/{node}``
+(msgpack bodies, for tools),
 ``/panel/*``, ``/evict``, ``/attach`` + ``/detach``, ``/stats``, ``/determinism``,
 ``/batch_audit?run=<run_id>`` (each batched function's start-up check and audit, see
 ``batch_audit``; the checks run before the server reports ready). The hot
@@ -101,11 +102,20 @@ def create_app(
 
     @app.get(protocol.HEALTH)
     async def health() -> dict[str, Any]:
-        reply = protocol.HealthReply(True, instance.name, tag, os.getpid(), call_endpoint)
+        reply = protocol.HealthReply(
+            ok=True,
+            nodeset=instance.name,
+            tag=tag,
+            pid=os.getpid(),
+            call=call_endpoint,
+            protocol_version=protocol.PROTOCOL_VERSION,
+        )
         return msgspec.structs.asdict(reply)
 
     served = protocol.ServedManifest(
-        **instance.manifest.model_dump(), call_endpoint=call_endpoint
+        **instance.manifest.model_dump(),
+        protocol_version=protocol.PROTOCOL_VERSION,
+        call_endpoint=call_endpoint,
     ).model_dump(mode="json")
 
     @app.get(protocol.MANIFEST)
@@ -144,7 +154,7 @@ def create_app(
     async def evict(request: Request) -> dict[str, bool]:
         body = _json_body(await request.body(), protocol.EvictRequest, protocol.EVICT)
         await instance.evict(body.episode_key)
-        return {"ok": True}
+        return msgspec.structs.asdict(protocol.OkReply(ok=True))
 
     @app.post(protocol.ATTACH)
     async def attach(request: Request) -> dict[str, int]:
@@ -170,7 +180,7 @@ def create_app(
 
     @app.exception_handler(AgentCanvasError)
     async def _agentcanvas_error(request: Request, exc: AgentCanvasError) -> JSONResponse:
-        return JSONResponse(error_body(exc), status_code=error_status(exc))
+        return JSONResponse(msgspec.structs.asdict(error_body(exc)), error_status(exc))
 
     @app.middleware("http")  # not exception_handler(Exception): that one drops the connection
     async def _any_error(
@@ -180,15 +190,15 @@ def create_app(
             return await call_next(request)
         except Exception as exc:
             log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
-            return JSONResponse(error_body(exc), status_code=error_status(exc))
+            return JSONResponse(msgspec.structs.asdict(error_body(exc)), error_status(exc))
 
     return app
 
 
-def error_body(exc: BaseException) -> dict[str, str]:
+def error_body(exc: BaseException) -> protocol.ErrorReply:
     """How a server reports an exception: ``{"error": "Type: message", "type", "message"}``."""
     name = type(exc).__name__
-    return {"error": f"{name}: {exc}", "type": name, "message": str(exc)}
+    return protocol.ErrorReply(error=f"{name}: {exc}", type=name, message=str(exc))
 
 
 def error_status(exc: BaseException) -> int:

@@ -20,18 +20,25 @@ an error naming it, never a hang::
     timeout                          -> ServerTimeoutError "... did not answer PATH within T s"
     refused, reset, disconnected     -> ServerDiedError    "... is unreachable (...)"
     the server raised                -> RemoteError (type and message) / UserInputError (400)
-    an answer that is not ours       -> ServerError        "... answered PATH with garbage"
+    a reply that does not fit        -> ProtocolError      "... answered PATH with a reply that
+                                                            does not fit: <field>"
+    another major protocol version   -> ProtocolVersionError (both versions, the URL)
+
+Every reply is decoded into its type in `server.protocol` (the table there), so a server that
+answers something else is a ProtocolError naming the route and the field, never a KeyError.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
+import msgspec
 
 from agentcanvas import wire
 from agentcanvas.errors import (
+    ProtocolError,
     RemoteError,
     ServerDiedError,
     ServerError,
@@ -46,6 +53,8 @@ from agentcanvas.server.deadlines import call_timeout_s
 from agentcanvas.server.rpc import RpcClient
 
 CONNECT_TIMEOUT_S = 5.0
+Reply = TypeVar("Reply")
+Tree = dict[str, Any]  # a reply read as a map first: its version before its shape, or pydantic
 
 
 class _Http:
@@ -71,10 +80,12 @@ class _Http:
         method: str,
         path: str,
         timeout_s: float,
-        content: bytes | None = None,
-        json: dict[str, Any] | None = None,
-    ) -> Any:
-        """One request; the answer's value (msgpack or JSON) or an error naming the server."""
+        reply: type[Reply],
+        body: bytes | dict[str, Any] | None = None,
+    ) -> Reply:
+        """One request (``body``: msgpack bytes or a JSON map); the answer as ``reply``, or an
+        error naming the server."""
+        content, json = (body, None) if isinstance(body, bytes) else (None, body)
         headers = {"content-type": wire.WIRE_CONTENT_TYPE} if content is not None else None
         try:
             response = await self._session().request(
@@ -86,30 +97,34 @@ class _Http:
             ) from exc
         except httpx.TransportError as exc:
             raise ServerDiedError(f"{self.where} is unreachable ({type(exc).__name__})") from exc
-        return self._decode(response, path)
-
-    def _decode(self, response: httpx.Response, path: str) -> Any:
         if response.status_code != 200:
-            reported = _json_map(response)
-            if response.status_code == 400:
-                raise UserInputError(str(reported.get("error", response.text)))
-            if "type" in reported:
-                exc_type, message = str(reported["type"]), str(reported.get("message", ""))
-                raise RemoteError(
-                    f"{self.where} failed {path}: {exc_type}: {message}", exc_type, message
-                )
-            raise ServerError(
-                f"{self.where} answered {path} with HTTP {response.status_code}: "
-                f"{response.text[:300]}"
-            )
+            raise self._failure(response, path)
+        return protocol.fit(self._value(response, path), reply, self.where, path)
+
+    def _value(self, response: httpx.Response, path: str) -> Any:
         try:
             if response.headers.get("content-type", "").startswith(wire.WIRE_CONTENT_TYPE):
                 return wire.loads(response.content)
             return response.json()
         except (WireError, ValueError) as exc:
-            raise ServerError(
-                f"{self.where} answered {path} with garbage: {response.text[:300]!r}"
-            ) from exc
+            detail = f"neither msgpack nor JSON: {response.text[:300]!r}"
+            raise protocol.not_fitting(self.where, path, detail) from exc
+
+    def _failure(self, response: httpx.Response, path: str) -> ServerError | UserInputError:
+        """The error a failed request's body (`protocol.ErrorReply`) reports."""
+        status = response.status_code
+        try:
+            reported = msgspec.json.decode(response.content, type=protocol.ErrorReply)
+        except msgspec.DecodeError:  # ValidationError included
+            detail = f"HTTP {status} without an error body: {response.text[:300]!r}"
+            return protocol.not_fitting(self.where, path, detail)
+        if status == 400:
+            return UserInputError(reported.error)
+        return RemoteError(
+            f"{self.where} failed {path}: {reported.type}: {reported.message}",
+            reported.type,
+            reported.message,
+        )
 
     async def aclose(self) -> None:
         client, self._client = self._client, None
@@ -117,25 +132,21 @@ class _Http:
             await client.aclose()
 
 
-def _json_map(response: httpx.Response) -> dict[str, Any]:
-    try:
-        value = response.json()
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
 async def fetch_manifest(url: str, timeout_s: float = CONNECT_TIMEOUT_S) -> protocol.ServedManifest:
-    """GET {url}/manifest (with the server's call endpoint); ServerError naming the URL when
-    unreachable."""
-    http = _Http(url.rstrip("/"), f"node-set server at {url}")
+    """GET {url}/manifest (with the server's protocol version and call endpoint); ServerError
+    naming the URL when unreachable, ProtocolVersionError when it speaks another major
+    version, ProtocolError when its reply does not fit."""
+    where = f"node-set server at {url}"
+    http = _Http(url.rstrip("/"), where)
     try:
-        value = await http.request("GET", protocol.MANIFEST, timeout_s)
+        tree = await http.request("GET", protocol.MANIFEST, timeout_s, Tree)
+    except ProtocolError:
+        raise
     except ServerError as exc:
         raise ServerError(f"cannot fetch the manifest from {url}: {exc}") from exc
     finally:
         await http.aclose()
-    return protocol.ServedManifest.model_validate(value)
+    return protocol.fit_versioned(tree, protocol.ServedManifest, where, protocol.MANIFEST)
 
 
 class RemoteNodeSet:
@@ -165,80 +176,71 @@ class RemoteNodeSet:
     async def _calls(self) -> RpcClient:
         """The rpc client, once the server has told us its call endpoint."""
         if self._rpc is None:
-            health = await self._http.request(
-                "GET", protocol.HEALTH, min(self._deadline(), CONNECT_TIMEOUT_S)
-            )
-            endpoint = health.get("call") if isinstance(health, dict) else None
-            if not isinstance(endpoint, str):
-                raise ServerError(f"{self.where} advertises no call endpoint on /health")
-            self._rpc = RpcClient(endpoint, self.where)
+            health = await self.health(min(self._deadline(), CONNECT_TIMEOUT_S))
+            self._rpc = RpcClient(health.call, self.where)
         return self._rpc
 
-    async def _request(self, op: str, args: dict[str, Any], what: str) -> Any:
-        return await (await self._calls()).request(op, args, what, self._deadline())
+    async def _request(self, op: str, args: dict[str, Any], what: str, reply: type[Reply]) -> Reply:
+        return await (await self._calls()).request(op, args, what, self._deadline(), reply)
 
-    async def _post_wire(self, path: str, payload: Any) -> Any:
-        return await self._http.request("POST", path, self._deadline(), content=wire.dumps(payload))
+    async def _post(self, path: str, body: bytes | dict[str, Any], reply: type[Reply]) -> Reply:
+        """POST msgpack ``bytes`` or a JSON map."""
+        return await self._http.request("POST", path, self._deadline(), reply, body)
 
-    async def _post_json(self, path: str, body: dict[str, Any]) -> Any:
-        return await self._http.request("POST", path, self._deadline(), json=body)
-
-    async def _get(self, path: str, timeout_s: float | None = None) -> Any:
-        return await self._http.request("GET", path, timeout_s or self._deadline())
+    async def _get(self, path: str, reply: type[Reply]) -> Reply:
+        return await self._http.request("GET", path, self._deadline(), reply)
 
     async def call(
         self, node_name: str, config: dict[str, Any], inputs: dict[str, Any], ctx: CallContext
     ) -> dict[str, Any]:
         args = {"node": node_name, "config": config, "inputs": inputs, "ctx": ctx.__dict__}
-        result = await self._request(protocol.OP_CALL, args, protocol.call_path(node_name))
-        outputs: dict[str, Any] = result["outputs"]
-        return outputs
+        what = protocol.call_path(node_name)
+        return (await self._request(protocol.OP_CALL, args, what, protocol.CallReply)).outputs
 
     async def panel_change(self, field_name: str, value: Any) -> dict[str, Any]:
-        values: dict[str, Any] = await self._post_wire(
-            protocol.PANEL_CHANGE, {"field": field_name, "value": value}
-        )
-        return values
+        body = wire.dumps({"field": field_name, "value": value})
+        return await self._post(protocol.PANEL_CHANGE, body, protocol.PanelValues)
 
     async def panel_action(self, action: str) -> dict[str, Any]:
-        values: dict[str, Any] = await self._post_wire(protocol.PANEL_ACTION, {"action": action})
-        return values
+        body = wire.dumps({"action": action})
+        return await self._post(protocol.PANEL_ACTION, body, protocol.PanelValues)
 
     async def panel_episode(self, fields: list[tuple[str, Any]]) -> LoadInfo:
         """Reset, set fields, play and load in one request (see ``nodes.base.start_episode``)."""
-        fields_list = [list(f) for f in fields]
-        info = await self._request(
-            protocol.OP_PANEL_EPISODE, {"fields": fields_list}, protocol.PANEL_EPISODE
-        )
-        return LoadInfo.model_validate(info)
+        args = {"fields": [list(f) for f in fields]}
+        where = protocol.PANEL_EPISODE
+        tree = await self._request(protocol.OP_PANEL_EPISODE, args, where, Tree)
+        return protocol.fit(tree, LoadInfo, self.where, where)
 
     async def panel_load(self) -> LoadInfo:
-        return LoadInfo.model_validate(await self._get(protocol.PANEL_LOAD))
+        return await self._get(protocol.PANEL_LOAD, LoadInfo)
 
     async def evict(self, episode_key: str) -> None:
         """Evict ``episode_key``; skipped once the server said its node set keeps no
         per-episode state (its answer to an eviction is whether it has an evict hook)."""
         if not self._evicts:
             return
-        keeps_state = await self._request(
-            protocol.OP_EVICT, {"episode_key": episode_key}, protocol.EVICT
+        args = {"episode_key": episode_key}
+        self._evicts = await self._request(
+            protocol.OP_EVICT, args, protocol.EVICT, protocol.KeepsState
         )
-        self._evicts = keeps_state is not False
 
     async def attach(self, client_id: str) -> int:
-        return int((await self._post_json(protocol.ATTACH, {"client": client_id}))["attached"])
+        body = {"client": client_id}
+        return (await self._post(protocol.ATTACH, body, protocol.AttachedReply)).attached
 
     async def detach(self, client_id: str) -> int:
-        return int((await self._post_json(protocol.DETACH, {"client": client_id}))["attached"])
+        body = {"client": client_id}
+        return (await self._post(protocol.DETACH, body, protocol.AttachedReply)).attached
 
     async def determinism(self) -> dict[str, str]:
         """The server's measured per-node batch modes (e.g. ``{"embed": "padded"}``)."""
-        result: dict[str, str] = await self._get(protocol.DETERMINISM)
-        return result
+        return await self._get(protocol.DETERMINISM, protocol.DeterminismModes)
 
-    async def health(self) -> dict[str, Any]:
-        result: dict[str, Any] = await self._get(protocol.HEALTH, CONNECT_TIMEOUT_S)
-        return result
+    async def health(self, timeout_s: float = CONNECT_TIMEOUT_S) -> protocol.HealthReply:
+        """``/health``; ProtocolVersionError when the server speaks another major version."""
+        tree = await self._http.request("GET", protocol.HEALTH, timeout_s, Tree)
+        return protocol.fit_versioned(tree, protocol.HealthReply, self.where, protocol.HEALTH)
 
     async def close(self) -> None:
         """Close the connections only: a proxy never stops the server it talks to."""

@@ -8,15 +8,18 @@ pool of DEALER sockets, one request in flight on each. A request is one multipar
 
     [wire header {"id", "op", "args"}, array frames...]  ->  [wire header {"id", "ok" | "err"}, ...]
 
-with ``op`` one of the server's handlers (``call``, ``evict``, ``panel_episode``). Arrays
-travel as their own frames, never copied on the way out (`agentcanvas.wire`).
+with ``op`` one of the server's handlers (``call``, ``evict``, ``panel_episode``); the headers
+are `protocol.RpcRequest` and `protocol.RpcReply`, and a client decodes a reply straight into
+the struct of its op's reply (one pass, no dict). Arrays travel as their own frames, never
+copied on the way out (`agentcanvas.wire`).
 
 Every request has a finite deadline, and errors name the server::
 
     no answer within the deadline    -> ServerTimeoutError  "... did not answer OP within T s"
     the connection dropped / refused -> ServerDiedError     "... is unreachable (...)"
     the handler raised               -> UserInputError (bad input) / RemoteError (type, message)
-    an answer that is not ours       -> ServerError         "... answered OP with garbage"
+    an answer that does not fit      -> ProtocolError       "... answered OP with a reply that
+                                                             does not fit: <field>"
 
 A dead server is noticed at once, not at the deadline: each DEALER has a ZeroMQ socket monitor
 whose ``DISCONNECTED`` / ``CONNECT_RETRIED`` events end the wait.
@@ -36,8 +39,9 @@ import os
 import secrets
 import sys
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
+import msgspec
 import zmq
 import zmq.utils.monitor
 
@@ -50,6 +54,7 @@ from agentcanvas.errors import (
     UserInputError,
     WireError,
 )
+from agentcanvas.server import protocol
 
 __all__ = ["Handler", "RpcClient", "RpcServer", "error_reply"]
 
@@ -64,6 +69,16 @@ _EVENT_NAMES: dict[int, str] = {
 }
 
 Handler = Callable[[dict[str, Any]], Awaitable[Any]]
+Reply = TypeVar("Reply")
+
+_REQUESTS = wire.Decoder(protocol.RpcRequest)
+_reply_decoders: dict[Any, wire.Decoder[Any]] = {}
+
+
+def _replies(kind: type[Reply]) -> wire.Decoder[protocol.RpcReply[Reply]]:
+    """The decoder of rpc replies carrying ``kind``, built once per kind."""
+    decoder = _reply_decoders[kind] = wire.Decoder(protocol.rpc_reply(kind))
+    return decoder
 
 
 def _readable(sock: zmq.Socket[Any]) -> bool:
@@ -76,10 +91,10 @@ def _use_ipc() -> bool:
     return sys.platform.startswith("linux") and envsettings.CALL_TRANSPORT.get() == "ipc"
 
 
-def error_reply(exc: BaseException) -> dict[str, Any]:
+def error_reply(exc: BaseException) -> protocol.RpcError:
     """How a server reports a handler's exception: type, message, and 400 for bad input."""
     status = 400 if isinstance(exc, UserInputError) else 500
-    return {"type": type(exc).__name__, "message": str(exc), "status": status}
+    return protocol.RpcError(type(exc).__name__, str(exc), status)
 
 
 # --- server ---------------------------------------------------------------------------------
@@ -132,16 +147,14 @@ class RpcServer:
         identity, request_id = frames[0], None
         try:
             try:
-                request = wire.decode([f.buffer for f in frames[1:]])
+                request = _REQUESTS.decode([f.buffer for f in frames[1:]])
             except WireError as exc:
                 raise UserInputError(f"not an rpc request: {exc}") from exc
-            if not isinstance(request, dict) or not isinstance(request.get("args"), dict):
-                raise UserInputError("not an rpc request: {'id', 'op', 'args'} expected")
-            request_id = request.get("id")
-            handler = self.handlers.get(str(request.get("op")))
+            request_id = request.id
+            handler = self.handlers.get(request.op)
             if handler is None:
-                raise UserInputError(f"unknown op {request.get('op')!r}")
-            result = await handler(request["args"])
+                raise UserInputError(f"unknown op {request.op!r}")
+            result = await handler(request.args)
             try:
                 out = wire.encode({"id": request_id, "ok": result})
             except WireError:  # name the bad value's path inside the result, not our envelope
@@ -250,8 +263,11 @@ class RpcClient:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._context: zmq.Context[zmq.Socket[bytes]] | None = None
 
-    async def request(self, op: str, args: dict[str, Any], what: str, timeout_s: float) -> Any:
-        """Send ``op(args)`` and return the handler's value; errors as in the module doc."""
+    async def request(
+        self, op: str, args: dict[str, Any], what: str, timeout_s: float, reply: type[Reply]
+    ) -> Reply:
+        """Send ``op(args)`` and return the handler's value as ``reply`` (a msgspec type: see
+        `protocol`); errors as in the module doc."""
         request_id = next(self._ids)
         try:
             frames = wire.encode({"id": request_id, "op": op, "args": args})
@@ -259,7 +275,7 @@ class RpcClient:
             raise UserInputError(f"cannot send {what} to {self.where}: {exc}") from exc
         channel = self._take()
         try:
-            reply = await channel.exchange(frames, timeout_s)
+            answer = await channel.exchange(frames, timeout_s)
         except TimeoutError as exc:
             channel.close()  # its answer may still come: the socket is no longer in step
             raise ServerTimeoutError(
@@ -273,28 +289,37 @@ class RpcClient:
             channel.close()  # cancelled mid-request: its state is unknown
             raise
         self._give_back(channel)
-        return self._value(reply, request_id, what)
+        return self._value(answer, request_id, what, reply)
 
-    def _value(self, frames: list[zmq.Frame], request_id: int, what: str) -> Any:
+    def _value(
+        self, frames: list[zmq.Frame], request_id: int, what: str, reply: type[Reply]
+    ) -> Reply:
+        decoder: wire.Decoder[protocol.RpcReply[Reply]]
+        decoder = _reply_decoders.get(reply) or _replies(reply)
         try:
-            reply = wire.decode([f.buffer for f in frames])
+            decoded = decoder.decode([f.buffer for f in frames])
         except WireError as exc:
-            raise ServerError(f"{self.where} answered {what} with garbage: {exc}") from exc
-        if not isinstance(reply, dict) or reply.get("id") != request_id:
-            raise ServerError(f"{self.where} answered {what} with garbage: {str(reply)[:200]}")
-        if "ok" in reply:
-            return reply["ok"]
-        err = reply.get("err")
-        if not isinstance(err, dict):
-            raise ServerError(f"{self.where} answered {what} with garbage: {str(reply)[:200]}")
-        exc_type, message = str(err.get("type", "")), str(err.get("message", ""))
-        if err.get("status") == 400:
-            raise UserInputError(
-                f"{what}: {message}"
-                if exc_type == "UserInputError"
-                else f"{what}: {exc_type}: {message}"
+            raise protocol.not_fitting(self.where, what, str(exc)) from exc
+        if decoded.id != request_id:
+            raise protocol.not_fitting(
+                self.where, what, f"the reply to request {decoded.id}, not {request_id}"
             )
-        raise RemoteError(f"{self.where} failed {what}: {exc_type}: {message}", exc_type, message)
+        if decoded.err is not msgspec.UNSET:
+            raise self._failure(decoded.err, what)
+        if decoded.ok is msgspec.UNSET:
+            raise protocol.not_fitting(self.where, what, "neither `ok` nor `err`")
+        return decoded.ok
+
+    def _failure(self, err: protocol.RpcError, what: str) -> ServerError | UserInputError:
+        if err.status == 400:
+            return UserInputError(
+                f"{what}: {err.message}"
+                if err.type == "UserInputError"
+                else f"{what}: {err.type}: {err.message}"
+            )
+        return RemoteError(
+            f"{self.where} failed {what}: {err.type}: {err.message}", err.type, err.message
+        )
 
     def _take(self) -> _Channel:
         loop = asyncio.get_running_loop()
