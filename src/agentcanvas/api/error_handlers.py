@@ -1,8 +1,8 @@
 """How refusals are answered: one JSON shape (:class:`~.models.ErrorBody`) for every 4xx.
 
 Errors from agentcanvas's tree map by class (:data:`STATUS_BY_TYPE`: not found → 404, bad
-input → 400, wrong state → 409); anything else is a real bug and stays a 500. Validation
-errors name the field with its location (``body.episode_count: Input should be a valid integer``).
+input → 400, wrong state → 409, a node-set server out of protocol → 502); anything else is a
+real bug and stays a 500. Validation errors name the field with its location (``body.episode_count: Input should be a valid integer``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,13 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from agentcanvas.errors import AgentCanvasError, NotFoundError, StateError, UserInputError
+from agentcanvas.errors import (
+    AgentCanvasError,
+    NotFoundError,
+    ProtocolError,
+    StateError,
+    UserInputError,
+)
 
 __all__ = ["STATUS_BY_TYPE", "install_error_handlers", "problem_of", "status_of"]
 
@@ -25,6 +31,7 @@ STATUS_BY_TYPE: Final[tuple[tuple[type[AgentCanvasError], int], ...]] = (
     (NotFoundError, 404),  # before its base, UserInputError
     (UserInputError, 400),
     (StateError, 409),
+    (ProtocolError, 502),  # a node-set server answered out of protocol (or another version)
 )
 """The status of each branch of the exception tree, most specific first; the rest is a 500."""
 
