@@ -2,7 +2,8 @@
 
 Errors from agentcanvas's tree map by class (:data:`STATUS_BY_TYPE`: not found → 404, bad
 input → 400, wrong state → 409, a node-set server out of protocol → 502); anything else is a
-real bug and stays a 500. Validation errors name the field with its location (``body.episode_count: Input should be a valid integer``).
+real bug and stays a 500. Validation errors name the field with its location
+(``body.episode_count: Input should be a valid integer``).
 """
 
 from __future__ import annotations
