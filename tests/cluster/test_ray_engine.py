@@ -16,6 +16,7 @@ from agentcanvas.eval.config import EvalRun
 from support.batched_nodesets import write_batched_workspace
 from support.cli import run_cli
 from support.ray_cluster import identities, live_actor_names, live_groups, run_graph
+from support.truth_workspace import write_truth_workspace
 from support.workspace import home_workspace
 
 pytestmark = pytest.mark.slow
@@ -118,3 +119,16 @@ def _logs(base: Path, run: EvalRun) -> list[list[dict[str, Any]]]:
         logs.append([{k: v for k, v in json.loads(x).items() if k != "latency_ms"} for x in lines])
     assert len(logs) == run.episodes_total
     return logs
+
+
+async def test_max_errors_stops_a_ray_run_as_failed(ray_cluster: Any, tmp_path: Path) -> None:
+    """The error budget on the Ray engine: counted when a result comes back, so past it no
+    further episode starts (one worker: exactly the third error stops the run)."""
+    workspace = write_truth_workspace(tmp_path / "ws")
+    run = await run_graph(
+        workspace, "raises", RayEngine(), episode_count=20, worker_count=1, max_errors=2
+    )
+    assert run.status == "failed"
+    assert run.error is not None and run.error.startswith("max_errors 2 exceeded: 3 episodes")
+    assert run.status_counts == {"error": 3}, run.status_counts
+    assert live_actor_names() == []

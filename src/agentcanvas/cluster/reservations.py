@@ -168,13 +168,17 @@ class ClusterReservations:
 
     def _update(self, address: str, held: dict[str, _Held]) -> bool:
         ray = import_ray()
-        for run_id, item in held.items():
-            if item.group is None and item.reservation.address == address:
-                item.group = create_group(item.reservation.plan, group_name(run_id))
-                item.ready = item.group.ready()
-        refs = [h.ready for h in held.values() if h.ready is not None]
-        placed = set(ray.wait(refs, num_returns=len(refs), timeout=0)[0]) if refs else set()
-        free = cluster_free() if len(placed) < len(refs) else {}
+        try:
+            for run_id, item in held.items():
+                if item.group is None and item.reservation.address == address:
+                    item.group = create_group(item.reservation.plan, group_name(run_id))
+                    item.ready = item.group.ready()
+            refs = [h.ready for h in held.values() if h.ready is not None]
+            placed = set(ray.wait(refs, num_returns=len(refs), timeout=0)[0]) if refs else set()
+            free = cluster_free() if len(placed) < len(refs) else {}
+        except BaseException:
+            self._store(held, lambda r, h: r)  # groups made for runs released meanwhile go
+            raise
         return self._store(held, lambda r, h: _next(r, h, address, placed, free))
 
     def _store(

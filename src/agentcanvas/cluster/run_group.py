@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +35,7 @@ __all__ = [
     "remove_group",
 ]
 
+log = logging.getLogger("agentcanvas.cluster")
 START_TIMEOUT_S = 300.0  # an actor's first start: a new node may install its runtime env
 
 
@@ -51,6 +53,20 @@ def group_by_id(group_id: str) -> Any:
     from ray.util.placement_group import PlacementGroup
 
     return PlacementGroup(PlacementGroupID.from_hex(group_id))
+
+
+def _granted_group(group_id: str) -> Any:
+    """The scheduler's group by id, checked to exist (ConfigError naming it, else)."""
+    ray = import_ray()
+    try:
+        group = group_by_id(group_id)
+        group.bundle_specs  # noqa: B018 - raises for an id Ray does not know
+    except (KeyError, ValueError, ray.exceptions.RayError) as exc:
+        raise ConfigError(
+            f"{PLACEMENT_GROUP_ENV}={group_id}: no such Ray placement group (the run's "
+            "reservation is gone); resume the run to queue it again"
+        ) from exc
+    return group
 
 
 def remove_group(group: Any) -> None:
@@ -87,18 +103,25 @@ class RunGroup:
     @classmethod
     async def acquire(cls, plan: PlacementPlan, run_key: str) -> RunGroup:
         """The group the scheduler reserved (``PLACEMENT_GROUP_ENV``), else a new one of
-        this process, once Ray has placed it."""
+        this process, once Ray has placed it. A reservation that no longer fits the run (a
+        manifest changed since it was queued, or a spec written before resources were
+        recorded) is released and the run reserves what it needs now."""
         granted = os.environ.get(PLACEMENT_GROUP_ENV)
+        run_group: RunGroup | None = None
         if granted:
-            group = group_by_id(granted)
+            group = await asyncio.to_thread(_granted_group, granted)
             bundles = await asyncio.to_thread(lambda: group.bundle_specs)
-            if not plan.same_bundles(bundles):
-                raise ConfigError(
-                    f"the placement group {granted} reserved for this run holds {bundles}, "
-                    f"but the run needs {[dict(b) for b in plan.bundles]}"
+            if plan.same_bundles(bundles):
+                run_group = cls(group, plan, owned=False)
+            else:
+                log.warning(
+                    "placement group %s holds %s but the run needs %s: reserving anew",
+                    granted,
+                    bundles,
+                    [dict(b) for b in plan.bundles],
                 )
-            run_group = cls(group, plan, owned=False)
-        else:
+                await asyncio.to_thread(remove_group, group)
+        if run_group is None:
             run_group = cls(create_group(plan, group_name(run_key)), plan, owned=True)
         await run_group._ready()
         return run_group
@@ -114,6 +137,10 @@ class RunGroup:
                 f"Ray could not place the run's actors within {START_TIMEOUT_S:g} s: "
                 f"{describe_wait(self.plan.demand(), free)}"
             ) from exc
+        except BaseException:  # cancelled while waiting: a group of ours must not outlive it
+            if self.owned:
+                self.remove()
+            raise
 
     def remove(self) -> None:
         remove_group(self.group)

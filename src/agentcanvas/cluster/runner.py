@@ -179,8 +179,9 @@ class RayEvalRunner(BatchEvalRunner):
         result.attempts = item.attempt
         if self.cancel_event.is_set() and result.status in ("error", "exception", "timeout"):
             result.status, result.error = "cancelled", "cancelled with the run"
+        self._spend_error_budget(result)  # before the writes: past it, no episode starts
         await asyncio.to_thread(self._write_files, result.index, reply)
-        await self._record(result)
+        await self._persist_result(result)
         return result
 
     def _write_files(self, index: int, reply: EpisodeReply) -> None:

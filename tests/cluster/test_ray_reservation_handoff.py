@@ -1,0 +1,55 @@
+"""The eval process's side of a reservation: the group the scheduler hands over in
+``AGENTCANVAS_RAY_PLACEMENT_GROUP`` is used when it fits the run, released and reserved anew
+when it does not (a manifest changed since the run was queued), and refused by name when it
+is gone."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from agentcanvas.cluster.placement import PLACEMENT_GROUP_ENV, plan_placement
+from agentcanvas.cluster.run_group import RunGroup, create_group
+from agentcanvas.errors import ConfigError
+from support.ray_cluster import live_groups
+
+pytestmark = pytest.mark.slow
+
+
+async def test_a_fitting_reservation_is_used_as_it_is(
+    ray_cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plan = plan_placement(1, {})
+    granted = create_group(plan, "agentcanvas:handoff-fits")
+    monkeypatch.setenv(PLACEMENT_GROUP_ENV, granted.id.hex())
+    run_group = await RunGroup.acquire(plan, "handoff-fits")
+    try:
+        assert run_group.group_id == granted.id.hex() and not run_group.owned
+    finally:
+        run_group.remove()
+    assert live_groups() == []
+
+
+async def test_a_reservation_that_no_longer_fits_is_released_and_made_anew(
+    ray_cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stale = create_group(plan_placement(2, {}), "agentcanvas:handoff-stale")  # 2 workers
+    monkeypatch.setenv(PLACEMENT_GROUP_ENV, stale.id.hex())
+    plan = plan_placement(1, {})  # the run needs 1 now
+    run_group = await RunGroup.acquire(plan, "handoff-new")
+    try:
+        assert run_group.owned and run_group.group_id != stale.id.hex()
+        assert live_groups() == [run_group.group_id]  # the stale one was removed
+        assert plan.same_bundles(run_group.group.bundle_specs)
+    finally:
+        run_group.remove()
+    assert live_groups() == []
+
+
+async def test_a_reservation_that_is_gone_is_refused_naming_it(
+    ray_cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(PLACEMENT_GROUP_ENV, "ab" * 18)  # the form of an id Ray never made
+    with pytest.raises(ConfigError, match=f"{PLACEMENT_GROUP_ENV}=abab.*no such Ray placement"):
+        await RunGroup.acquire(plan_placement(1, {}), "handoff-gone")
