@@ -130,3 +130,25 @@ def _waiting(backend: Backend, run_id: str) -> dict[str, Any] | None:
 def _running_group(backend: Backend, run_id: str) -> str:
     (entry,) = [r for r in backend.queue()["running"] if r["run_id"] == run_id]
     return str(entry["placement"]["placement_group"])
+
+
+def test_a_cancelled_ray_run_resumes_over_rest_without_loading_models_in_the_backend(
+    ray_cluster: Any, backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """POST /resume of a cancelled Ray run: it queues again, runs only its missing episodes
+    in a new placement group and ends with the local engine's records; the backend starts
+    no shared server for it (the Ray engine brings its own model actor)."""
+    n = 6  # per task
+    run_id = backend.start_run("slow_graph", n, 2, engine="ray", ray_address=ray_cluster.address)
+    poll_until(lambda: backend.status(run_id).get("episodes_done", 0) >= 2, "two episodes", 120.0)
+    backend.cancel(run_id)
+    first = backend.wait_status(run_id, "cancelled")
+    assert first["episodes_done"] < first["episodes_total"]
+    assert backend.api("POST", f"/api/eval/v2/resume/{run_id}")["status"] == "queued"
+    done = backend.wait_status(run_id, "completed", deadline_s=180.0)
+    assert backend.api("GET", "/api/nodesets")["servers"] == {}  # nothing loaded here
+    monkeypatch.setenv("AGENTCANVAS_HOME", str(backend.workspace))  # its servers find it
+    local = asyncio.run(run_graph(backend.workspace, "slow_graph", episode_count=n, worker_count=1))
+    resumed = [EpisodeResult.model_validate(e) for e in done["episodes"]]
+    assert [e.identity() for e in sorted(resumed, key=lambda e: e.index)] == identities(local)
+    poll_until(lambda: live_actor_names() == [], "the run's actors to be gone", 30.0)

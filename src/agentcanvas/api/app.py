@@ -81,6 +81,8 @@ async def _rebind_shared(svc: ProcessServices) -> None:
         try:
             spec = RunSpec.read(job.run_dir)
             graph = spec.graph_model(source=f"run {job.run_id} spec.json")
+            if spec.config.engine == "ray":  # its own model actors: nothing to load here
+                continue
             urls = await svc.registry.ensure_shared_nodesets_for_graph(graph)
         except AgentCanvasError as exc:
             log.error("run %s: cannot start its shared node sets: %s", job.run_id, exc)

@@ -222,7 +222,8 @@ async def resume(run_id: RunId, request: Request) -> dict[str, str]:
     await _until_reaped(svc, run_id)
     spec = RunSpec.read(run_dir)  # ConfigError (400) naming the field when it was damaged
     graph = spec.graph_model(source=f"run {run_id} spec.json")
-    urls = await svc.registry.ensure_shared_nodesets_for_graph(graph)
+    ray = spec.config.engine == "ray"  # the Ray engine runs its own model actors
+    urls = {} if ray else await svc.registry.ensure_shared_nodesets_for_graph(graph)
     try:
         svc.scheduler.resume(run_id, urls, sorted(urls))
     except StateError:
