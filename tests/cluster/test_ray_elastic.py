@@ -64,17 +64,24 @@ async def _started(base: Path, episodes: int) -> dict[str, Any]:
     return await asyncio.to_thread(poll_until, ready, f"{episodes} episodes done", 120.0)
 
 
+async def _two_episodes_into(engine: RayEngine, workspace: Path) -> asyncio.Task[EvalRun]:
+    """A 2-worker Ray run of the slow graph in a fresh ``workspace``, two episodes in."""
+    write_slow_workspace(workspace)
+    run = asyncio.create_task(
+        run_graph(workspace, "slow_graph", engine, episode_count=EPISODES, worker_count=2)
+    )
+    await _started(workspace / "runs", 2)
+    return run
+
+
 async def test_node_removed_mid_run(
     ray_cluster: Any, slow_workspace: Path, reference: EvalRun, tmp_path: Path
 ) -> None:
     """The node of a worker is removed: its episode is retried elsewhere with the same seed,
     the run completes with the records of the uninterrupted run and attempts > 1."""
     workspace = tmp_path / "ws"
-    write_slow_workspace(workspace)
-    run = asyncio.create_task(
-        run_graph(workspace, "slow_graph", RayEngine(), episode_count=EPISODES, worker_count=2)
-    )
-    summary = await _started(workspace / "runs", 2)
+    run = await _two_episodes_into(RayEngine(), workspace)
+    summary = _summary(workspace / "runs")
     head = ray_cluster.head_node.node_id
     nodes = {n.node_id: n for n in ray_cluster.worker_nodes}
     placed = [ids[-1] for ids in summary["determinism"]["worker_nodes"].values()]
@@ -102,13 +109,8 @@ async def test_worker_actor_killed_mid_episode(
     run's."""
     import ray
 
-    workspace = tmp_path / "ws"
-    write_slow_workspace(workspace)
     engine = RayEngine()
-    run = asyncio.create_task(
-        run_graph(workspace, "slow_graph", engine, episode_count=EPISODES, worker_count=2)
-    )
-    await _started(workspace / "runs", 2)
+    run = await _two_episodes_into(engine, tmp_path / "ws")
     assert engine.group is not None
     ray.kill(engine.group.actors[0], no_restart=False)  # mid-episode: the slow env is busy
     done = await asyncio.wait_for(run, 180)
@@ -128,13 +130,8 @@ async def test_model_actor_killed_mid_run(
     import ray
     from ray._private import state
 
-    workspace = tmp_path / "ws"
-    write_slow_workspace(workspace)
     engine = RayEngine()
-    run = asyncio.create_task(
-        run_graph(workspace, "slow_graph", engine, episode_count=EPISODES, worker_count=2)
-    )
-    await _started(workspace / "runs", 2)
+    run = await _two_episodes_into(engine, tmp_path / "ws")
     model = engine.models["probe_model"]
     ray.kill(model, no_restart=False)
     done = await asyncio.wait_for(run, 180)

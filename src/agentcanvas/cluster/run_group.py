@@ -2,10 +2,11 @@
 
 An eval process admitted by the scheduler finds the group reserved for it in
 ``PLACEMENT_GROUP_ENV`` (its hex id): it checks that the group's bundles are the ones its own
-plan needs and uses it. Without one (a foreground ``agentcanvas eval``, a local Ray) it
-reserves its own group and waits until Ray has placed it, up to ``START_TIMEOUT_S``, then
-fails naming what the cluster lacks. Either way the group is removed when the run ends
-(removing a removed group is a no-op, so the scheduler may remove it again when it reaps).
+plan needs and uses it (one that no longer fits is released and reserved anew). Without one
+(a foreground ``agentcanvas eval``, a local Ray) it reserves its own group and waits until Ray
+has placed it, up to ``START_TIMEOUT_S``, then fails naming what the cluster lacks. Either
+way the group is removed when the run ends (removing a removed group is a no-op, so the
+scheduler may remove it again when it reaps).
 """
 
 from __future__ import annotations
@@ -55,18 +56,18 @@ def group_by_id(group_id: str) -> Any:
     return PlacementGroup(PlacementGroupID.from_hex(group_id))
 
 
-def _granted_group(group_id: str) -> Any:
-    """The scheduler's group by id, checked to exist (ConfigError naming it, else)."""
+def _granted_group(group_id: str) -> tuple[Any, Any]:
+    """The scheduler's group by id and its bundles (ConfigError naming it when Ray does not
+    know the id)."""
     ray = import_ray()
     try:
         group = group_by_id(group_id)
-        group.bundle_specs  # noqa: B018 - raises for an id Ray does not know
+        return group, group.bundle_specs
     except (KeyError, ValueError, ray.exceptions.RayError) as exc:
         raise ConfigError(
             f"{PLACEMENT_GROUP_ENV}={group_id}: no such Ray placement group (the run's "
             "reservation is gone); resume the run to queue it again"
         ) from exc
-    return group
 
 
 def remove_group(group: Any) -> None:
@@ -109,8 +110,7 @@ class RunGroup:
         granted = os.environ.get(PLACEMENT_GROUP_ENV)
         run_group: RunGroup | None = None
         if granted:
-            group = await asyncio.to_thread(_granted_group, granted)
-            bundles = await asyncio.to_thread(lambda: group.bundle_specs)
+            group, bundles = await asyncio.to_thread(_granted_group, granted)
             if plan.same_bundles(bundles):
                 run_group = cls(group, plan, owned=False)
             else:
