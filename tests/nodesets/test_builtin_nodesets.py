@@ -136,6 +136,24 @@ async def test_minigrid_on_load_and_step(registry: WorkspaceComponentRegistry) -
     assert "frame" not in after  # render is off
 
 
+async def test_minigrid_view_is_the_one_the_level_computes_after_every_step(
+    registry: WorkspaceComponentRegistry,
+) -> None:
+    """The step reuses the view reset / step computed instead of asking the level again: it
+    must be the view ``gen_obs`` gives at that state, after observing, acting and finishing,
+    and a caller that writes into it changes nothing the next call returns."""
+    env = _fresh(registry, "env_minigrid")
+    await _play(env, task_id="BabyAI-GoToLocal-v0", seed=5)
+    sim = env.state.env.unwrapped
+    actions = [None, 0, FORWARD, FORWARD, 1, FORWARD, None, 2, 0, 0, FORWARD]
+    for step, action in enumerate(actions):
+        inputs = {} if action is None else {"action": action}
+        view = env.call_sync("step", {}, inputs, _ctx(step))["image"]
+        assert np.array_equal(view, sim.gen_obs()["image"]), f"step {step}"
+        view[...] = 0  # the caller's copy
+    assert np.array_equal(env.call_sync("step", {}, {}, _ctx(99))["image"], sim.gen_obs()["image"])
+
+
 async def test_minigrid_same_seed_same_level(registry: WorkspaceComponentRegistry) -> None:
     env = _fresh(registry, "env_minigrid")
     grids = []

@@ -7,8 +7,9 @@ What an episode boundary costs does not grow with the
 run (issue 13): the episode's episode.json is written, its record appended to
 ``episodes.jsonl`` (see :mod:`agentcanvas.eval.records`), the counts updated in place, and
 summary.json rewritten atomically (without fsync: recover rebuilds it) — bounded: counts,
-status counts and the latest aggregates, no per-episode records.
-That rewrite is the live progress channel.
+status counts and the latest aggregates, no per-episode records — at most every
+LIVE_SAVE_MIN_INTERVAL_S; the live aggregates' refresh, which follows every new result,
+saves what a skipped rewrite left out. That rewrite is the live progress channel.
 
 Live aggregates are recomputed by one owned task, off the recording path, from a snapshot of
 the results, as often as their cost allows (at most LIVE_AGGREGATE_DUTY of the wall time,
@@ -58,13 +59,14 @@ from agentcanvas.eval.events import (
 from agentcanvas.eval.seeding import episode_seed
 from agentcanvas.eval.store import RunDir
 from agentcanvas.eval.worker_pool import EnvWorkerPool, WorkerHandle, partition_contiguous
-from agentcanvas.fileio import atomic_write_json, encode_jsonl_line
+from agentcanvas.fileio import atomic_write_json, encode_jsonl_line, make_dirs
 from agentcanvas.graph.executor import ExecutionPrinciples
 from agentcanvas.graph.model import Graph
 from agentcanvas.server.registry import WorkspaceComponentRegistry
 
 LIVE_AGGREGATE_MIN_INTERVAL_S = 0.25  # live aggregates are refreshed at most this often
 LIVE_AGGREGATE_DUTY = 0.1  # and take at most this share of the run's wall time
+LIVE_SAVE_MIN_INTERVAL_S = 0.2  # an episode's recording rewrites summary.json at most this often
 log = logging.getLogger(__name__)
 RETRYABLE = ("error", "exception", "timeout")
 MAX_RECORDINGS_IN_FLIGHT = 2  # per worker: episodes written while the next ones run
@@ -89,17 +91,32 @@ def plan_episodes(config: EvalConfig, graph: Graph, run_key: str) -> list[Episod
 
 
 class _EpisodeLog:
-    """Appends one episode's node firings to its log.jsonl as they happen, on a file kept
-    open for the episode: one ``write`` per firing, no open/close each (issue 13)."""
+    """One episode's node firings for its log.jsonl: encoded as they happen, written in one
+    go when the episode is recorded (``close``, in the recording thread, before its
+    episode.json) — and meanwhile whenever FLUSH_BYTES have gathered, so a long episode holds
+    little in memory. The first write creates the episode's folder and truncates what an
+    earlier attempt (a retry, a resume) left; an episode that crashes with its process is
+    run again, so the lines it had not written are lost with nothing else (issue 13: a
+    ``write`` per firing cost more than the firing)."""
+
+    FLUSH_BYTES: ClassVar[int] = 256 * 1024
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self._lines = bytearray()
         self._fd: int | None = None
 
     def record(self, entry: dict[str, Any]) -> None:
-        line = memoryview(encode_jsonl_line(self.path, entry))
+        self._lines += encode_jsonl_line(self.path, entry)
+        if len(self._lines) >= self.FLUSH_BYTES:
+            self._flush()
+
+    def _flush(self) -> None:
+        line = memoryview(bytes(self._lines))
+        self._lines.clear()
         try:
-            if self._fd is None:  # a retry or a resume starts the log afresh
+            if self._fd is None:
+                make_dirs(self.path.parent)
                 flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_TRUNC
                 self._fd = os.open(self.path, flags, 0o666)
             while line:
@@ -108,6 +125,19 @@ class _EpisodeLog:
             raise RunError(f"cannot append to {str(self.path)!r}: {exc.strerror or exc}") from exc
 
     def close(self) -> None:
+        """Write what is left and close; an episode that fired nothing leaves no log (nor
+        the one an earlier attempt left)."""
+        try:
+            if self._lines:
+                self._flush()
+            elif self._fd is None:
+                self.path.unlink(missing_ok=True)
+        finally:
+            self.discard()
+
+    def discard(self) -> None:
+        """Drop what is not written yet (an attempt that is retried) and close."""
+        self._lines.clear()
         fd, self._fd = self._fd, None
         if fd is not None:
             os.close(fd)
@@ -148,6 +178,7 @@ class BatchEvalRunner:
         self._status_counts: dict[str, int] = {}
         self._timeouts: set[int] = set()
         self._new_results = asyncio.Event()
+        self._saved_live_at = -float("inf")  # monotonic time of the last live summary.json
         self._stored = 0  # results stored so far (a resumed one counts too)
         self._final_for: int | None = None  # _stored when the complete summary was made
         self._episodes_json: list[dict[str, Any]] = []  # the complete summary's records
@@ -299,7 +330,6 @@ class BatchEvalRunner:
     async def _attempt(
         self, handle: WorkerHandle, spec: EpisodeSpec, client: str = ""
     ) -> EpisodeResult:
-        episode_dir = self.run_dir.create_episode(spec.index)  # its episode.json goes here
         if self.cancel_event.is_set():
             return EpisodeResult(
                 index=spec.index,
@@ -309,8 +339,6 @@ class BatchEvalRunner:
                 status="cancelled",
                 error="cancelled with the run",
             )
-        log_path = self.run_dir.episode_log_path(spec.index)
-        log_path.unlink(missing_ok=True)  # a retry or a resume starts the log afresh
         wiring = EpisodeWiring(
             resolver=self.registry,
             env=handle.env,
@@ -324,26 +352,26 @@ class BatchEvalRunner:
             per_step_timeout_s=self.config.per_step_timeout_s,
             episode_timeout_s=self.config.episode_timeout_s,
             render=media.renders(self.config),
-            log=self._new_log(spec.index, log_path),
+            log=self._new_log(spec.index),
             asset_dir=str(self.run_dir.episode_assets_dir(spec.index))
             if media.renders(self.config)
             else "",
             cancel=self.cancel_event,
         )
-        assert episode_dir.exists()
         result = await run_episode(self.graph, spec, wiring, options)
         if options.render:  # without frames there is nothing to discard: no thread hop
             assets = self.run_dir.episode_assets_dir(spec.index)  # before episode.json: final
             await asyncio.to_thread(media.discard_unwanted_frames, self.config, result, assets)
         return result
 
-    def _new_log(self, index: int, path: Path) -> _EpisodeLog | None:
+    def _new_log(self, index: int) -> _EpisodeLog | None:
+        """The attempt's firing log (its folder is made when it is first written)."""
         if not self.config.record_log:
             return None
         previous = self._logs.get(index)
-        if previous is not None:  # an earlier attempt's
-            previous.close()
-        log = self._logs[index] = _EpisodeLog(path)
+        if previous is not None:  # an earlier attempt's: this one starts the log afresh
+            previous.discard()
+        log = self._logs[index] = _EpisodeLog(self.run_dir.episode_log_path(index))
         return log
 
     async def _require_shared(self) -> None:
@@ -414,11 +442,14 @@ class BatchEvalRunner:
             self._timeouts.add(result.index)
 
     def _write_episode(self, result: EpisodeResult) -> None:
-        """Close the episode's log, write its episode.json (the durable record) before
-        anything else mentions the episode."""
+        """Make the episode's folder, write its log, then its episode.json (the durable
+        record) before anything else mentions the episode."""
+        self.run_dir.create_episode(result.index)
         episode_log = self._logs.pop(result.index, None)
         if episode_log is not None:
             episode_log.close()
+        elif self.config.record_log:  # no attempt ran: none of an earlier one may stay
+            self.run_dir.episode_log_path(result.index).unlink(missing_ok=True)
         atomic_write_json(
             self.run_dir.episode_json_path(result.index),
             {
@@ -429,10 +460,15 @@ class BatchEvalRunner:
         )
 
     def _persist(self, result: EpisodeResult) -> None:
-        """Its index line (episode.json is on disk), then the bounded summary."""
+        """Its index line (episode.json is on disk), then the bounded summary — at most every
+        LIVE_SAVE_MIN_INTERVAL_S (the live aggregates' refresh, which follows every new
+        result, saves the latest counts when this one did not)."""
         records.append_record(self.run_dir, result)
         self._refresh_progress()
-        self.save()
+        now = time.monotonic()
+        if now - self._saved_live_at >= LIVE_SAVE_MIN_INTERVAL_S:
+            self._saved_live_at = now
+            self.save()
 
     async def _live_aggregates(self) -> None:
         """Refresh the summary's aggregates while the run goes, as often as their cost allows.
@@ -451,6 +487,8 @@ class BatchEvalRunner:
             async with self.results_lock:
                 self.run.aggregate_metrics, self.run.aggregate_by_task = overall, by_task
                 self.run.episodes_aggregated = len(snapshot)
+                self._saved_live_at = time.monotonic()
+                await asyncio.to_thread(self.save)  # the counts and these aggregates
             cost = time.monotonic() - started
             period = max(LIVE_AGGREGATE_MIN_INTERVAL_S, cost / LIVE_AGGREGATE_DUTY)
             await asyncio.sleep(period - cost)

@@ -18,7 +18,7 @@ from typing import Any, Literal, Protocol
 import numpy as np
 
 from agentcanvas.errors import ConfigError, ServerTimeoutError, describe
-from agentcanvas.graph.model import DEFAULT_STEP_BUDGET, GRAPH_SCOPE_ID, Graph, Node
+from agentcanvas.graph.model import DEFAULT_STEP_BUDGET, GRAPH_SCOPE_ID, Edge, Graph, Node
 from agentcanvas.graph.ready import ReadySet, same_iteration_deps
 from agentcanvas.graph.summarize import summarize
 from agentcanvas.nodes.assets import save_frame
@@ -120,6 +120,12 @@ class GraphExecutor:
         self._log = log
         self._events = events
         self._deps = same_iteration_deps(graph)
+        self._ready = ReadySet(self._deps)  # reset at each iteration
+        self._nodes = {n.id: n for n in graph.nodes}
+        self._incoming: dict[str, list[Edge]] = {n.id: [] for n in graph.nodes}
+        for edge in graph.edges:
+            if edge.target.node in self._incoming:
+                self._incoming[edge.target.node].append(edge)
         self._specs = {n.id: resolver.node_spec(n.type) for n in graph.nodes}
         self._handles = {ns: self._handle(ns) for ns in graph.nodesets()}
         self._local_deadlines = {
@@ -216,9 +222,7 @@ class GraphExecutor:
         self, node_id: str, outputs: dict[str, dict[str, Any]], carry: dict[tuple[str, str], Any]
     ) -> dict[str, Any]:
         inputs: dict[str, Any] = {}
-        for edge in self.graph.edges:
-            if edge.target.node != node_id:
-                continue
+        for edge in self._incoming[node_id]:
             if edge.next_iteration:
                 key = (node_id, edge.target.port)
                 if key in carry:
@@ -233,13 +237,22 @@ class GraphExecutor:
     async def _run_iteration(
         self, step: int, carry: dict[tuple[str, str], Any]
     ) -> dict[str, dict[str, Any]]:
-        ready = ReadySet(self._deps)
+        ready = self._ready
         ready.start_iteration()
         outputs: dict[str, dict[str, Any]] = {}
         running: dict[asyncio.Task[dict[str, Any]], str] = {}
         try:
             while not ready.complete:
-                self._launch_ready(step, ready, outputs, carry, running)
+                launch = self._launchable(step, ready, outputs, carry)
+                if len(launch) == 1 and not running:
+                    # Alone: nothing could run beside it, so it fires in this task (a task
+                    # and a wait per firing cost more than a fast node itself).
+                    node, inputs = launch[0]
+                    outputs[node.id] = await self._fire(step, node, inputs)
+                    ready.finish(node.id)
+                    continue
+                for node, inputs in launch:
+                    running[asyncio.create_task(self._fire(step, node, inputs))] = node.id
                 if not running:
                     break
                 finished, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
@@ -251,14 +264,16 @@ class GraphExecutor:
             await _cancel_all(running)
         return outputs
 
-    def _launch_ready(
+    def _launchable(
         self,
         step: int,
         ready: ReadySet,
         outputs: dict[str, dict[str, Any]],
         carry: dict[tuple[str, str], Any],
-        running: dict[asyncio.Task[dict[str, Any]], str],
-    ) -> None:
+    ) -> list[tuple[Node, dict[str, Any]]]:
+        """The ready nodes that can fire, with their inputs, in launch order (by id); a node
+        missing a required input is recorded as skipped (which may ready others)."""
+        launch: list[tuple[Node, dict[str, Any]]] = []
         while batch := ready.take_ready():
             for node_id in batch:
                 inputs = self._inputs_for(node_id, outputs, carry)
@@ -270,8 +285,8 @@ class GraphExecutor:
                     outputs[node_id] = {}
                     ready.finish(node_id)
                     continue
-                node = self.graph.node(node_id)
-                running[asyncio.create_task(self._fire(step, node, inputs))] = node_id
+                launch.append((self._nodes[node_id], inputs))
+        return launch
 
     async def _fire(self, step: int, node: Node, inputs: dict[str, Any]) -> dict[str, Any]:
         spec = self._specs[node.id]
@@ -340,7 +355,7 @@ class GraphExecutor:
         entry = {
             "step": step,
             "node": node_id,
-            "type": self.graph.node(node_id).type,
+            "type": self._nodes[node_id].type,
             "status": status,
             "latency_ms": round(latency_ms, 3),
             "inputs": summarize(inputs),

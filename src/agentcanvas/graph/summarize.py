@@ -12,11 +12,43 @@ __all__ = ["MAX_ITEMS", "MAX_STR", "summarize"]
 MAX_STR = 120
 MAX_ITEMS = 16
 
+# ``str(dtype)`` runs Python code in numpy 2 (a few µs): every firing-log entry names the
+# dtypes of its arrays, so each dtype's name is computed once.
+_DTYPE_NAMES: dict[np.dtype[Any], str] = {}
+
+
+def _array(value: np.ndarray[Any, Any]) -> str:
+    dtype = value.dtype
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(dtype)
+    return f"{name}[{','.join(map(str, value.shape))}]"
+
 
 def summarize(value: Any, depth: int = 0) -> Any:
     """Arrays become ``"uint8[7,7,3]"``; long strings and containers are cut; floats stay exact."""
+    kind = type(value)
+    if kind is int or kind is bool or value is None:  # the common cases first, exact types
+        return value
+    if kind is float:
+        return value if math.isfinite(value) else str(value)
+    if kind is str:
+        return value if len(value) <= MAX_STR else value[:MAX_STR] + "…"
+    if kind is np.ndarray:
+        return _array(value)
+    if kind is dict and depth < 3:
+        if len(value) > MAX_ITEMS:
+            value = dict(list(value.items())[:MAX_ITEMS])
+        return {str(k): summarize(v, depth + 1) for k, v in value.items()}
+    if kind is list and depth < 3:
+        return [summarize(v, depth + 1) for v in value[:MAX_ITEMS]]
+    return _other(value, depth)
+
+
+def _other(value: Any, depth: int) -> Any:
+    """Subclasses, numpy scalars, bytes, tuples and what is too deep: the general rules."""
     if isinstance(value, np.ndarray):
-        return f"{value.dtype}[{','.join(str(d) for d in value.shape)}]"
+        return _array(value)
     if isinstance(value, np.generic):
         return summarize(value.item(), depth)
     if isinstance(value, float):

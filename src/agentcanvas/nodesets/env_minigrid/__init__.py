@@ -74,6 +74,7 @@ class MiniGridState:
         self.finished = False
         self.success = False
         self.shortest = 0
+        self.image: np.ndarray | None = None  # the egocentric view of the last reset / step
         self.step_latency_ms = 0.0
         self.render = False
 
@@ -84,7 +85,8 @@ class MiniGridState:
                 warnings.simplefilter("ignore")
                 self.env = gym.make(level)
             self.level = level
-        self.env.reset(seed=seed)
+        obs, _ = self.env.reset(seed=seed)
+        self.image = obs["image"]
         self.steps, self.total_return = 0, 0.0
         self.finished = self.success = False
         self.shortest = self._shortest_path()
@@ -127,7 +129,7 @@ class MiniGridState:
     def close(self) -> None:
         if self.env is not None:
             self.env.close()
-        self.env, self.level = None, None
+        self.env, self.level, self.image = None, None, None
 
 
 class MiniGridPanel(TaskPanel):
@@ -223,7 +225,8 @@ def step(
     if acted:
         if state.step_latency_ms > 0:
             time.sleep(state.step_latency_ms / 1000.0)
-        _, r, terminated, truncated, _ = state.env.step(int(inputs["action"]))
+        obs, r, terminated, truncated, _ = state.env.step(int(inputs["action"]))
+        state.image = obs["image"]
         reward = float(r)
         state.steps += 1
         state.total_return += reward
@@ -237,8 +240,11 @@ def step(
 
 def _observation(state: MiniGridState, env: Any, reward: float) -> dict[str, Any]:
     cells, mode = state.targets()
+    # The view reset / step already computed (``gen_obs`` again would cost as much as the
+    # step itself); a copy, so that no caller shares the state's array.
+    image = state.image if state.image is not None else env.gen_obs()["image"]
     out: dict[str, Any] = {
-        "image": env.gen_obs()["image"],
+        "image": image.copy(),
         "grid": state.grid(),
         "agent_pos": [int(env.agent_pos[0]), int(env.agent_pos[1])],
         "agent_dir": int(env.agent_dir),
