@@ -6,7 +6,7 @@ For N = 1, 4, 8 tagged servers of one replicated node set (default ``env_minigri
 BabyAI env of ``babyai_oracle``), measured in the same run:
 
 - ``spawn``: every server a fresh ``python -m agentcanvas.server.auto_host`` (imports FastAPI,
-  uvicorn, pyzmq and the node sets, loads its node set);
+  uvicorn, msgspec and the node sets, loads its node set);
 - ``fork``: a template process per node set loads all that once and forks each server
   (`agentcanvas.server.forkserver`). Its cold start includes starting the template.
 

@@ -6,7 +6,8 @@ Measured in one run, on this machine, one call at a time (latency, not throughpu
 
 - ``in-process``: ``LocalNodeSet.call`` of the bench node (the floor);
 - ``proxied``: the same node served by ``auto_host`` and called through ``RemoteNodeSet``
-  (ZeroMQ DEALER -> ROUTER on an abstract unix socket, msgpack header + raw array frames);
+  (the call socket, `server.rpc`: an abstract unix socket, msgpack header + raw array frames;
+  the bench node set is replicated, so the server runs the call on the connection's thread);
 - ``AsyncVectorEnv``: ``envs.step`` of a trivial ``gymnasium.Env`` in a subprocess
   (``num_envs=1``), pickling over a pipe (``shared_memory=False``) or writing the
   observation to shared memory (``shared_memory=True``).
@@ -16,9 +17,10 @@ and ``obs`` (a 64×64×3 uint8 observation, as a step returns it). The bench nod
 written to a temporary workspace that the server finds through ``AGENTCANVAS_HOME``.
 
 A second table splits a proxied no-op call into layers, to show where the time goes: the
-wire format alone, the server answering a pre-encoded request on a raw DEALER socket, the rpc
+wire format alone, the server answering a pre-encoded request on a plain socket, the rpc
 client (deadline, dead-server watch, encode/decode), the full call, and the same call over the
-server's HTTP route (uvicorn + httpx; the per-call path before ZeroMQ was HTTP, for comparison).
+server's HTTP route (uvicorn + httpx; the per-call path was HTTP before it was ZeroMQ, and
+ZeroMQ before it was this socket, for comparison).
 
 ``--cpus same`` puts caller and callees on one CPU (the figures are then CPU cost alone);
 ``--cpus split`` puts them on two (every call then pays cross-CPU wake-ups, as parallel
@@ -34,6 +36,7 @@ import asyncio
 import contextlib
 import importlib.util
 import os
+import socket
 import statistics
 import sys
 import tempfile
@@ -48,12 +51,10 @@ from typing import Any
 import gymnasium as gym
 import httpx
 import numpy as np
-import zmq
-import zmq.asyncio
 
 from agentcanvas import wire
 from agentcanvas.nodes.base import CallContext
-from agentcanvas.server import protocol
+from agentcanvas.server import protocol, rpc
 from agentcanvas.server.launcher import LocalProcessLauncher
 from agentcanvas.server.proxy import RemoteNodeSet, fetch_manifest
 from agentcanvas.server.registry import WorkspaceComponentRegistry
@@ -238,16 +239,16 @@ async def layer_rows(url: str, remote: RemoteNodeSet) -> AsyncIterator[dict[str,
     args = {"node": "noop", "config": {}, "inputs": {}, "ctx": CTX.__dict__}
     call, noop = {"id": 1, "op": "call", "args": args}, {"id": 1, "ok": {"outputs": {}}}
     obs = {"id": 1, "ok": {"outputs": {"obs": np.zeros(OBS_SHAPE, np.uint8)}}}
-    rpc = await remote._calls()  # the layer under RemoteNodeSet.call, on purpose
-    context = zmq.asyncio.Context()
-    dealer = context.socket(zmq.DEALER)
-    dealer.setsockopt(zmq.LINGER, 0)
-    dealer.connect(rpc.endpoint)
+    client = await remote._calls()  # the layer under RemoteNodeSet.call, on purpose
+    raw = await asyncio.to_thread(_raw_connection, client.endpoint)
     request = wire.encode(call)
+    loop = asyncio.get_running_loop()
 
-    async def raw_call() -> list[zmq.Frame]:
-        await dealer.send_multipart(request, copy=False)
-        return await dealer.recv_multipart(copy=False)
+    async def raw_call() -> list[memoryview]:
+        """A pre-encoded request on a blocking socket, answered: the server and the socket."""
+        rpc.send_message(raw, request)
+        await _readable(loop, raw)
+        return rpc.recv_message(raw)
 
     try:
         async with httpx.AsyncClient(base_url=url) as http:
@@ -259,9 +260,10 @@ async def layer_rows(url: str, remote: RemoteNodeSet) -> AsyncIterator[dict[str,
                 "wire: the same for the 64x64x3 answer": Row(
                     lambda: wire.decode(wire.encode(obs)), False
                 ),
-                "server: pre-encoded request on a raw DEALER": Row(raw_call, True),
+                "server: pre-encoded request on a raw socket": Row(raw_call, True),
                 "+ RpcClient (deadline, death watch, wire)": Row(
-                    lambda: rpc.request("call", args, "/call/noop", 10.0, protocol.CallReply), True
+                    lambda: client.request("call", args, "/call/noop", 10.0, protocol.CallReply),
+                    True,
                 ),
                 "+ RemoteNodeSet.call": Row(lambda: remote.call("noop", {}, {}, CTX), True),
                 "HTTP /call/noop (uvicorn + httpx)": Row(
@@ -274,8 +276,26 @@ async def layer_rows(url: str, remote: RemoteNodeSet) -> AsyncIterator[dict[str,
                 ),
             }
     finally:
-        dealer.close(linger=0)
-        context.term()
+        raw.close()
+
+
+def _raw_connection(endpoint: str) -> socket.socket:
+    if endpoint.startswith("ipc://@"):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect("\0" + endpoint[len("ipc://@") :])
+        return sock
+    host, _, port = endpoint[len("tcp://") :].rpartition(":")
+    return socket.create_connection((host, int(port)))
+
+
+async def _readable(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
+    """Wait in the event loop (as the client does) until ``sock`` has bytes to read."""
+    ready = loop.create_future()
+    loop.add_reader(sock.fileno(), ready.set_result, None)
+    try:
+        await ready
+    finally:
+        loop.remove_reader(sock.fileno())
 
 
 def run(n_calls: int, placement: Placement) -> dict[str, Stats]:
@@ -303,7 +323,7 @@ def print_tables(table: dict[str, Stats]) -> None:
             ave = table[f"AsyncVectorEnv shm={shm} {payload}"]
             ratio, ratio_p99 = proxied.median_us / ave.median_us, proxied.p99_us / ave.p99_us
             print(f"  {payload:<6} vs shm={shm!s:<5}  median {ratio:5.2f}x   p99 {ratio_p99:5.2f}x")
-    print(f"\nwhere a proxied no-op call goes (ZeroMQ; HTTP: {http_implementation()})")
+    print(f"\nwhere a proxied no-op call goes (call socket; HTTP: {http_implementation()})")
     print(f"  {'layer':<44} {'median µs':>10} {'p99 µs':>10}")
     for label, s in table.items():
         if label.startswith(LAYER_PREFIXES):

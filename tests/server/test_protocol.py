@@ -52,8 +52,8 @@ def fleet() -> ServerFleet:
 # -- the version ----------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "reply",
-    [served("2.0"), served("0.9"), {"protocol_version": "2.0", "node_set": {"name": "probe"}}],
-    ids=["2.0", "0.9", "2.0, another shape"],
+    [served("3.0"), served("1.0"), {"protocol_version": "3.0", "node_set": {"name": "probe"}}],
+    ids=["3.0", "1.0 (ZeroMQ calls)", "3.0, another shape"],
 )
 async def test_a_server_of_another_major_version_is_refused_when_borrowed(
     reply: dict[str, Any],

@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
+import struct
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -16,14 +18,12 @@ import httpx
 import numpy as np
 import pytest
 import pytest_asyncio
-import zmq
-import zmq.asyncio
 
 from agentcanvas import wire
 from agentcanvas.catalogue import NodeSetCatalogue
 from agentcanvas.errors import ProtocolError, RemoteError, ServerDiedError, ServerError
 from agentcanvas.nodes.base import CallContext
-from agentcanvas.server import protocol
+from agentcanvas.server import protocol, rpc
 from agentcanvas.server.fleet import ServerFleet
 from agentcanvas.server.launcher import LaunchedServer, LocalProcessLauncher
 from agentcanvas.server.proxy import RemoteNodeSet, fetch_manifest
@@ -185,41 +185,61 @@ async def test_dead_and_hung_servers_become_errors_naming_them() -> None:
         await server.stop()
 
 
-async def test_garbage_on_the_call_socket_is_bad_input_and_the_server_lives_on(
-    core: RemoteNodeSet,
-) -> None:
-    endpoint = (await core.health()).call
-    context = zmq.asyncio.Context()
-    sock = context.socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.connect(endpoint)
-    try:
+def _raw_connection(endpoint: str) -> socket.socket:
+    """A plain blocking socket to a call endpoint, as a foreign peer would open one."""
+    if endpoint.startswith("ipc://@"):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect("\0" + endpoint[len("ipc://@") :])
+    else:
+        host, _, port = endpoint[len("tcp://") :].rpartition(":")
+        sock = socket.create_connection((host, int(port)))
+    sock.settimeout(DEADLINE_S)
+    return sock
+
+
+def _exchange_garbage(endpoint: str) -> list[Any]:
+    replies: list[Any] = []
+    with _raw_connection(endpoint) as sock:
         for garbage in (
             [b"\xc1"],
             [wire.dumps([1, 2])],
             [wire.dumps({"id": 7, "op": "nope", "args": {}})],
         ):
-            await sock.send_multipart(garbage)
-            reply = wire.decode(await asyncio.wait_for(sock.recv_multipart(), DEADLINE_S))
-            assert isinstance(reply, dict) and reply["err"]["status"] == 400, reply
-    finally:
-        sock.close(linger=0)
-        context.term()
+            rpc.send_message(sock, garbage)
+            replies.append(wire.decode(rpc.recv_message(sock)))
+    with _raw_connection(endpoint) as sock:  # bytes that are no message: answered, then closed
+        sock.sendall(struct.pack("<I", 0))
+        replies.append(wire.decode(rpc.recv_message(sock)))
+        with pytest.raises(EOFError):
+            rpc.recv_message(sock)
+    return replies
+
+
+async def test_garbage_on_the_call_socket_is_bad_input_and_the_server_lives_on(
+    core: RemoteNodeSet,
+) -> None:
+    endpoint = (await core.health()).call
+    replies = await asyncio.to_thread(_exchange_garbage, endpoint)
+    assert len(replies) == 4
+    for reply in replies:
+        assert isinstance(reply, dict) and reply["err"]["status"] == 400, reply
+    assert "not an rpc message: a message of 0 frames" in replies[-1]["err"]["message"]
     assert await echo(core, 5) == 5
 
 
 async def test_an_answer_that_is_not_ours_is_a_protocol_error_naming_it() -> None:
     """A peer on the call endpoint that answers garbage, another request's answer, or a reply
     that does not fit the op's reply struct."""
-    context = zmq.asyncio.Context()
-    router = context.socket(zmq.ROUTER)
-    router.setsockopt(zmq.LINGER, 0)
-    port = router.bind_to_random_port("tcp://127.0.0.1")
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
     client = RpcClient(f"tcp://127.0.0.1:{port}", "node-set server fake at http://x")
+    peers: list[socket.socket] = []
 
-    async def answer(*frames: bytes) -> None:
-        identity, *_ = await router.recv_multipart()
-        await router.send_multipart([identity, *frames])
+    def answer(*frames: bytes) -> None:
+        if not peers:  # the client keeps its connection between requests
+            peers.append(listener.accept()[0])
+        rpc.recv_message(peers[0])
+        rpc.send_message(peers[0], list(frames))
 
     try:
         for frames, detail in (
@@ -231,7 +251,7 @@ async def test_an_answer_that_is_not_ours_is_a_protocol_error_naming_it() -> Non
             ),
             ([wire.dumps({"id": 4})], "neither `ok` nor `err`"),
         ):
-            answering = asyncio.ensure_future(answer(*frames))
+            answering = asyncio.ensure_future(asyncio.to_thread(answer, *frames))
             not_ours = (
                 rf"fake at http://x answered /call/x with a reply that does not fit: {detail}"
             )
@@ -240,5 +260,6 @@ async def test_an_answer_that_is_not_ours_is_a_protocol_error_naming_it() -> Non
             await answering
     finally:
         client.close()
-        router.close(linger=0)
-        context.term()
+        for peer in peers:
+            peer.close()
+        listener.close()

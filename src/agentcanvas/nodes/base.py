@@ -339,6 +339,28 @@ class LocalNodeSet:
             return await run_blocking(self.call_sync, node_name, config, inputs, ctx)
         return self.call_sync(node_name, config, inputs, ctx)
 
+    def runs_synchronously(self, node_name: str) -> bool:
+        """Whether ``node_name`` is a plain function (not async, not batched): `call_here`
+        can run it."""
+        definition = self.nodeset.definition(node_name)
+        return definition.batch_fn is None and not inspect.iscoroutinefunction(definition.fn)
+
+    def call_here(
+        self, node_name: str, config: dict[str, Any], inputs: dict[str, Any], ctx: CallContext
+    ) -> dict[str, Any]:
+        """`call` of a synchronous node in the calling thread (config validated, defaults
+        filled in): a server's connection thread runs a replicated node set's calls so."""
+        return self.call_sync(node_name, self._config(node_name, config), inputs, ctx)
+
+    def panel_episode_here(self, fields: list[tuple[str, Any]]) -> LoadInfo:
+        """`panel_episode` in the calling thread."""
+        return start_episode(self._panel(), fields)
+
+    def evict_here(self, episode_key: str) -> None:
+        """`evict` in the calling thread."""
+        if self.nodeset.evict is not None:
+            self.nodeset.evict(self.state, episode_key)
+
     def _panel(self) -> Panel:
         if self.panel is None:
             raise NodeSetError(f"node set {self.name!r} has no panel")

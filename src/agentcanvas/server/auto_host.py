@@ -10,8 +10,9 @@ endpoint as ``"call"``), ``/manifest`` (the node set's manifest, with the call e
 ``/panel/*``, ``/evict``, ``/attach`` + ``/detach``, ``/stats``, ``/determinism``,
 ``/batch_audit?run=<run_id>`` (each batched function's start-up check and audit, see
 ``batch_audit``; the checks run before the server reports ready). The hot
-path — node calls, the episode's panel round trip and evictions — is served on a ZeroMQ
-ROUTER socket (`server.rpc`), with the same handlers.
+path — node calls, the episode's panel round trip and evictions — is served on the call
+socket (`server.rpc`), with the same handlers; a replicated node set's run on the
+connection's thread (`direct_handlers`).
 
 SIGTERM and SIGINT stop the server gracefully, then the node set is closed. With
 ``--record-dir`` (``agentcanvas serve-nodeset``) the server records itself in
@@ -50,13 +51,14 @@ from agentcanvas.server import procs, protocol
 from agentcanvas.server.batch_audit import audit_settings_from_env, build_auditor
 from agentcanvas.server.batched_inference import BatchedInferenceServer
 from agentcanvas.server.batching import policy_from_env
-from agentcanvas.server.rpc import Handler, RpcServer
+from agentcanvas.server.rpc import ON_LOOP, DirectHandler, Handler, RpcServer
 from agentcanvas.server.runtime import fix_numeric_threads
 
 __all__ = [
     "HOST",
     "ServerRecordFile",
     "create_app",
+    "direct_handlers",
     "error_body",
     "error_status",
     "main",
@@ -206,22 +208,63 @@ def error_status(exc: BaseException) -> int:
     return 400 if isinstance(exc, UserInputError) else 500
 
 
+def _call_request(args: dict[str, Any]) -> tuple[protocol.CallRequest, CallContext]:
+    where = protocol.call_path(str(args.get("node")))
+    try:
+        request = msgspec.convert(args, protocol.CallRequest)
+        return request, CallContext(**request.ctx)
+    except (msgspec.ValidationError, TypeError) as exc:
+        raise UserInputError(f"{where}: not a call payload ({exc})") from exc
+
+
+def _failed(exc: Exception) -> dict[str, Any]:
+    """A node's failure as its outputs: data for the caller; the server lives on."""
+    return msgspec.structs.asdict(protocol.CallReply({"error": f"{type(exc).__name__}: {exc}"}))
+
+
+def direct_handlers(instance: LocalNodeSet) -> dict[str, DirectHandler]:
+    """The per-episode operations of a replicated node set, run on the rpc connection's own
+    thread: it has one caller (its worker), so nothing needs the event loop between the
+    socket and the simulator (no thread hop per call: issue 13). A node that is async or
+    batched goes to the event loop (`rpc_handlers`), as every op of a shared node set does."""
+
+    def call(args: dict[str, Any]) -> Any:
+        request, ctx = _call_request(args)
+        try:
+            if not instance.runs_synchronously(request.node):
+                return ON_LOOP
+            outputs = instance.call_here(request.node, request.config, request.inputs, ctx)
+        except Exception as exc:
+            return _failed(exc)
+        return msgspec.structs.asdict(protocol.CallReply(outputs))
+
+    def panel_episode(args: dict[str, Any]) -> dict[str, Any]:
+        request = protocol.parse(args, protocol.PanelEpisodeRequest, protocol.PANEL_EPISODE)
+        return instance.panel_episode_here(request.fields).model_dump(mode="json")
+
+    def evict(args: dict[str, Any]) -> bool:
+        request = protocol.parse(args, protocol.EvictRequest, protocol.EVICT)
+        instance.evict_here(request.episode_key)
+        return instance.nodeset.evict is not None
+
+    return {
+        protocol.OP_CALL: call,
+        protocol.OP_PANEL_EPISODE: panel_episode,
+        protocol.OP_EVICT: evict,
+    }
+
+
 def rpc_handlers(instance: LocalNodeSet, batcher: BatchedInferenceServer) -> dict[str, Handler]:
     """The per-episode operations, served on the rpc socket (and the HTTP routes above)."""
 
     async def call(args: dict[str, Any]) -> dict[str, Any]:
-        where = protocol.call_path(str(args.get("node")))
-        try:
-            request = msgspec.convert(args, protocol.CallRequest)
-            ctx = CallContext(**request.ctx)
-        except (msgspec.ValidationError, TypeError) as exc:
-            raise UserInputError(f"{where}: not a call payload ({exc})") from exc
+        request, ctx = _call_request(args)
         try:
             outputs = await _call(
                 instance, batcher, request.node, request.config, request.inputs, ctx
             )
         except Exception as exc:  # the node's failure is data; the server lives on
-            outputs = {"error": f"{type(exc).__name__}: {exc}"}
+            return _failed(exc)
         return msgspec.structs.asdict(protocol.CallReply(outputs))
 
     async def panel_episode(args: dict[str, Any]) -> dict[str, Any]:
@@ -299,7 +342,8 @@ async def serve(
     policy = policy_from_env()
     auditor = build_auditor(instance, policy.max_batch, audit_settings_from_env())
     batcher = BatchedInferenceServer(policy, auditor=auditor)
-    calls = RpcServer(rpc_handlers(instance, batcher), HOST)
+    direct = direct_handlers(instance) if instance.manifest.parallelism == "replicated" else None
+    calls = RpcServer(rpc_handlers(instance, batcher), HOST, direct)
     sock = _bind()
     url = f"http://{HOST}:{sock.getsockname()[1]}"
     config = uvicorn.Config(

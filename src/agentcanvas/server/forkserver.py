@@ -2,7 +2,7 @@
 
     python -m agentcanvas.server.forkserver --nodeset NAME     (started by `ForkTemplate`)
 
-A fresh auto_host interpreter spends most of its start importing FastAPI, uvicorn, pyzmq and
+A fresh auto_host interpreter spends most of its start importing FastAPI, uvicorn, msgspec and
 the workspace's node sets. The template does that once — imports done, node set loaded, no
 thread and no event loop started — and then forks one server per request, so a server starts
 in milliseconds and shares the template's memory pages until it writes to them.
@@ -148,7 +148,7 @@ class ForkTemplate:
 def _template(nodeset: str) -> None:
     """Load everything a server needs, then fork servers on request until killed."""
     from agentcanvas.catalogue import NodeSetCatalogue
-    from agentcanvas.server import auto_host  # noqa: F401  (FastAPI, uvicorn, pyzmq: loaded)
+    from agentcanvas.server import auto_host  # noqa: F401  (FastAPI, uvicorn, msgspec: loaded)
 
     catalogue = NodeSetCatalogue()
     catalogue.scan_all()

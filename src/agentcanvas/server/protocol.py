@@ -94,8 +94,9 @@ __all__ = [
     "rpc_reply",
 ]
 
-PROTOCOL_VERSION = "1.0"
-"""This package's protocol, ``MAJOR.MINOR``; see the module docstring for what each part means."""
+PROTOCOL_VERSION = "2.0"
+"""This package's protocol, ``MAJOR.MINOR``; see the module docstring for what each part means.
+2.0: the call endpoint is a framed stream socket (`server.rpc`), no longer ZeroMQ."""
 
 _VERSION_PATTERN = r"^[0-9]{1,6}\.[0-9]{1,6}$"
 Version = Annotated[str, msgspec.Meta(pattern=_VERSION_PATTERN)]
@@ -201,8 +202,9 @@ class ServedManifest(NodeSetManifest):
     )
     call_endpoint: str | None = Field(
         default=None,
-        description="The ZeroMQ endpoint of node calls, the episode's panel round trip and "
-        "evictions (as ``call`` on /health); None from a server that does not say.",
+        description="The call-socket endpoint (``ipc://@NAME`` or ``tcp://HOST:PORT``) of "
+        "node calls, the episode's panel round trip and evictions (as ``call`` on /health); "
+        "None from a server that does not say.",
     )
 
     def declared(self) -> NodeSetManifest:

@@ -6,9 +6,9 @@ into the proxy — the design note's ``server/proxy.py · _make_forward``.
 
 Two transports, one server identity (its HTTP URL, named in every error):
 
-- the per-episode hot path — ``call``, ``panel_episode``, ``evict`` — goes over ZeroMQ to the
-  call endpoint the server advertises on ``/health`` and in its ``/manifest`` (`server.rpc`,
-  msgpack + raw array frames); a proxy given the endpoint (a borrower read it in the
+- the per-episode hot path — ``call``, ``panel_episode``, ``evict`` — goes over the call
+  socket to the endpoint the server advertises on ``/health`` and in its ``/manifest``
+  (`server.rpc`, msgpack + raw array frames); a proxy given the endpoint (a borrower read it in the
   manifest) never asks ``/health`` for it;
 - everything else (manifest, health, the panel's other requests, attach/detach, stats) is
   HTTP through ``httpx``.

@@ -1,17 +1,31 @@
-"""The per-call path to a node-set server: ZeroMQ ROUTER/DEALER, msgpack + raw array frames.
+"""The per-call path to a node-set server: a stream socket, msgpack + raw array frames.
 
-The server binds one ROUTER socket (`RpcServer`: an abstract unix socket
+The server listens on one socket (`RpcServer`: an abstract unix socket
 ``ipc://@agentcanvas-...`` on Linux, else ``tcp://127.0.0.1:PORT``; advertised as ``"call"``
-by ``/health``) and serves every request in its own task, so a shared server (a batched
-model) takes requests from many clients at once. A client (`RpcClient`) keeps a small
-pool of DEALER sockets, one request in flight on each. A request is one multipart message::
+by ``/health`` and ``call_endpoint`` by ``/manifest``) and gives every connection its own
+thread. A client (`RpcClient`) keeps a small pool of connections, one request in flight on
+each. A request is one message of wire frames (`agentcanvas.wire`)::
 
     [wire header {"id", "op", "args"}, array frames...]  ->  [wire header {"id", "ok" | "err"}, ...]
 
-with ``op`` one of the server's handlers (``call``, ``evict``, ``panel_episode``); the headers
-are `protocol.RpcRequest` and `protocol.RpcReply`, and a client decodes a reply straight into
-the struct of its op's reply (one pass, no dict). Arrays travel as their own frames, never
-copied on the way out (`agentcanvas.wire`).
+framed on the stream as ``u32 n | u64 len_1 .. len_n | frame_1 .. frame_n`` (little endian;
+`pack`), the way ``multiprocessing.connection`` (Gymnasium's ``AsyncVectorEnv`` pipes) frames
+its messages, with one length per frame so arrays travel as their own frames, never copied
+on the way out. ``op`` is one of the server's handlers (``call``, ``evict``,
+``panel_episode``); the headers are `protocol.RpcRequest` and `protocol.RpcReply`, and a
+client decodes a reply straight into the struct of its op's reply (one pass, no dict).
+
+Why not a messaging library: this path was ZeroMQ (DEALER/ROUTER) until issue 13 measured
+its cost. libzmq moves every message through I/O threads on both sides — six thread
+wake-ups per round trip where a pipe has two — and a blocking ping-pong cost 141–169 µs
+against 14–40 µs on a unix socket (same machine, same run). No library we know has a
+thread-free path, and the framing above is three fields; the sockets are the standard
+library's (asyncio transports in the client, blocking sockets in the server).
+
+Where a request runs, on the server: on the connection's thread when the op has a *direct*
+handler that takes it (a replicated node set's synchronous nodes and its panel: one caller,
+so no thread hop between the socket and the simulator), otherwise on the event loop (the
+async handler: batched and async nodes, and every op of a shared node set, as before).
 
 Every request has a finite deadline, and errors name the server::
 
@@ -21,12 +35,8 @@ Every request has a finite deadline, and errors name the server::
     an answer that does not fit      -> ProtocolError       "... answered OP with a reply that
                                                              does not fit: <field>"
 
-A dead server is noticed at once, not at the deadline: each DEALER has a ZeroMQ socket monitor
-whose ``DISCONNECTED`` / ``CONNECT_RETRIED`` events end the wait.
-
-Sockets are plain (synchronous) pyzmq sockets wired into the asyncio loop by their FDs and
-``EVENTS`` (pyzmq's documented event-loop integration), not ``zmq.asyncio``: on one CPU that
-halves a round trip (``bench/rpc.py``; zmq.asyncio's per-message bookkeeping cost ~150 µs there).
+A dead server is noticed at once, not at the deadline: its connections close (end of
+stream, or a refused connect), which ends the wait.
 """
 
 from __future__ import annotations
@@ -37,13 +47,14 @@ import itertools
 import logging
 import os
 import secrets
+import socket
+import struct
 import sys
-from collections.abc import Awaitable, Callable
+import threading
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 import msgspec
-import zmq
-import zmq.utils.monitor
 
 from agentcanvas import envsettings, wire
 from agentcanvas.errors import (
@@ -56,34 +67,43 @@ from agentcanvas.errors import (
 )
 from agentcanvas.server import protocol
 
-__all__ = ["Handler", "RpcClient", "RpcServer", "error_reply"]
+__all__ = [
+    "ON_LOOP",
+    "DirectHandler",
+    "FramingError",
+    "Handler",
+    "RpcClient",
+    "RpcServer",
+    "error_reply",
+    "pack",
+    "recv_message",
+    "send_message",
+]
 
 log = logging.getLogger("agentcanvas.server")
 
-MAX_IDLE_SOCKETS = 64
-_DEATH_EVENTS = zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_RETRIED | zmq.EVENT_CLOSED
-_EVENT_NAMES: dict[int, str] = {
-    zmq.EVENT_DISCONNECTED: "disconnected",
-    zmq.EVENT_CONNECT_RETRIED: "connection refused",
-    zmq.EVENT_CLOSED: "connection closed",
-}
+MAX_IDLE_CONNECTIONS = 64
+MAX_FRAMES = 65_536  # frames of one message (a header and its arrays)
+MAX_MESSAGE_BYTES = 1 << 34  # 16 GiB: past it a length field is garbage, not a message
+_COUNT = struct.Struct("<I")
 
-Handler = Callable[[dict[str, Any]], Awaitable[Any]]
+Handler = Callable[[dict[str, Any]], Coroutine[Any, Any, Any]]
+DirectHandler = Callable[[dict[str, Any]], Any]
+ON_LOOP: Any = object()  # a direct handler's answer: "not here, on the event loop"
 Reply = TypeVar("Reply")
 
 _REQUESTS = wire.Decoder(protocol.RpcRequest)
 _reply_decoders: dict[Any, wire.Decoder[Any]] = {}
 
 
+class FramingError(WireError):
+    """Bytes on a call socket that are not a framed message (the stream is out of step)."""
+
+
 def _replies(kind: type[Reply]) -> wire.Decoder[protocol.RpcReply[Reply]]:
     """The decoder of rpc replies carrying ``kind``, built once per kind."""
     decoder = _reply_decoders[kind] = wire.Decoder(protocol.rpc_reply(kind))
     return decoder
-
-
-def _readable(sock: zmq.Socket[Any]) -> bool:
-    """Whether a message waits (the FD only signals edges; EVENTS tells the state)."""
-    return bool(int(sock.getsockopt(zmq.EVENTS)) & zmq.POLLIN)
 
 
 def _use_ipc() -> bool:
@@ -97,158 +117,307 @@ def error_reply(exc: BaseException) -> protocol.RpcError:
     return protocol.RpcError(type(exc).__name__, str(exc), status)
 
 
+# --- framing --------------------------------------------------------------------------------
+
+
+def pack(frames: Sequence[wire.Buffer]) -> list[wire.Buffer]:
+    """The buffers that put ``frames`` on a stream as one message (the frames uncopied)."""
+    sizes = [memoryview(f).nbytes for f in frames]
+    head = _COUNT.pack(len(sizes)) + struct.pack(f"<{len(sizes)}Q", *sizes)
+    return [head, *frames]
+
+
+def _lengths(count: int, raw: bytes) -> list[int]:
+    lengths = list(struct.unpack(f"<{count}Q", raw))
+    if sum(lengths) > MAX_MESSAGE_BYTES:
+        raise FramingError(f"a message of {sum(lengths)} bytes (limit {MAX_MESSAGE_BYTES})")
+    return lengths
+
+
+def _count(raw: bytes) -> int:
+    (count,) = _COUNT.unpack(raw)
+    if not 1 <= count <= MAX_FRAMES:
+        raise FramingError(f"a message of {count} frames (1 to {MAX_FRAMES})")
+    return int(count)
+
+
+def _split(body: bytearray, lengths: list[int]) -> list[memoryview]:
+    view, frames, at = memoryview(body), [], 0
+    for length in lengths:
+        frames.append(view[at : at + length])
+        at += length
+    return frames
+
+
+def _recv_exactly(sock: socket.socket, n: int) -> bytearray:
+    """``n`` bytes; EOFError when the stream ends first (at a message boundary or not)."""
+    buf = bytearray(n)
+    view, got = memoryview(buf), 0
+    while got < n:
+        read = sock.recv_into(view[got:])
+        if read == 0:
+            raise EOFError("the peer closed the connection")
+        got += read
+    return buf
+
+
+def recv_message(sock: socket.socket) -> list[memoryview]:
+    """One message from a blocking socket (EOFError at its end, FramingError for garbage)."""
+    count = _count(bytes(_recv_exactly(sock, _COUNT.size)))
+    lengths = _lengths(count, bytes(_recv_exactly(sock, 8 * count)))
+    return _split(_recv_exactly(sock, sum(lengths)), lengths)
+
+
+def send_message(sock: socket.socket, frames: Sequence[wire.Buffer]) -> None:
+    """One message to a blocking socket, in one ``sendmsg`` when the kernel takes it all."""
+    buffers = [memoryview(b).cast("B") for b in pack(frames)]
+    while buffers:
+        sent = sock.sendmsg(buffers)
+        while buffers and sent >= buffers[0].nbytes:
+            sent -= buffers[0].nbytes
+            buffers.pop(0)
+        if buffers and sent:
+            buffers[0] = buffers[0][sent:]
+
+
 # --- server ---------------------------------------------------------------------------------
 
 
-class RpcServer:
-    """A ROUTER socket; `serve` answers requests until cancelled.
+def _listen(host: str) -> tuple[socket.socket, str]:
+    if _use_ipc():
+        name = f"agentcanvas-{os.getpid()}-{secrets.token_hex(6)}"
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.bind("\0" + name)
+        endpoint = f"ipc://@{name}"
+    else:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.bind((host, 0))
+        endpoint = f"tcp://{host}:{sock.getsockname()[1]}"
+    sock.listen(128)
+    return sock, endpoint
 
-    The endpoint is an abstract unix socket (``ipc://@agentcanvas-...``, Linux: no file to
-    clean up) or, with ``AGENTCANVAS_CALL_TRANSPORT=tcp`` or elsewhere, ``tcp://HOST:PORT``.
+
+def _nodelay(sock: socket.socket) -> None:
+    if sock.family in (socket.AF_INET, socket.AF_INET6):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+class RpcServer:
+    """The call socket; `serve` answers requests until cancelled.
+
+    ``handlers`` run on the event loop; ``direct`` handlers (by op) run on the connection's
+    thread and may answer `ON_LOOP` to hand a request to the op's event-loop handler.
     """
 
-    def __init__(self, handlers: dict[str, Handler], host: str = "127.0.0.1") -> None:
+    def __init__(
+        self,
+        handlers: dict[str, Handler],
+        host: str = "127.0.0.1",
+        direct: dict[str, DirectHandler] | None = None,
+    ) -> None:
         self.handlers = handlers
-        self._context = zmq.Context()
-        self._socket = self._context.socket(zmq.ROUTER)
-        self._socket.setsockopt(zmq.LINGER, 0)
-        if _use_ipc():
-            self.endpoint = f"ipc://@agentcanvas-{os.getpid()}-{secrets.token_hex(6)}"
-            self._socket.bind(self.endpoint)
-        else:
-            port = self._socket.bind_to_random_port(f"tcp://{host}")
-            self.endpoint = f"tcp://{host}:{port}"
-        self._tasks: asyncio.TaskGroup | None = None
+        self.direct = dict(direct or {})
+        self._listener, self.endpoint = _listen(host)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._connections: set[socket.socket] = set()
+        self._lock = threading.Lock()
+        self._closed = False
 
     async def serve(self) -> None:
-        """Receive requests and answer each in its own task; returns only by cancellation."""
-        loop = asyncio.get_running_loop()
-        fd = self._socket.fileno()
+        """Accept connections (each on its own thread); returns only by cancellation."""
+        self._loop = asyncio.get_running_loop()
+        accepting = threading.Thread(target=self._accept, name="rpc-accept", daemon=True)
+        accepting.start()
         try:
-            async with asyncio.TaskGroup() as tasks:
-                self._tasks = tasks
-                loop.add_reader(fd, self._drain)
-                self._drain()
-                await loop.create_future()  # until cancelled
+            await self._loop.create_future()  # until cancelled
         finally:
-            self._tasks = None
-            loop.remove_reader(fd)
-            self._socket.close(linger=0)
-            self._context.term()
+            self.close()
 
-    def _drain(self) -> None:
-        """Take every waiting request (the socket's FD is edge-triggered: drain it all)."""
-        while self._tasks is not None and _readable(self._socket):
-            frames = self._socket.recv_multipart(zmq.NOBLOCK, copy=False)
-            self._tasks.create_task(self._answer(frames))
+    def close(self) -> None:
+        """Stop accepting and drop every connection (their threads end with them)."""
+        with self._lock:
+            self._closed = True
+            connections, self._connections = self._connections, set()
+        for sock in (self._listener, *connections):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
 
-    async def _answer(self, frames: list[zmq.Frame]) -> None:
-        """One request; never raises (the TaskGroup must not end), logs nothing itself."""
-        identity, request_id = frames[0], None
+    def _accept(self) -> None:
+        while True:
+            try:
+                sock, _ = self._listener.accept()
+            except OSError:  # closed
+                return
+            with self._lock:
+                if self._closed:
+                    sock.close()
+                    return
+                self._connections.add(sock)
+            _nodelay(sock)
+            threading.Thread(
+                target=self._serve_connection, args=(sock,), name="rpc-conn", daemon=True
+            ).start()
+
+    def _serve_connection(self, sock: socket.socket) -> None:
+        try:
+            while True:
+                try:
+                    frames = recv_message(sock)
+                except FramingError as exc:  # the stream is out of step: answer, then drop it
+                    bad = UserInputError(f"not an rpc message: {exc}")
+                    send_message(sock, wire.encode({"id": None, "err": error_reply(bad)}))
+                    return
+                send_message(sock, self._answer(frames))
+        except (EOFError, OSError):  # the client went away, or we are closing
+            return
+        finally:
+            with self._lock:
+                self._connections.discard(sock)
+            sock.close()
+
+    def _answer(self, frames: list[memoryview]) -> list[wire.Buffer]:
+        """One request's reply; never raises for what the request or its handler did."""
+        request_id = None
         try:
             try:
-                request = _REQUESTS.decode([f.buffer for f in frames[1:]])
+                request = _REQUESTS.decode(frames)
             except WireError as exc:
                 raise UserInputError(f"not an rpc request: {exc}") from exc
             request_id = request.id
-            handler = self.handlers.get(request.op)
-            if handler is None:
-                raise UserInputError(f"unknown op {request.op!r}")
-            result = await handler(request.args)
+            result = self._run(request.op, request.args)
             try:
-                out = wire.encode({"id": request_id, "ok": result})
+                return wire.encode({"id": request_id, "ok": result})
             except WireError:  # name the bad value's path inside the result, not our envelope
                 wire.encode(result)
                 raise
         except Exception as exc:
             if not isinstance(exc, UserInputError):
                 log.error("rpc %s failed", request_id, exc_info=exc)
-            out = wire.encode({"id": request_id, "err": error_reply(exc)})
-        with contextlib.suppress(zmq.ZMQError):  # the client went away: nobody to answer
-            self._socket.send_multipart([identity, *out], zmq.NOBLOCK, copy=False)
-        self._drain()  # a send may have consumed the FD's edge for waiting requests
+            return wire.encode({"id": request_id, "err": error_reply(exc)})
+
+    def _run(self, op: str, args: dict[str, Any]) -> Any:
+        direct = self.direct.get(op)
+        if direct is not None:
+            result = direct(args)
+            if result is not ON_LOOP:
+                return result
+        handler = self.handlers.get(op)
+        if handler is None:
+            raise UserInputError(f"unknown op {op!r}")
+        assert self._loop is not None
+        return asyncio.run_coroutine_threadsafe(handler(args), self._loop).result()
 
 
 # --- client ---------------------------------------------------------------------------------
 
 
 class _Died(Exception):
-    """The monitor saw the connection drop or refused."""
+    """The connection was refused or dropped."""
 
 
-class _Channel:
-    """One DEALER socket and its monitor, wired into the event loop by their FDs.
+class _Channel(asyncio.BufferedProtocol):
+    """One connection to the server, one request in flight; reads messages in place.
 
-    `dead` completes when the monitor reports the connection dropped or refused. ZeroMQ FDs
-    are edge-triggered, so every callback drains what is there and every send re-checks.
+    `dead` is set (with what happened) when the connection is lost; a request waiting then
+    fails at once.
     """
 
-    def __init__(self, context: zmq.Context[zmq.Socket[bytes]], endpoint: str) -> None:
-        self.loop = asyncio.get_running_loop()
-        self.socket = context.socket(zmq.DEALER)
-        self.socket.setsockopt(zmq.LINGER, 0)
-        self.monitor = self.socket.get_monitor_socket(_DEATH_EVENTS)
-        self.dead: asyncio.Future[list[bytes]] = self.loop.create_future()
-        self._answer: asyncio.Future[list[zmq.Frame]] | None = None
-        self._fds = (self.socket.fileno(), self.monitor.fileno())
-        self.loop.add_reader(self._fds[0], self._on_socket)
-        self.loop.add_reader(self._fds[1], self._on_monitor)
-        self.socket.connect(endpoint)
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.dead: str | None = None
+        self._answer: asyncio.Future[list[memoryview]] | None = None
+        self._lengths: list[int] = []
+        self._start_message()
+
+    # reading: header (count), lengths, body; each into its own buffer
+    def _start_message(self) -> None:
+        self._phase, self._buf, self._got = 0, bytearray(_COUNT.size), 0
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return memoryview(self._buf)[self._got :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self._got += nbytes
+        while self._got == len(self._buf):
+            try:
+                if self._phase == 0:
+                    self._phase, count = 1, _count(bytes(self._buf))
+                    self._buf, self._got = bytearray(8 * count), 0
+                elif self._phase == 1:
+                    self._lengths = _lengths(len(self._buf) // 8, bytes(self._buf))
+                    self._phase, self._buf, self._got = 2, bytearray(sum(self._lengths)), 0
+                else:
+                    frames = _split(self._buf, self._lengths)
+                    self._start_message()
+                    self._deliver(frames)
+                    return
+            except FramingError as exc:
+                self._fail(f"sent bytes that are not a message ({exc})")
+                return
+
+    def _deliver(self, frames: list[memoryview]) -> None:
+        if self._answer is not None and not self._answer.done():
+            self._answer.set_result(frames)  # else: a late answer nobody waits for
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._fail("connection closed" if exc is None else f"disconnected: {exc}")
+
+    def eof_received(self) -> bool:
+        self._fail("disconnected")
+        return False
+
+    def _fail(self, what: str) -> None:
+        if self.dead is None:
+            self.dead = what
+        if self._answer is not None and not self._answer.done():
+            self._answer.set_exception(_Died())
+        if self.transport is not None:
+            self.transport.close()
 
     def usable(self) -> bool:
-        self._on_monitor()
-        return not self.dead.done()
+        return self.dead is None and self.transport is not None
 
-    async def exchange(self, frames: list[wire.Buffer], timeout_s: float) -> list[zmq.Frame]:
-        """Send, then wait for the answer, the connection's death or the deadline."""
-        answer = self._answer = self.loop.create_future()
-        try:
-            self.socket.send_multipart(frames, zmq.NOBLOCK, copy=False)
-        except zmq.Again as exc:  # no pipe to the server: it is not there
-            raise _Died() from exc
-        self._on_socket()
-        self._on_monitor()
-        done, _ = await asyncio.wait(
-            (answer, self.dead), timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED
-        )
-        self._answer = None
-        if answer in done:
-            reply: list[zmq.Frame] = answer.result()
-            return reply
-        answer.cancel()
-        if self.dead.done():
+    async def exchange(self, frames: list[wire.Buffer], timeout_s: float) -> list[memoryview]:
+        """Send, then wait for the answer, the connection's end or the deadline."""
+        if not self.usable():
             raise _Died()
-        raise TimeoutError()
-
-    def _on_socket(self) -> None:
-        while _readable(self.socket):
-            frames = self.socket.recv_multipart(zmq.NOBLOCK, copy=False)
-            if self._answer is not None and not self._answer.done():
-                self._answer.set_result(frames)  # else: a late answer nobody waits for
-
-    def _on_monitor(self) -> None:
-        while _readable(self.monitor):
-            event = self.monitor.recv_multipart(zmq.NOBLOCK)
-            if not self.dead.done():
-                self.dead.set_result(event)
-
-    def death(self) -> str:
-        """What the monitor reported, e.g. ``disconnected``."""
-        with contextlib.suppress(Exception):
-            event = zmq.utils.monitor.parse_monitor_message(self.dead.result())
-            code = int(event["event"])
-            return _EVENT_NAMES.get(code, str(code))
-        return "gone"
+        assert self.transport is not None
+        answer = self._answer = asyncio.get_running_loop().create_future()
+        try:
+            self.transport.writelines(pack(frames))
+            async with asyncio.timeout(timeout_s):
+                reply: list[memoryview] = await answer
+            return reply
+        finally:
+            self._answer = None
 
     def close(self) -> None:
-        for fd in self._fds:
-            with contextlib.suppress(RuntimeError):  # RuntimeError: its event loop is closed
-                self.loop.remove_reader(fd)
-        self.dead.cancel()
-        with contextlib.suppress(zmq.ZMQError):
-            self.socket.disable_monitor()
-        self.monitor.close(linger=0)
-        self.socket.close(linger=0)
+        if self.transport is not None:
+            self.transport.abort()
+
+
+async def _connect(endpoint: str) -> _Channel:
+    loop = asyncio.get_running_loop()
+    try:
+        if endpoint.startswith("ipc://"):
+            path = endpoint[len("ipc://") :]
+            address = "\0" + path[1:] if path.startswith("@") else path
+            _, channel = await loop.create_unix_connection(_Channel, address)
+        else:
+            host, _, port = endpoint[len("tcp://") :].rpartition(":")
+            _, channel = await loop.create_connection(_Channel, host, int(port))
+            transport = channel.transport
+            sock = transport.get_extra_info("socket") if transport is not None else None
+            if sock is not None:
+                _nodelay(sock)
+    except (OSError, ValueError) as exc:
+        raise _Died(f"connection refused ({type(exc).__name__})") from exc
+    return channel
 
 
 class RpcClient:
@@ -261,7 +430,6 @@ class RpcClient:
         self._ids = itertools.count(1)
         self._idle: list[_Channel] = []
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._context: zmq.Context[zmq.Socket[bytes]] | None = None
 
     async def request(
         self, op: str, args: dict[str, Any], what: str, timeout_s: float, reply: type[Reply]
@@ -273,16 +441,19 @@ class RpcClient:
             frames = wire.encode({"id": request_id, "op": op, "args": args})
         except WireError as exc:
             raise UserInputError(f"cannot send {what} to {self.where}: {exc}") from exc
-        channel = self._take()
+        try:
+            channel = await self._take()
+        except _Died as exc:
+            raise ServerDiedError(f"{self.where} is unreachable ({exc})") from exc
         try:
             answer = await channel.exchange(frames, timeout_s)
         except TimeoutError as exc:
-            channel.close()  # its answer may still come: the socket is no longer in step
+            channel.close()  # its answer may still come: the connection is no longer in step
             raise ServerTimeoutError(
                 f"{self.where} did not answer {what} within {timeout_s:g} s"
             ) from exc
         except _Died as exc:
-            death = channel.death()
+            death = channel.dead or "gone"
             channel.close()
             raise ServerDiedError(f"{self.where} is unreachable ({death})") from exc
         except BaseException:
@@ -292,12 +463,12 @@ class RpcClient:
         return self._value(answer, request_id, what, reply)
 
     def _value(
-        self, frames: list[zmq.Frame], request_id: int, what: str, reply: type[Reply]
+        self, frames: list[memoryview], request_id: int, what: str, reply: type[Reply]
     ) -> Reply:
         decoder: wire.Decoder[protocol.RpcReply[Reply]]
         decoder = _reply_decoders.get(reply) or _replies(reply)
         try:
-            decoded = decoder.decode([f.buffer for f in frames])
+            decoded = decoder.decode(frames)
         except WireError as exc:
             raise protocol.not_fitting(self.where, what, str(exc)) from exc
         if decoded.id != request_id:
@@ -321,21 +492,20 @@ class RpcClient:
             f"{self.where} failed {what}: {err.type}: {err.message}", err.type, err.message
         )
 
-    def _take(self) -> _Channel:
+    async def _take(self) -> _Channel:
         loop = asyncio.get_running_loop()
-        if loop is not self._loop:  # sockets belong to the loop that made them
+        if loop is not self._loop:  # connections belong to the loop that made them
             self.close()
-            self._loop, self._context = loop, zmq.Context.instance()
+            self._loop = loop
         while self._idle:
             channel = self._idle.pop()
             if channel.usable():
                 return channel
             channel.close()
-        assert self._context is not None
-        return _Channel(self._context, self.endpoint)
+        return await _connect(self.endpoint)
 
     def _give_back(self, channel: _Channel) -> None:
-        if channel.usable() and len(self._idle) < MAX_IDLE_SOCKETS:
+        if channel.usable() and len(self._idle) < MAX_IDLE_CONNECTIONS:
             self._idle.append(channel)
         else:
             channel.close()
@@ -343,4 +513,5 @@ class RpcClient:
     def close(self) -> None:
         idle, self._idle = self._idle, []
         for channel in idle:
-            channel.close()
+            with contextlib.suppress(RuntimeError):  # RuntimeError: its event loop is closed
+                channel.close()
