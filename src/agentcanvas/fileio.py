@@ -37,6 +37,7 @@ __all__ = [
 
 
 _datasync = getattr(os, "fdatasync", os.fsync)  # macOS has no fdatasync
+_LINES = msgspec.json.Encoder()  # plain JSON values, non-finite floats as null
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -105,7 +106,14 @@ def atomic_write_json(path: Path, obj: Any, *, durable: bool = True) -> None:
     Keys keep their insertion order. Only plain JSON types (dict, list, tuple, str, int,
     float, bool, None) are accepted; dump pydantic models with ``model_dump(mode="json")``.
     """
-    data = (_dumps(path, obj, indent=1) + "\n").encode("utf-8")
+    data: bytes | None = None
+    if type(obj) is dict:  # the same text as the strict path, from C (see encode_jsonl_line)
+        try:
+            data = msgspec.json.format(_LINES.encode(obj), indent=1) + b"\n"
+        except (TypeError, OverflowError, msgspec.EncodeError):
+            data = None
+    if data is None:
+        data = (_dumps(path, obj, indent=1) + "\n").encode("utf-8")
     atomic_write_bytes(path, data, durable=durable)
 
 
@@ -119,9 +127,6 @@ def read_json(path: Path) -> Any:
         return json.loads(data)
     except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
         raise RunError(f"{str(path)!r} is not valid JSON: {exc}") from exc
-
-
-_LINES = msgspec.json.Encoder()
 
 
 def encode_jsonl_line(path: Path, record: Mapping[str, Any]) -> bytes:

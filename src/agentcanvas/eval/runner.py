@@ -7,9 +7,8 @@ What an episode boundary costs does not grow with the
 run (issue 13): the episode's episode.json is written, its record appended to
 ``episodes.jsonl`` (see :mod:`agentcanvas.eval.records`), the counts updated in place, and
 summary.json rewritten atomically (without fsync: recover rebuilds it) — bounded: counts,
-status counts and the latest aggregates, no per-episode records — at most every
-LIVE_SAVE_MIN_INTERVAL_S; the live aggregates' refresh, which follows every new result,
-saves what a skipped rewrite left out. That rewrite is the live progress channel.
+status counts and the latest aggregates, no per-episode records. That rewrite is the live
+progress channel.
 
 Live aggregates are recomputed by one owned task, off the recording path, from a snapshot of
 the results, as often as their cost allows (at most LIVE_AGGREGATE_DUTY of the wall time,
@@ -66,7 +65,6 @@ from agentcanvas.server.registry import WorkspaceComponentRegistry
 
 LIVE_AGGREGATE_MIN_INTERVAL_S = 0.25  # live aggregates are refreshed at most this often
 LIVE_AGGREGATE_DUTY = 0.1  # and take at most this share of the run's wall time
-LIVE_SAVE_MIN_INTERVAL_S = 0.2  # an episode's recording rewrites summary.json at most this often
 log = logging.getLogger(__name__)
 RETRYABLE = ("error", "exception", "timeout")
 MAX_RECORDINGS_IN_FLIGHT = 2  # per worker: episodes written while the next ones run
@@ -91,27 +89,43 @@ def plan_episodes(config: EvalConfig, graph: Graph, run_key: str) -> list[Episod
 
 
 class _EpisodeLog:
-    """One episode's node firings for its log.jsonl: encoded as they happen, written in one
-    go when the episode is recorded (``close``, in the recording thread, before its
-    episode.json) — and meanwhile whenever FLUSH_BYTES have gathered, so a long episode holds
-    little in memory. The first write creates the episode's folder and truncates what an
-    earlier attempt (a retry, a resume) left; an episode that crashes with its process is
-    run again, so the lines it had not written are lost with nothing else (issue 13: a
-    ``write`` per firing cost more than the firing)."""
+    """One episode's node firings for its log.jsonl, encoded as they happen and written in
+    batches: at most FLUSH_AFTER_S after a firing (a timer on the event loop, so the lines
+    before a node that hangs are on disk at once, for whoever watches the episode), when
+    FLUSH_BYTES have gathered, and at `close` when the episode ends — about one ``write`` per
+    short episode instead of one per firing (issue 13: a write per firing cost more than the
+    firing). The first write creates the episode's folder and truncates what an earlier
+    attempt (a retry, a resume) left. Used on the event loop's thread only."""
 
+    FLUSH_AFTER_S: ClassVar[float] = 0.01
     FLUSH_BYTES: ClassVar[int] = 256 * 1024
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._lines = bytearray()
         self._fd: int | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._failure: RunError | None = None
 
     def record(self, entry: dict[str, Any]) -> None:
+        if self._failure is not None:  # a timed flush failed: the episode learns it here
+            raise self._failure
         self._lines += encode_jsonl_line(self.path, entry)
         if len(self._lines) >= self.FLUSH_BYTES:
             self._flush()
+        elif self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(self.FLUSH_AFTER_S, self._timed)
+
+    def _timed(self) -> None:
+        self._timer = None
+        try:
+            self._flush()
+        except RunError as exc:
+            self._failure = exc
 
     def _flush(self) -> None:
+        if not self._lines:
+            return
         line = memoryview(bytes(self._lines))
         self._lines.clear()
         try:
@@ -128,6 +142,8 @@ class _EpisodeLog:
         """Write what is left and close; an episode that fired nothing leaves no log (nor
         the one an earlier attempt left)."""
         try:
+            if self._failure is not None:
+                raise self._failure
             if self._lines:
                 self._flush()
             elif self._fd is None:
@@ -137,6 +153,9 @@ class _EpisodeLog:
 
     def discard(self) -> None:
         """Drop what is not written yet (an attempt that is retried) and close."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         self._lines.clear()
         fd, self._fd = self._fd, None
         if fd is not None:
@@ -178,11 +197,9 @@ class BatchEvalRunner:
         self._status_counts: dict[str, int] = {}
         self._timeouts: set[int] = set()
         self._new_results = asyncio.Event()
-        self._saved_live_at = -float("inf")  # monotonic time of the last live summary.json
         self._stored = 0  # results stored so far (a resumed one counts too)
         self._final_for: int | None = None  # _stored when the complete summary was made
         self._episodes_json: list[dict[str, Any]] = []  # the complete summary's records
-        self._logs: dict[int, _EpisodeLog] = {}  # each episode's latest attempt's log
         self._save_lock = threading.Lock()
         for result in previous:
             self._store(result)
@@ -358,21 +375,22 @@ class BatchEvalRunner:
             else "",
             cancel=self.cancel_event,
         )
-        result = await run_episode(self.graph, spec, wiring, options)
+        try:
+            result = await run_episode(self.graph, spec, wiring, options)
+        finally:
+            if options.log is not None:
+                options.log.close()  # the episode's last lines, before its record is written
         if options.render:  # without frames there is nothing to discard: no thread hop
             assets = self.run_dir.episode_assets_dir(spec.index)  # before episode.json: final
             await asyncio.to_thread(media.discard_unwanted_frames, self.config, result, assets)
         return result
 
     def _new_log(self, index: int) -> _EpisodeLog | None:
-        """The attempt's firing log (its folder is made when it is first written)."""
+        """The attempt's firing log: it starts afresh (its folder is made when it is first
+        written)."""
         if not self.config.record_log:
             return None
-        previous = self._logs.get(index)
-        if previous is not None:  # an earlier attempt's: this one starts the log afresh
-            previous.discard()
-        log = self._logs[index] = _EpisodeLog(self.run_dir.episode_log_path(index))
-        return log
+        return _EpisodeLog(self.run_dir.episode_log_path(index))
 
     async def _require_shared(self) -> None:
         """ServerDiedError naming the server and its URL when a shared server is gone."""
@@ -442,14 +460,9 @@ class BatchEvalRunner:
             self._timeouts.add(result.index)
 
     def _write_episode(self, result: EpisodeResult) -> None:
-        """Make the episode's folder, write its log, then its episode.json (the durable
-        record) before anything else mentions the episode."""
+        """Make the episode's folder (its log is written), then its episode.json (the
+        durable record) before anything else mentions the episode."""
         self.run_dir.create_episode(result.index)
-        episode_log = self._logs.pop(result.index, None)
-        if episode_log is not None:
-            episode_log.close()
-        elif self.config.record_log:  # no attempt ran: none of an earlier one may stay
-            self.run_dir.episode_log_path(result.index).unlink(missing_ok=True)
         atomic_write_json(
             self.run_dir.episode_json_path(result.index),
             {
@@ -460,15 +473,10 @@ class BatchEvalRunner:
         )
 
     def _persist(self, result: EpisodeResult) -> None:
-        """Its index line (episode.json is on disk), then the bounded summary — at most every
-        LIVE_SAVE_MIN_INTERVAL_S (the live aggregates' refresh, which follows every new
-        result, saves the latest counts when this one did not)."""
+        """Its index line (episode.json is on disk), then the bounded summary."""
         records.append_record(self.run_dir, result)
         self._refresh_progress()
-        now = time.monotonic()
-        if now - self._saved_live_at >= LIVE_SAVE_MIN_INTERVAL_S:
-            self._saved_live_at = now
-            self.save()
+        self.save()
 
     async def _live_aggregates(self) -> None:
         """Refresh the summary's aggregates while the run goes, as often as their cost allows.
@@ -487,8 +495,6 @@ class BatchEvalRunner:
             async with self.results_lock:
                 self.run.aggregate_metrics, self.run.aggregate_by_task = overall, by_task
                 self.run.episodes_aggregated = len(snapshot)
-                self._saved_live_at = time.monotonic()
-                await asyncio.to_thread(self.save)  # the counts and these aggregates
             cost = time.monotonic() - started
             period = max(LIVE_AGGREGATE_MIN_INTERVAL_S, cost / LIVE_AGGREGATE_DUTY)
             await asyncio.sleep(period - cost)

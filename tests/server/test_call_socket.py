@@ -1,0 +1,173 @@
+"""The call socket (`server.rpc`) against real auto_host children: where a request runs, big
+messages, and a server whose connection thread hangs.
+
+Two workspace node sets with the same nodes: ``tsock`` (replicated: its synchronous nodes and
+panel run on the connection's thread) and ``tsock_shared`` (shared: every op on the event
+loop, blocking nodes on the daemon threads, as before the socket). Each node answers the name
+of the thread it ran on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import textwrap
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+import pytest_asyncio
+
+from agentcanvas.errors import ServerTimeoutError
+from agentcanvas.nodes.base import CallContext
+from agentcanvas.server.launcher import LocalProcessLauncher, ProcessServer
+from agentcanvas.server.proxy import RemoteNodeSet, fetch_manifest
+
+pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(90)]
+
+CTX = CallContext("sock", 0)
+SOURCE = '''
+"""{name}: nodes that say which thread ran them."""
+import threading
+import time
+
+from agentcanvas.nodes.base import NodeSet
+from agentcanvas.nodes.manifest import PortSpec
+
+NODESET = NodeSet(name="{name}", parallelism="{parallelism}")
+OUT = [PortSpec(name="thread", type="str")]
+
+
+@NODESET.node("plain", outputs=OUT)
+def plain(inputs, config, state, ctx):
+    return {{"thread": threading.current_thread().name}}
+
+
+@NODESET.node("blocking", outputs=OUT, blocking=True)
+def blocking(inputs, config, state, ctx):
+    return {{"thread": threading.current_thread().name}}
+
+
+@NODESET.node("later", outputs=OUT)
+async def later(inputs, config, state, ctx):
+    return {{"thread": threading.current_thread().name}}
+
+
+@NODESET.node("echo", inputs=[PortSpec(name="x", type="array")],
+              outputs=[PortSpec(name="x", type="array"), PortSpec(name="total", type="int")])
+def echo(inputs, config, state, ctx):
+    return {{"x": inputs["x"][::-1].copy(), "total": int(inputs["x"].sum(dtype="int64"))}}
+
+
+@NODESET.node("hang", outputs=OUT, blocking=True)
+def hang(inputs, config, state, ctx):
+    time.sleep(3600)
+    return {{"thread": "never"}}
+'''
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("call_socket")
+    for name, parallelism in (("tsock", "replicated"), ("tsock_shared", "shared")):
+        package = root / "graph_nodes" / name
+        package.mkdir(parents=True)
+        source = SOURCE.format(name=name, parallelism=parallelism)
+        (package / "__init__.py").write_text(textwrap.dedent(source))
+    return root
+
+
+async def _launch(workspace: Path, name: str) -> tuple[ProcessServer, RemoteNodeSet]:
+    server = await LocalProcessLauncher(env={"AGENTCANVAS_HOME": str(workspace)}).launch(name, 0)
+    assert isinstance(server, ProcessServer)
+    remote = RemoteNodeSet(name, server.url, await fetch_manifest(server.url), timeout_s=10.0)
+    return server, remote
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def replicated(workspace: Path) -> AsyncIterator[RemoteNodeSet]:
+    server, remote = await _launch(workspace, "tsock")
+    try:
+        yield remote
+    finally:
+        await remote.close()
+        await server.stop()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def shared(workspace: Path) -> AsyncIterator[RemoteNodeSet]:
+    server, remote = await _launch(workspace, "tsock_shared")
+    try:
+        yield remote
+    finally:
+        await remote.close()
+        await server.stop()
+
+
+async def _thread(remote: RemoteNodeSet, node: str) -> str:
+    thread: str = (await remote.call(node, {}, {}, CTX))["thread"]
+    return thread
+
+
+async def test_a_replicated_node_set_runs_its_calls_on_the_connection_thread(
+    replicated: RemoteNodeSet,
+) -> None:
+    assert await _thread(replicated, "plain") == "rpc-conn"
+    assert await _thread(replicated, "blocking") == "rpc-conn"  # no hop to a pool thread
+    assert await _thread(replicated, "later") == "MainThread"  # async: on the event loop
+
+
+async def test_a_shared_node_set_runs_its_calls_on_the_event_loop_as_before(
+    shared: RemoteNodeSet,
+) -> None:
+    assert await _thread(shared, "plain") == "MainThread"
+    assert (await _thread(shared, "blocking")).startswith("agentcanvas-blocking-")
+    assert await _thread(shared, "later") == "MainThread"
+
+
+@pytest.mark.parametrize("megabytes", [0, 24])
+async def test_messages_larger_than_a_socket_buffer_round_trip_bit_exactly(
+    replicated: RemoteNodeSet, shared: RemoteNodeSet, megabytes: int
+) -> None:
+    """A 24 MB array each way crosses the socket in many reads on both sides."""
+    rng = np.random.default_rng(megabytes)
+    x = rng.integers(0, 2**31, size=max(3, megabytes * 2**18), dtype=np.int32)
+    for remote in (replicated, shared):
+        out = await remote.call("echo", {}, {"x": x}, CTX)
+        assert out["x"].dtype == x.dtype and out["x"].tobytes() == x[::-1].tobytes()
+        assert out["total"] == int(x.sum(dtype=np.int64))
+
+
+async def test_concurrent_calls_each_get_their_own_connection_and_answer(
+    replicated: RemoteNodeSet,
+) -> None:
+    xs = [np.full(1000, k, dtype=np.int64) for k in range(8)]
+    outs = await asyncio.gather(*(replicated.call("echo", {}, {"x": x}, CTX) for x in xs))
+    assert [int(o["total"]) for o in outs] == [1000 * k for k in range(8)]
+
+
+async def test_a_call_hung_on_its_connection_thread_leaves_the_server_answering_and_stoppable(
+    workspace: Path,
+) -> None:
+    """The hung call holds only its connection's thread: the event loop still answers
+    /health, other connections still call, and SIGTERM ends the server gracefully (no SIGKILL
+    after the grace period)."""
+    server, remote = await _launch(workspace, "tsock")
+    try:
+        hung = RemoteNodeSet("tsock", server.url, remote.manifest, timeout_s=0.5)
+        with pytest.raises(ServerTimeoutError, match=r"did not answer /call/hang within 0\.5 s"):
+            await hung.call("hang", {}, {}, CTX)
+        await hung.close()
+        async with httpx.AsyncClient(base_url=server.url) as http:
+            assert (await http.get("/health", timeout=5.0)).status_code == 200
+        assert await _thread(remote, "plain") == "rpc-conn"  # a fresh connection, its thread
+        started = time.monotonic()
+        status = await server.child.aclose(term_timeout_s=20.0)
+        assert status != -signal.SIGKILL, "the server did not stop on SIGTERM"
+        assert time.monotonic() - started < 10.0
+    finally:
+        await remote.close()
+        await server.stop()
