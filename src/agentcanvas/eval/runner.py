@@ -369,7 +369,7 @@ class BatchEvalRunner:
             per_step_timeout_s=self.config.per_step_timeout_s,
             episode_timeout_s=self.config.episode_timeout_s,
             render=media.renders(self.config),
-            log=self._new_log(spec.index),
+            log=(episode_log := self._new_log(spec.index)),
             asset_dir=str(self.run_dir.episode_assets_dir(spec.index))
             if media.renders(self.config)
             else "",
@@ -378,8 +378,8 @@ class BatchEvalRunner:
         try:
             result = await run_episode(self.graph, spec, wiring, options)
         finally:
-            if options.log is not None:
-                options.log.close()  # the episode's last lines, before its record is written
+            if episode_log is not None:
+                episode_log.close()  # the episode's last lines, before its record is written
         if options.render:  # without frames there is nothing to discard: no thread hop
             assets = self.run_dir.episode_assets_dir(spec.index)  # before episode.json: final
             await asyncio.to_thread(media.discard_unwanted_frames, self.config, result, assets)
