@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import struct
 import textwrap
 import time
 from collections.abc import AsyncIterator
@@ -23,6 +24,7 @@ import pytest_asyncio
 
 from agentcanvas.errors import ServerTimeoutError
 from agentcanvas.nodes.base import CallContext
+from agentcanvas.server import rpc
 from agentcanvas.server.launcher import LocalProcessLauncher, ProcessServer
 from agentcanvas.server.proxy import RemoteNodeSet, fetch_manifest
 
@@ -171,3 +173,44 @@ async def test_a_call_hung_on_its_connection_thread_leaves_the_server_answering_
     finally:
         await remote.close()
         await server.stop()
+
+
+class _Captured(rpc._Channel):
+    """The client's reader, fed by hand: every message it cuts out is kept."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.messages: list[list[bytes]] = []
+
+    def _deliver(self, frames: list[memoryview]) -> None:
+        self.messages.append([bytes(f) for f in frames])
+
+    def feed(self, data: bytes, chunk: int) -> None:
+        for at in range(0, len(data), chunk):
+            piece = data[at : at + chunk]
+            while piece:
+                buf = self.get_buffer(-1)
+                n = min(len(buf), len(piece))
+                buf[:n] = piece[:n]
+                self.buffer_updated(n)
+                piece = piece[n:]
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 4096, 300_000, 10**8])
+async def test_the_reader_cuts_messages_out_of_any_split_of_the_stream(chunk: int) -> None:
+    """Small messages back to back, one bigger than the read buffer, empty frames: whatever
+    pieces the kernel hands over, each message comes out whole and in order."""
+    big = np.arange(rpc.SCRATCH_BYTES // 2, dtype=np.int32).tobytes()  # 2x the scratch
+    messages = [[b"a"], [b"head", b"", b"xyz"], [b"h", big], [b"after"], [b"\x00" * 5000]]
+    stream = b"".join(b"".join(bytes(b) for b in rpc.pack(m)) for m in messages)
+    reader = _Captured()
+    reader.feed(stream, chunk)
+    assert reader.messages == messages
+    assert reader.dead is None
+
+
+async def test_the_reader_drops_a_connection_that_sends_no_message() -> None:
+    reader = _Captured()
+    reader.feed(struct.pack("<I", rpc.MAX_FRAMES + 1), 4)
+    assert reader.dead is not None and "not a message" in reader.dead
+    assert reader.messages == []

@@ -92,10 +92,11 @@ class _EpisodeLog:
     """One episode's node firings for its log.jsonl, encoded as they happen and written in
     batches: at most FLUSH_AFTER_S after a firing (a timer on the event loop, so the lines
     before a node that hangs are on disk at once, for whoever watches the episode), when
-    FLUSH_BYTES have gathered, and at `close` when the episode ends — about one ``write`` per
-    short episode instead of one per firing (issue 13: a write per firing cost more than the
-    firing). The first write creates the episode's folder and truncates what an earlier
-    attempt (a retry, a resume) left. Used on the event loop's thread only."""
+    FLUSH_BYTES have gathered, and the rest in the recording thread, before the episode's
+    episode.json — no ``write`` on the episode's path for a short episode, where there was
+    one per firing (issue 13: a write per firing cost more than the firing). The first write
+    creates the episode's folder and truncates what an earlier attempt (a retry, a resume)
+    left."""
 
     FLUSH_AFTER_S: ClassVar[float] = 0.01
     FLUSH_BYTES: ClassVar[int] = 256 * 1024
@@ -138,9 +139,16 @@ class _EpisodeLog:
         except OSError as exc:
             raise RunError(f"cannot append to {str(self.path)!r}: {exc.strerror or exc}") from exc
 
-    def close(self) -> None:
-        """Write what is left and close; an episode that fired nothing leaves no log (nor
-        the one an earlier attempt left)."""
+    def finish(self) -> None:
+        """The episode ended (on the loop's thread): no timed flush any more; from here on
+        only `write_rest` touches the log, in the recording thread."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def write_rest(self) -> None:
+        """Write what is left and close (the recording thread, after `finish`); an episode
+        that fired nothing leaves no log (nor the one an earlier attempt left)."""
         try:
             if self._failure is not None:
                 raise self._failure
@@ -197,6 +205,7 @@ class BatchEvalRunner:
         self._status_counts: dict[str, int] = {}
         self._timeouts: set[int] = set()
         self._new_results = asyncio.Event()
+        self._logs: dict[int, _EpisodeLog] = {}  # finished logs, written with their records
         self._stored = 0  # results stored so far (a resumed one counts too)
         self._final_for: int | None = None  # _stored when the complete summary was made
         self._episodes_json: list[dict[str, Any]] = []  # the complete summary's records
@@ -379,7 +388,11 @@ class BatchEvalRunner:
             result = await run_episode(self.graph, spec, wiring, options)
         finally:
             if episode_log is not None:
-                episode_log.close()  # the episode's last lines, before its record is written
+                episode_log.finish()  # its last lines go with its record (_write_episode)
+                previous = self._logs.get(spec.index)
+                if previous is not None:  # an earlier attempt's, retried: never written
+                    previous.discard()
+                self._logs[spec.index] = episode_log
         if options.render:  # without frames there is nothing to discard: no thread hop
             assets = self.run_dir.episode_assets_dir(spec.index)  # before episode.json: final
             await asyncio.to_thread(media.discard_unwanted_frames, self.config, result, assets)
@@ -460,9 +473,12 @@ class BatchEvalRunner:
             self._timeouts.add(result.index)
 
     def _write_episode(self, result: EpisodeResult) -> None:
-        """Make the episode's folder (its log is written), then its episode.json (the
+        """Make the episode's folder, write the rest of its log, then its episode.json (the
         durable record) before anything else mentions the episode."""
         self.run_dir.create_episode(result.index)
+        episode_log = self._logs.pop(result.index, None)
+        if episode_log is not None:
+            episode_log.write_rest()
         atomic_write_json(
             self.run_dir.episode_json_path(result.index),
             {

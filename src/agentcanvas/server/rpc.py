@@ -83,7 +83,8 @@ __all__ = [
 log = logging.getLogger("agentcanvas.server")
 
 MAX_IDLE_CONNECTIONS = 64
-MAX_FRAMES = 65_536  # frames of one message (a header and its arrays)
+SCRATCH_BYTES = 256 * 1024  # a client connection's read buffer
+MAX_FRAMES = 4096  # frames of one message (a header and its arrays); its head fits SCRATCH
 MAX_MESSAGE_BYTES = 1 << 34  # 16 GiB: past it a length field is garbage, not a message
 _COUNT = struct.Struct("<I")
 
@@ -327,34 +328,61 @@ class _Channel(asyncio.BufferedProtocol):
         self.transport: asyncio.Transport | None = None
         self.dead: str | None = None
         self._answer: asyncio.Future[list[memoryview]] | None = None
+        self._scratch = bytearray(SCRATCH_BYTES)  # reads land here until a body outgrows it
+        self._filled = 0
+        self._body: bytearray | None = None  # a message too big for the scratch, filling in
         self._lengths: list[int] = []
-        self._start_message()
+        self._got = 0
 
-    # reading: header (count), lengths, body; each into its own buffer
-    def _start_message(self) -> None:
-        self._phase, self._buf, self._got = 0, bytearray(_COUNT.size), 0
-
+    # Reading: each recv lands in the scratch buffer, where whole messages are cut out (one
+    # recv per small message); a message bigger than the scratch gets a buffer of its own
+    # and is read straight into it (no copy of a big array).
     def get_buffer(self, sizehint: int) -> memoryview:
-        return memoryview(self._buf)[self._got :]
+        if self._body is not None:
+            return memoryview(self._body)[self._got :]
+        return memoryview(self._scratch)[self._filled :]
 
     def buffer_updated(self, nbytes: int) -> None:
-        self._got += nbytes
-        while self._got == len(self._buf):
-            try:
-                if self._phase == 0:
-                    self._phase, count = 1, _count(bytes(self._buf))
-                    self._buf, self._got = bytearray(8 * count), 0
-                elif self._phase == 1:
-                    self._lengths = _lengths(len(self._buf) // 8, bytes(self._buf))
-                    self._phase, self._buf, self._got = 2, bytearray(sum(self._lengths)), 0
-                else:
-                    frames = _split(self._buf, self._lengths)
-                    self._start_message()
-                    self._deliver(frames)
-                    return
-            except FramingError as exc:
-                self._fail(f"sent bytes that are not a message ({exc})")
+        try:
+            if self._body is not None:
+                self._got += nbytes
+                if self._got == len(self._body):
+                    body, self._body = self._body, None
+                    self._deliver(_split(body, self._lengths))
                 return
+            self._filled += nbytes
+            self._cut_messages()
+        except FramingError as exc:
+            self._fail(f"sent bytes that are not a message ({exc})")
+
+    def _cut_messages(self) -> None:
+        """Deliver every whole message in the scratch buffer; start a big one's own buffer."""
+        view, at = memoryview(self._scratch), 0
+        try:
+            while self._filled - at >= _COUNT.size:
+                count = _count(bytes(view[at : at + _COUNT.size]))
+                head = _COUNT.size + 8 * count
+                if self._filled - at < head:
+                    break
+                lengths = _lengths(count, bytes(view[at + _COUNT.size : at + head]))
+                size = sum(lengths)
+                have = self._filled - at - head
+                if have >= size:  # whole: copied out, so the scratch can be reused
+                    body = bytearray(view[at + head : at + head + size])
+                    at += head + size
+                    self._deliver(_split(body, lengths))
+                    continue
+                if head + size > len(self._scratch):  # read the rest straight into its body
+                    self._body, self._lengths, self._got = bytearray(size), lengths, have
+                    self._body[:have] = view[at + head : self._filled]
+                    at = self._filled
+                break
+        finally:
+            rest = self._filled - at
+            if at and rest:
+                self._scratch[:rest] = bytes(view[at : self._filled])
+            self._filled = rest
+            view.release()
 
     def _deliver(self, frames: list[memoryview]) -> None:
         if self._answer is not None and not self._answer.done():
