@@ -29,8 +29,8 @@ from agentcanvas.graph.executor import (
 )
 from agentcanvas.graph.loop_runner import LoopRunner
 from agentcanvas.graph.model import DEFAULT_STEP_BUDGET, Graph
-from agentcanvas.nodes.base import NodeSetHandle
-from agentcanvas.nodes.boundary import is_in_process
+from agentcanvas.nodes.base import LocalNodeSet, NodeSetHandle
+from agentcanvas.nodes.boundary import WireBoundary, is_in_process
 from agentcanvas.nodes.manifest import LoadInfo
 from agentcanvas.server.deadlines import reset_call_timeout, set_call_timeout
 
@@ -252,5 +252,11 @@ async def _evict(graph: Graph, wiring: EpisodeWiring, key: str) -> None:
         handle = wiring.env_panel_overrides.get(nodeset) or wiring.resolver.handle_for(
             nodeset, wiring.server_url_overrides.get(nodeset)
         )
+        if getattr(handle, "evicts", True) is False:  # a server that keeps no episode state
+            continue
+        local = handle.inner if isinstance(handle, WireBoundary) else handle
         with contextlib.suppress(Exception):  # a dead server has nothing left to evict
-            await asyncio.shield(handle.evict(key))
+            if isinstance(local, LocalNodeSet):  # synchronous: nothing to shield, no task
+                local.evict_here(key)
+            else:
+                await asyncio.shield(handle.evict(key))

@@ -215,6 +215,11 @@ class RemoteNodeSet:
     async def panel_load(self) -> LoadInfo:
         return await self._get(protocol.PANEL_LOAD, LoadInfo)
 
+    @property
+    def evicts(self) -> bool:
+        """False once the server said its node set keeps no per-episode state."""
+        return self._evicts
+
     async def evict(self, episode_key: str) -> None:
         """Evict ``episode_key``; skipped once the server said its node set keeps no
         per-episode state (its answer to an eviction is whether it has an evict hook)."""
