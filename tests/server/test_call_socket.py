@@ -39,8 +39,45 @@ import time
 from agentcanvas.nodes.base import NodeSet
 from agentcanvas.nodes.manifest import PortSpec
 
-NODESET = NodeSet(name="{name}", parallelism="{parallelism}")
+import numpy as np
+
+
+class State:
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.active = 0
+        self.most = 0
+
+
+NODESET = NodeSet(name="{name}", parallelism="{parallelism}", state_factory=State)
 OUT = [PortSpec(name="thread", type="str")]
+OVERLAP = [PortSpec(name="most", type="int")]
+
+
+def _overlap(state):
+    with state.lock:
+        state.active += 1
+        state.most = max(state.most, state.active)
+    time.sleep(0.3)
+    with state.lock:
+        state.active -= 1
+        return {{"most": state.most}}
+
+
+@NODESET.node("overlap_plain", outputs=OVERLAP)
+def overlap_plain(inputs, config, state, ctx):
+    return _overlap(state)
+
+
+@NODESET.node("overlap_blocking", outputs=OVERLAP, blocking=True)
+def overlap_blocking(inputs, config, state, ctx):
+    return _overlap(state)
+
+
+@NODESET.node("many", inputs=[PortSpec(name="n", type="int")],
+              outputs=[PortSpec(name="xs", type="list")])
+def many(inputs, config, state, ctx):
+    return {{"xs": [np.full(256, k, dtype=np.int32) for k in range(inputs["n"])]}}
 
 
 @NODESET.node("plain", outputs=OUT)
@@ -141,6 +178,36 @@ async def test_messages_larger_than_a_socket_buffer_round_trip_bit_exactly(
         out = await remote.call("echo", {}, {"x": x}, CTX)
         assert out["x"].dtype == x.dtype and out["x"].tobytes() == x[::-1].tobytes()
         assert out["total"] == int(x.sum(dtype=np.int64))
+
+
+async def test_a_message_of_more_frames_than_one_sendmsg_takes_round_trips(
+    replicated: RemoteNodeSet,
+) -> None:
+    """1,100 arrays of 1 KiB travel as 1,101 frames: more than Linux's IOV_MAX (1,024)
+    buffers one sendmsg takes."""
+    xs = (await replicated.call("many", {}, {"n": 1100}, CTX))["xs"]
+    assert len(xs) == 1100
+    assert all(
+        x.dtype == np.int32 and x.shape == (256,) and (x == k).all() for k, x in enumerate(xs)
+    )
+
+
+async def test_concurrency_on_a_replicated_server_is_what_it_was_on_the_loop(
+    workspace: Path,
+) -> None:
+    """Two calls at once on one replicated server: non-blocking nodes run one at a time (as
+    on the event loop before), blocking ones may overlap (as on the worker threads)."""
+    server, remote = await _launch(workspace, "tsock")
+    try:
+        plain = await asyncio.gather(*(remote.call("overlap_plain", {}, {}, CTX) for _ in "ab"))
+        assert max(o["most"] for o in plain) == 1
+        blocking = await asyncio.gather(
+            *(remote.call("overlap_blocking", {}, {}, CTX) for _ in "ab")
+        )
+        assert max(o["most"] for o in blocking) == 2
+    finally:
+        await remote.close()
+        await server.stop()
 
 
 async def test_concurrent_calls_each_get_their_own_connection_and_answer(

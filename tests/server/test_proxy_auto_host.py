@@ -236,10 +236,11 @@ async def test_an_answer_that_is_not_ours_is_a_protocol_error_naming_it() -> Non
     peers: list[socket.socket] = []
 
     def answer(*frames: bytes) -> None:
-        if not peers:  # the client keeps its connection between requests
-            peers.append(listener.accept()[0])
-        rpc.recv_message(peers[0])
-        rpc.send_message(peers[0], list(frames))
+        # A reply that is not ours puts the connection out of step: the client drops it and
+        # the next request comes on a new one.
+        peers.append(listener.accept()[0])
+        rpc.recv_message(peers[-1])
+        rpc.send_message(peers[-1], list(frames))
 
     try:
         for frames, detail in (
@@ -258,6 +259,7 @@ async def test_an_answer_that_is_not_ours_is_a_protocol_error_naming_it() -> Non
             with pytest.raises(ProtocolError, match=not_ours):
                 await client.request("call", {}, "/call/x", DEADLINE_S, protocol.CallReply)
             await answering
+        assert len(peers) == 4  # no connection was reused after a reply that was not ours
     finally:
         client.close()
         for peer in peers:

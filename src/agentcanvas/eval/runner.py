@@ -386,13 +386,16 @@ class BatchEvalRunner:
         )
         try:
             result = await run_episode(self.graph, spec, wiring, options)
-        finally:
+        except BaseException:
             if episode_log is not None:
-                episode_log.finish()  # its last lines go with its record (_write_episode)
-                previous = self._logs.get(spec.index)
-                if previous is not None:  # an earlier attempt's, retried: never written
-                    previous.discard()
-                self._logs[spec.index] = episode_log
+                episode_log.discard()  # no record will be written for this attempt
+            raise
+        if episode_log is not None:
+            episode_log.finish()  # its last lines go with its record (_write_episode)
+            previous = self._logs.get(spec.index)
+            if previous is not None:  # an earlier attempt's, retried: never written
+                previous.discard()
+            self._logs[spec.index] = episode_log
         if options.render:  # without frames there is nothing to discard: no thread hop
             assets = self.run_dir.episode_assets_dir(spec.index)  # before episode.json: final
             await asyncio.to_thread(media.discard_unwanted_frames, self.config, result, assets)

@@ -29,6 +29,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 from collections.abc import Awaitable, Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -225,15 +226,26 @@ def _failed(exc: Exception) -> dict[str, Any]:
 def direct_handlers(instance: LocalNodeSet) -> dict[str, DirectHandler]:
     """The per-episode operations of a replicated node set, run on the rpc connection's own
     thread: it has one caller (its worker), so nothing needs the event loop between the
-    socket and the simulator (no thread hop per call: issue 13). A node that is async or
-    batched goes to the event loop (`rpc_handlers`), as every op of a shared node set does."""
+    socket and the simulator (no thread hop per call: issue 13). Concurrency stays what it
+    was: blocking nodes and the panel may overlap (they ran on worker threads), other
+    synchronous nodes and evictions run one at a time (they ran on the loop). A node that
+    is async or batched goes to the event loop (`rpc_handlers`), as every op of a shared
+    node set does."""
+
+    serial = threading.Lock()  # non-blocking nodes and evictions, one at a time, as on the loop
 
     def call(args: dict[str, Any]) -> Any:
         request, ctx = _call_request(args)
         try:
             if not instance.runs_synchronously(request.node):
                 return ON_LOOP
-            outputs = instance.call_here(request.node, request.config, request.inputs, ctx)
+            if instance.nodeset.definition(request.node).spec.blocking:  # may overlap, as
+                outputs = instance.call_here(  # on the worker threads they had before
+                    request.node, request.config, request.inputs, ctx
+                )
+            else:
+                with serial:
+                    outputs = instance.call_here(request.node, request.config, request.inputs, ctx)
         except Exception as exc:
             return _failed(exc)
         return msgspec.structs.asdict(protocol.CallReply(outputs))
@@ -244,7 +256,8 @@ def direct_handlers(instance: LocalNodeSet) -> dict[str, DirectHandler]:
 
     def evict(args: dict[str, Any]) -> bool:
         request = protocol.parse(args, protocol.EvictRequest, protocol.EVICT)
-        instance.evict_here(request.episode_key)
+        with serial:
+            instance.evict_here(request.episode_key)
         return instance.nodeset.evict is not None
 
     return {

@@ -51,6 +51,7 @@ import socket
 import struct
 import sys
 import threading
+import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
@@ -58,6 +59,7 @@ import msgspec
 
 from agentcanvas import envsettings, wire
 from agentcanvas.errors import (
+    ProtocolError,
     RemoteError,
     ServerDiedError,
     ServerError,
@@ -87,6 +89,7 @@ SCRATCH_BYTES = 256 * 1024  # a client connection's read buffer
 MAX_FRAMES = 4096  # frames of one message (a header and its arrays); its head fits SCRATCH
 MAX_MESSAGE_BYTES = 1 << 34  # 16 GiB: past it a length field is garbage, not a message
 _COUNT = struct.Struct("<I")
+_IOV_MAX = 1024  # buffers one sendmsg takes (Linux's IOV_MAX)
 
 Handler = Callable[[dict[str, Any]], Coroutine[Any, Any, Any]]
 DirectHandler = Callable[[dict[str, Any]], Any]
@@ -170,10 +173,13 @@ def recv_message(sock: socket.socket) -> list[memoryview]:
 
 
 def send_message(sock: socket.socket, frames: Sequence[wire.Buffer]) -> None:
-    """One message to a blocking socket, in one ``sendmsg`` when the kernel takes it all."""
+    """One message to a blocking socket, in one ``sendmsg`` when the kernel takes it all
+    (at most IOV_MAX buffers a call)."""
+    if len(frames) > MAX_FRAMES:
+        raise FramingError(f"a message of {len(frames)} frames (1 to {MAX_FRAMES})")
     buffers = [memoryview(b).cast("B") for b in pack(frames)]
     while buffers:
-        sent = sock.sendmsg(buffers)
+        sent = sock.sendmsg(buffers[:_IOV_MAX])
         while buffers and sent >= buffers[0].nbytes:
             sent -= buffers[0].nbytes
             buffers.pop(0)
@@ -235,30 +241,41 @@ class RpcServer:
             self.close()
 
     def close(self) -> None:
-        """Stop accepting and drop every connection (their threads end with them)."""
+        """Stop accepting and end every connection: each is shut down here and closed by
+        its own thread (never a descriptor another thread may still be using)."""
         with self._lock:
             self._closed = True
-            connections, self._connections = self._connections, set()
+            connections = list(self._connections)
         for sock in (self._listener, *connections):
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
-            sock.close()
+        self._listener.close()
 
     def _accept(self) -> None:
         while True:
             try:
                 sock, _ = self._listener.accept()
-            except OSError:  # closed
-                return
-            with self._lock:
+            except OSError as exc:
                 if self._closed:
-                    sock.close()
                     return
-                self._connections.add(sock)
-            _nodelay(sock)
-            threading.Thread(
-                target=self._serve_connection, args=(sock,), name="rpc-conn", daemon=True
-            ).start()
+                log.warning("rpc accept failed (%s); accepting on", exc)  # EMFILE, say
+                time.sleep(0.05)
+                continue
+            try:
+                with self._lock:
+                    if self._closed:
+                        sock.close()
+                        return
+                    self._connections.add(sock)
+                _nodelay(sock)
+                threading.Thread(
+                    target=self._serve_connection, args=(sock,), name="rpc-conn", daemon=True
+                ).start()
+            except Exception:  # that connection is lost; the server accepts on
+                log.exception("rpc connection setup failed")
+                with self._lock:
+                    self._connections.discard(sock)
+                sock.close()
 
     def _serve_connection(self, sock: socket.socket) -> None:
         try:
@@ -470,9 +487,14 @@ class RpcClient:
         except WireError as exc:
             raise UserInputError(f"cannot send {what} to {self.where}: {exc}") from exc
         try:
-            channel = await self._take()
+            async with asyncio.timeout(timeout_s):
+                channel = await self._take()
         except _Died as exc:
             raise ServerDiedError(f"{self.where} is unreachable ({exc})") from exc
+        except TimeoutError as exc:
+            raise ServerTimeoutError(
+                f"{self.where} did not accept a connection for {what} within {timeout_s:g} s"
+            ) from exc
         try:
             answer = await channel.exchange(frames, timeout_s)
         except TimeoutError as exc:
@@ -487,8 +509,16 @@ class RpcClient:
         except BaseException:
             channel.close()  # cancelled mid-request: its state is unknown
             raise
+        try:
+            value = self._value(answer, request_id, what, reply)
+        except ProtocolError:
+            channel.close()  # not our answer: the connection is out of step
+            raise
+        except BaseException:
+            self._give_back(channel)  # the server's own error, answered in step
+            raise
         self._give_back(channel)
-        return self._value(answer, request_id, what, reply)
+        return value
 
     def _value(
         self, frames: list[memoryview], request_id: int, what: str, reply: type[Reply]
