@@ -37,12 +37,26 @@ def summarize(value: Any, depth: int = 0) -> Any:
     if kind is np.ndarray:
         return _array(value)
     if kind is dict and depth < 3:
-        if len(value) > MAX_ITEMS:
-            value = dict(list(value.items())[:MAX_ITEMS])
-        return {str(k): summarize(v, depth + 1) for k, v in value.items()}
+        out: dict[str, Any] = {}
+        for taken, (key, item) in enumerate(value.items()):
+            if taken == MAX_ITEMS:
+                break
+            out[key if type(key) is str else str(key)] = _item(item, depth + 1)
+        return out
     if kind is list and depth < 3:
-        return [summarize(v, depth + 1) for v in value[:MAX_ITEMS]]
+        return [_item(item, depth + 1) for item in value[:MAX_ITEMS]]
     return _other(value, depth)
+
+
+def _item(value: Any, depth: int) -> Any:
+    """An item of a container: plain scalars without a call of `summarize` (the env's lists
+    of objects and cells are hundreds of them per episode)."""
+    kind = type(value)
+    if kind is int or kind is bool or value is None:
+        return value
+    if kind is str and len(value) <= MAX_STR:
+        return value
+    return summarize(value, depth)
 
 
 def _other(value: Any, depth: int) -> Any:
