@@ -181,7 +181,8 @@ class RemoteNodeSet:
         return self._rpc
 
     async def _request(self, op: str, args: dict[str, Any], what: str, reply: type[Reply]) -> Reply:
-        return await (await self._calls()).request(op, args, what, self._deadline(), reply)
+        calls = self._rpc or await self._calls()
+        return await calls.request(op, args, what, self._deadline(), reply)
 
     async def _post(self, path: str, body: bytes | dict[str, Any], reply: type[Reply]) -> Reply:
         """POST msgpack ``bytes`` or a JSON map."""

@@ -486,9 +486,11 @@ class RpcClient:
             frames = wire.encode({"id": request_id, "op": op, "args": args})
         except WireError as exc:
             raise UserInputError(f"cannot send {what} to {self.where}: {exc}") from exc
+        channel = self._idle_channel()
         try:
-            async with asyncio.timeout(timeout_s):
-                channel = await self._take()
+            if channel is None:
+                async with asyncio.timeout(timeout_s):
+                    channel = await _connect(self.endpoint)
         except _Died as exc:
             raise ServerDiedError(f"{self.where} is unreachable ({exc})") from exc
         except TimeoutError as exc:
@@ -550,7 +552,8 @@ class RpcClient:
             f"{self.where} failed {what}: {err.type}: {err.message}", err.type, err.message
         )
 
-    async def _take(self) -> _Channel:
+    def _idle_channel(self) -> _Channel | None:
+        """A pooled connection of this event loop that is still open, or None."""
         loop = asyncio.get_running_loop()
         if loop is not self._loop:  # connections belong to the loop that made them
             self.close()
@@ -560,7 +563,7 @@ class RpcClient:
             if channel.usable():
                 return channel
             channel.close()
-        return await _connect(self.endpoint)
+        return None
 
     def _give_back(self, channel: _Channel) -> None:
         if channel.usable() and len(self._idle) < MAX_IDLE_CONNECTIONS:
