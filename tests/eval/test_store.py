@@ -195,7 +195,8 @@ def test_run_dir_create_and_done_marker(tmp_path: Path) -> None:
     run.create()  # idempotent
     assert run.episodes_dir.is_dir()
     assert run.create_episode(3) == run.episode_dir(3)
-    assert run.episode_assets_dir(3).is_dir()
+    assert run.episode_dir(3).is_dir()
+    assert not run.episode_assets_dir(3).exists()  # made with the episode's first asset
     assert not run.is_done()
     run.touch_done()
     run.touch_done()  # idempotent

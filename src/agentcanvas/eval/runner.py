@@ -7,8 +7,10 @@ What an episode boundary costs does not grow with the
 run (issue 13): the episode's episode.json is written, its record appended to
 ``episodes.jsonl`` (see :mod:`agentcanvas.eval.records`), the counts updated in place, and
 summary.json rewritten atomically (without fsync: recover rebuilds it) — bounded: counts,
-status counts and the latest aggregates, no per-episode records. That rewrite is the live
-progress channel.
+status counts and the latest aggregates, no per-episode records — at most every
+LIVE_SAVE_MIN_INTERVAL_S, and again by the live aggregates' refresh that follows every new
+result, so a skipped rewrite is made up within a moment. That rewrite is the live progress
+channel (with the events).
 
 Live aggregates are recomputed by one owned task, off the recording path, from a snapshot of
 the results, as often as their cost allows (at most LIVE_AGGREGATE_DUTY of the wall time,
@@ -65,6 +67,7 @@ from agentcanvas.server.registry import WorkspaceComponentRegistry
 
 LIVE_AGGREGATE_MIN_INTERVAL_S = 0.25  # live aggregates are refreshed at most this often
 LIVE_AGGREGATE_DUTY = 0.1  # and take at most this share of the run's wall time
+LIVE_SAVE_MIN_INTERVAL_S = 0.2  # a recording rewrites the live summary.json at most this often
 log = logging.getLogger(__name__)
 RETRYABLE = ("error", "exception", "timeout")
 MAX_RECORDINGS_IN_FLIGHT = 2  # per worker: episodes written while the next ones run
@@ -205,6 +208,7 @@ class BatchEvalRunner:
         self._status_counts: dict[str, int] = {}
         self._timeouts: set[int] = set()
         self._new_results = asyncio.Event()
+        self._saved_live_at = -float("inf")  # monotonic time of the last live summary.json
         self._logs: dict[int, _EpisodeLog] = {}  # finished logs, written with their records
         self._stored = 0  # results stored so far (a resumed one counts too)
         self._final_for: int | None = None  # _stored when the complete summary was made
@@ -492,10 +496,16 @@ class BatchEvalRunner:
         )
 
     def _persist(self, result: EpisodeResult) -> None:
-        """Its index line (episode.json is on disk), then the bounded summary."""
+        """Its index line (episode.json is on disk), then the bounded summary — at most
+        every LIVE_SAVE_MIN_INTERVAL_S: each rewrite creates a file, which costs a worker
+        more CPU than a short episode's own work on some filesystems (issue 13). The live
+        aggregates' refresh, which follows every new result, saves what this one skipped."""
         records.append_record(self.run_dir, result)
         self._refresh_progress()
-        self.save()
+        now = time.monotonic()
+        if now - self._saved_live_at >= LIVE_SAVE_MIN_INTERVAL_S:
+            self._saved_live_at = now
+            self.save()
 
     async def _live_aggregates(self) -> None:
         """Refresh the summary's aggregates while the run goes, as often as their cost allows.
@@ -514,6 +524,7 @@ class BatchEvalRunner:
             async with self.results_lock:
                 self.run.aggregate_metrics, self.run.aggregate_by_task = overall, by_task
                 self.run.episodes_aggregated = len(snapshot)
+                await asyncio.to_thread(self.save)  # these aggregates, the latest counts
             cost = time.monotonic() - started
             period = max(LIVE_AGGREGATE_MIN_INTERVAL_S, cost / LIVE_AGGREGATE_DUTY)
             await asyncio.sleep(period - cost)

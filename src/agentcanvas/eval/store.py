@@ -7,7 +7,9 @@
       episodes.jsonl                       (per-episode records, appended; see eval.records)
       episodes/ep{idx:04d}/  log.jsonl  assets/  episode.json
 
-Files are written with the atomic helpers of :mod:`agentcanvas.fileio`.
+``assets/`` exists when the episode saved any (frames): an empty folder per episode would
+cost a file creation each, which on some filesystems costs more CPU than a short episode
+(issue 13). Files are written with the atomic helpers of :mod:`agentcanvas.fileio`.
 """
 
 from __future__ import annotations
@@ -101,9 +103,11 @@ class RunDir:
         make_dirs(self.episodes_dir)
 
     def create_episode(self, idx: int) -> Path:
-        """Create ``episodes/ep{idx:04d}/assets/`` (and parents); return the episode folder."""
-        make_dirs(self.episode_assets_dir(idx))
-        return self.episode_dir(idx)
+        """Create ``episodes/ep{idx:04d}/`` (and parents); return it. Its ``assets/`` is made
+        by whoever saves the first asset (`nodes.assets.save_frame`)."""
+        folder = self.episode_dir(idx)
+        make_dirs(folder)
+        return folder
 
     def touch_done(self) -> None:
         """Create the ``_DONE`` marker atomically (idempotent)."""
