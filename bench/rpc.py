@@ -240,7 +240,7 @@ async def layer_rows(url: str, remote: RemoteNodeSet) -> AsyncIterator[dict[str,
     call, noop = {"id": 1, "op": "call", "args": args}, {"id": 1, "ok": {"outputs": {}}}
     obs = {"id": 1, "ok": {"outputs": {"obs": np.zeros(OBS_SHAPE, np.uint8)}}}
     client = await remote._calls()  # the layer under RemoteNodeSet.call, on purpose
-    raw = await asyncio.to_thread(_raw_connection, client.endpoint)
+    raw = await asyncio.to_thread(rpc.blocking_connection, client.endpoint)
     request = wire.encode(call)
     loop = asyncio.get_running_loop()
 
@@ -277,15 +277,6 @@ async def layer_rows(url: str, remote: RemoteNodeSet) -> AsyncIterator[dict[str,
             }
     finally:
         raw.close()
-
-
-def _raw_connection(endpoint: str) -> socket.socket:
-    if endpoint.startswith("ipc://@"):
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.connect("\0" + endpoint[len("ipc://@") :])
-        return sock
-    host, _, port = endpoint[len("tcp://") :].rpartition(":")
-    return socket.create_connection((host, int(port)))
 
 
 async def _readable(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:

@@ -10,6 +10,7 @@ of the thread it ran on.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import struct
 import textwrap
@@ -22,7 +23,7 @@ import numpy as np
 import pytest
 import pytest_asyncio
 
-from agentcanvas.errors import ServerTimeoutError
+from agentcanvas.errors import RemoteError, ServerTimeoutError, UserInputError
 from agentcanvas.nodes.base import CallContext
 from agentcanvas.server import rpc
 from agentcanvas.server.launcher import LocalProcessLauncher, ProcessServer
@@ -126,24 +127,26 @@ async def _launch(workspace: Path, name: str) -> tuple[ProcessServer, RemoteNode
     return server, remote
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def replicated(workspace: Path) -> AsyncIterator[RemoteNodeSet]:
-    server, remote = await _launch(workspace, "tsock")
+@contextlib.asynccontextmanager
+async def _served(workspace: Path, name: str) -> AsyncIterator[tuple[ProcessServer, RemoteNodeSet]]:
+    server, remote = await _launch(workspace, name)
     try:
-        yield remote
+        yield server, remote
     finally:
         await remote.close()
         await server.stop()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def replicated(workspace: Path) -> AsyncIterator[RemoteNodeSet]:
+    async with _served(workspace, "tsock") as (_, remote):
+        yield remote
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def shared(workspace: Path) -> AsyncIterator[RemoteNodeSet]:
-    server, remote = await _launch(workspace, "tsock_shared")
-    try:
+    async with _served(workspace, "tsock_shared") as (_, remote):
         yield remote
-    finally:
-        await remote.close()
-        await server.stop()
 
 
 async def _thread(remote: RemoteNodeSet, node: str) -> str:
@@ -192,22 +195,32 @@ async def test_a_message_of_more_frames_than_one_sendmsg_takes_round_trips(
     )
 
 
+async def test_a_message_of_more_frames_than_the_limit_is_refused_by_name_on_either_side(
+    replicated: RemoteNodeSet,
+) -> None:
+    """A reply the other side could not read is an error reply, and the server lives on; a
+    request of that size is refused before it is sent."""
+    n = rpc.MAX_FRAMES + 10
+    with pytest.raises(RemoteError, match=rf"failed /call/many: WireError: {n} arrays of 1024"):
+        await replicated.call("many", {}, {"n": n}, CTX)
+    big = [np.zeros(256, np.int32)] * n
+    with pytest.raises(UserInputError, match=r"cannot send /call/echo to .*arrays of 1024"):
+        await replicated.call("echo", {}, {"x": big}, CTX)
+    assert (await replicated.call("many", {}, {"n": 2}, CTX))["xs"][1][0] == 1
+
+
 async def test_concurrency_on_a_replicated_server_is_what_it_was_on_the_loop(
     workspace: Path,
 ) -> None:
     """Two calls at once on one replicated server: non-blocking nodes run one at a time (as
     on the event loop before), blocking ones may overlap (as on the worker threads)."""
-    server, remote = await _launch(workspace, "tsock")
-    try:
+    async with _served(workspace, "tsock") as (_, remote):
         plain = await asyncio.gather(*(remote.call("overlap_plain", {}, {}, CTX) for _ in "ab"))
         assert max(o["most"] for o in plain) == 1
         blocking = await asyncio.gather(
             *(remote.call("overlap_blocking", {}, {}, CTX) for _ in "ab")
         )
         assert max(o["most"] for o in blocking) == 2
-    finally:
-        await remote.close()
-        await server.stop()
 
 
 async def test_concurrent_calls_each_get_their_own_connection_and_answer(
@@ -224,8 +237,7 @@ async def test_a_call_hung_on_its_connection_thread_leaves_the_server_answering_
     """The hung call holds only its connection's thread: the event loop still answers
     /health, other connections still call, and SIGTERM ends the server gracefully (no SIGKILL
     after the grace period)."""
-    server, remote = await _launch(workspace, "tsock")
-    try:
+    async with _served(workspace, "tsock") as (server, remote):
         hung = RemoteNodeSet("tsock", server.url, remote.manifest, timeout_s=0.5)
         with pytest.raises(ServerTimeoutError, match=r"did not answer /call/hang within 0\.5 s"):
             await hung.call("hang", {}, {}, CTX)
@@ -237,9 +249,6 @@ async def test_a_call_hung_on_its_connection_thread_leaves_the_server_answering_
         status = await server.child.aclose(term_timeout_s=20.0)
         assert status != -signal.SIGKILL, "the server did not stop on SIGTERM"
         assert time.monotonic() - started < 10.0
-    finally:
-        await remote.close()
-        await server.stop()
 
 
 class _Captured(rpc._Channel):

@@ -185,21 +185,9 @@ async def test_dead_and_hung_servers_become_errors_naming_them() -> None:
         await server.stop()
 
 
-def _raw_connection(endpoint: str) -> socket.socket:
-    """A plain blocking socket to a call endpoint, as a foreign peer would open one."""
-    if endpoint.startswith("ipc://@"):
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.connect("\0" + endpoint[len("ipc://@") :])
-    else:
-        host, _, port = endpoint[len("tcp://") :].rpartition(":")
-        sock = socket.create_connection((host, int(port)))
-    sock.settimeout(DEADLINE_S)
-    return sock
-
-
 def _exchange_garbage(endpoint: str) -> list[Any]:
     replies: list[Any] = []
-    with _raw_connection(endpoint) as sock:
+    with rpc.blocking_connection(endpoint, DEADLINE_S) as sock:
         for garbage in (
             [b"\xc1"],
             [wire.dumps([1, 2])],
@@ -207,7 +195,9 @@ def _exchange_garbage(endpoint: str) -> list[Any]:
         ):
             rpc.send_message(sock, garbage)
             replies.append(wire.decode(rpc.recv_message(sock)))
-    with _raw_connection(endpoint) as sock:  # bytes that are no message: answered, then closed
+    with rpc.blocking_connection(
+        endpoint, DEADLINE_S
+    ) as sock:  # bytes that are no message: answered, then closed
         sock.sendall(struct.pack("<I", 0))
         replies.append(wire.decode(rpc.recv_message(sock)))
         with pytest.raises(EOFError):

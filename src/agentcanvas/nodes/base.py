@@ -377,7 +377,7 @@ class LocalNodeSet:
 
     async def panel_episode(self, fields: list[tuple[str, Any]]) -> LoadInfo:
         """``reset``, set ``fields`` in order, ``play``, ``on_load`` — one round trip."""
-        return await run_blocking(start_episode, self._panel(), fields)
+        return await run_blocking(self.panel_episode_here, fields)
 
     async def determinism(self) -> dict[str, str]:
         """Per-node determinism modes (e.g. ``{"embed": "padded"}``) of this instance."""
@@ -385,8 +385,7 @@ class LocalNodeSet:
         return dict(hook(self.state)) if hook is not None else {}
 
     async def evict(self, episode_key: str) -> None:
-        if self.nodeset.evict is not None:
-            self.nodeset.evict(self.state, episode_key)
+        self.evict_here(episode_key)
 
     async def close(self) -> None:
         closer = getattr(self.state, "close", None)

@@ -76,6 +76,8 @@ __all__ = [
     "Handler",
     "RpcClient",
     "RpcServer",
+    "blocking_connection",
+    "encode",
     "error_reply",
     "pack",
     "recv_message",
@@ -122,6 +124,18 @@ def error_reply(exc: BaseException) -> protocol.RpcError:
 
 
 # --- framing --------------------------------------------------------------------------------
+
+
+def encode(obj: object) -> list[wire.Buffer]:
+    """`wire.encode`, refusing a message of more than MAX_FRAMES frames (WireError), which
+    the other side could not read."""
+    frames = wire.encode(obj)
+    if len(frames) > MAX_FRAMES:
+        raise WireError(
+            f"{len(frames) - 1} arrays of {wire.INLINE_MAX_BYTES} bytes or more in "
+            f"one message (at most {MAX_FRAMES - 1})"
+        )
+    return frames
 
 
 def pack(frames: Sequence[wire.Buffer]) -> list[wire.Buffer]:
@@ -175,8 +189,6 @@ def recv_message(sock: socket.socket) -> list[memoryview]:
 def send_message(sock: socket.socket, frames: Sequence[wire.Buffer]) -> None:
     """One message to a blocking socket, in one ``sendmsg`` when the kernel takes it all
     (at most IOV_MAX buffers a call)."""
-    if len(frames) > MAX_FRAMES:
-        raise FramingError(f"a message of {len(frames)} frames (1 to {MAX_FRAMES})")
     buffers = [memoryview(b).cast("B") for b in pack(frames)]
     while buffers:
         sent = sock.sendmsg(buffers[:_IOV_MAX])
@@ -305,9 +317,9 @@ class RpcServer:
             request_id = request.id
             result = self._run(request.op, request.args)
             try:
-                return wire.encode({"id": request_id, "ok": result})
+                return encode({"id": request_id, "ok": result})
             except WireError:  # name the bad value's path inside the result, not our envelope
-                wire.encode(result)
+                encode(result)
                 raise
         except Exception as exc:
             if not isinstance(exc, UserInputError):
@@ -446,16 +458,34 @@ class _Channel(asyncio.BufferedProtocol):
             self.transport.abort()
 
 
+def _address(endpoint: str) -> tuple[socket.AddressFamily, Any]:
+    """The socket family and address of an ``ipc://`` or ``tcp://`` endpoint."""
+    if endpoint.startswith("ipc://"):
+        path = endpoint[len("ipc://") :]
+        return socket.AF_UNIX, "\0" + path[1:] if path.startswith("@") else path
+    host, _, port = endpoint[len("tcp://") :].rpartition(":")
+    return socket.AF_INET, (host, int(port))
+
+
+def blocking_connection(endpoint: str, timeout_s: float | None = None) -> socket.socket:
+    """A plain blocking socket to a call endpoint (benches, tests, foreign peers): speak to
+    it with `send_message` / `recv_message`."""
+    family, address = _address(endpoint)
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.settimeout(timeout_s)
+    sock.connect(address)
+    _nodelay(sock)
+    return sock
+
+
 async def _connect(endpoint: str) -> _Channel:
     loop = asyncio.get_running_loop()
     try:
-        if endpoint.startswith("ipc://"):
-            path = endpoint[len("ipc://") :]
-            address = "\0" + path[1:] if path.startswith("@") else path
+        family, address = _address(endpoint)
+        if family == socket.AF_UNIX:
             _, channel = await loop.create_unix_connection(_Channel, address)
         else:
-            host, _, port = endpoint[len("tcp://") :].rpartition(":")
-            _, channel = await loop.create_connection(_Channel, host, int(port))
+            _, channel = await loop.create_connection(_Channel, *address)
             transport = channel.transport
             sock = transport.get_extra_info("socket") if transport is not None else None
             if sock is not None:
@@ -483,7 +513,7 @@ class RpcClient:
         `protocol`); errors as in the module doc."""
         request_id = next(self._ids)
         try:
-            frames = wire.encode({"id": request_id, "op": op, "args": args})
+            frames = encode({"id": request_id, "op": op, "args": args})
         except WireError as exc:
             raise UserInputError(f"cannot send {what} to {self.where}: {exc}") from exc
         channel = self._idle_channel()
