@@ -66,9 +66,7 @@ from agentcanvas.graph.model import Graph
 from agentcanvas.server.registry import WorkspaceComponentRegistry
 
 LIVE_AGGREGATE_MIN_INTERVAL_S = 0.25  # live aggregates are refreshed at most this often
-LIVE_AGGREGATE_DUTY = (
-    0.03  # and take at most this share of the run's wall time (CPU the episodes need)
-)
+LIVE_AGGREGATE_DUTY = 0.03  # and take at most this share of the run's wall time
 LIVE_SAVE_MIN_INTERVAL_S = 0.2  # a recording rewrites the live summary.json at most this often
 log = logging.getLogger(__name__)
 RETRYABLE = ("error", "exception", "timeout")
