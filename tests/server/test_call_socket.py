@@ -25,7 +25,7 @@ import pytest_asyncio
 
 from agentcanvas.errors import RemoteError, ServerTimeoutError, UserInputError
 from agentcanvas.nodes.base import CallContext
-from agentcanvas.server import rpc
+from agentcanvas.server import protocol, rpc
 from agentcanvas.server.launcher import LocalProcessLauncher, ProcessServer
 from agentcanvas.server.proxy import RemoteNodeSet, fetch_manifest
 
@@ -100,6 +100,17 @@ async def later(inputs, config, state, ctx):
               outputs=[PortSpec(name="x", type="array"), PortSpec(name="total", type="int")])
 def echo(inputs, config, state, ctx):
     return {{"x": inputs["x"][::-1].copy(), "total": int(inputs["x"].sum(dtype="int64"))}}
+
+
+@NODESET.node("note", inputs=[PortSpec(name="tag", type="str")],
+              outputs=[PortSpec(name="seen", type="list")])
+def note(inputs, config, state, ctx):
+    state.seen = [*getattr(state, "seen", []), inputs["tag"]]
+    if inputs["tag"] == "slow":
+        time.sleep(0.3)
+    if inputs["tag"] == "raise":
+        raise ValueError("asked to raise")
+    return {{"seen": state.seen}}
 
 
 @NODESET.node("hang", outputs=OUT, blocking=True)
@@ -290,3 +301,69 @@ async def test_the_reader_drops_a_connection_that_sends_no_message() -> None:
     reader.feed(struct.pack("<I", rpc.MAX_FRAMES + 1), 4)
     assert reader.dead is not None and "not a message" in reader.dead
     assert reader.messages == []
+
+
+def _note(tag: str) -> tuple[str, dict[str, object], str, type[protocol.CallReply]]:
+    args = {"node": "note", "config": {}, "inputs": {"tag": tag}, "ctx": CTX.__dict__}
+    return protocol.OP_CALL, args, f"/call/note {tag}", protocol.CallReply
+
+
+@contextlib.asynccontextmanager
+async def _client(remote: RemoteNodeSet) -> AsyncIterator[rpc.RpcClient]:
+    client = rpc.RpcClient((await remote.health()).call, "tsock under test")
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+async def test_two_requests_sent_in_one_write_are_answered_in_order_and_the_second_waits(
+    replicated: RemoteNodeSet,
+) -> None:
+    """`request_then`: the server runs the two one after the other on one connection; the
+    second's answer is claimed later, and the connection is pooled again after it."""
+    async with _client(replicated) as client:
+        first, pending = await client.request_then(_note("a"), _note("b"), 10.0)
+        assert first.outputs["seen"][-1:] == ["a"]
+        assert client._idle == []  # busy until the second answer is claimed
+        second = await pending.value(10.0)
+        assert second.outputs["seen"][-2:] == ["a", "b"]
+        assert len(client._idle) == 1
+        plain = await client.request(*_note("c")[:3], 10.0, protocol.CallReply)
+        assert plain.outputs["seen"][-3:] == ["a", "b", "c"]
+        with pytest.raises(RuntimeError, match="claimed already"):
+            await pending.value(10.0)
+
+
+async def test_a_second_answer_dropped_before_it_came_never_reaches_another_request(
+    replicated: RemoteNodeSet,
+) -> None:
+    """Abandoned while the server still runs it, the connection is closed (its answer would
+    be out of step); the next request gets its own answer on a fresh connection."""
+    async with _client(replicated) as client:
+        _, pending = await client.request_then(_note("x"), _note("slow"), 10.0)
+        pending.abandon()
+        assert client._idle == []
+        answer = await client.request(*_note("y")[:3], 10.0, protocol.CallReply)
+        assert answer.outputs["seen"][-1] == "y"
+        await asyncio.sleep(0.4)  # the slow one ends: its answer goes to a closed connection
+        again = await client.request(*_note("z")[:3], 10.0, protocol.CallReply)
+        assert again.outputs["seen"][-1] == "z"
+
+
+async def test_the_second_answer_is_what_a_plain_request_gets_and_a_first_failure_drops_it(
+    replicated: RemoteNodeSet,
+) -> None:
+    """A node that raises answers its error as data, claimed or plain; a request the server
+    refuses (an unknown op) fails the first at once and drops the second."""
+    async with _client(replicated) as client:
+        _, pending = await client.request_then(_note("ok"), _note("raise"), 10.0)
+        claimed = (await pending.value(10.0)).outputs
+        plain = (await client.request(*_note("raise")[:3], 10.0, protocol.CallReply)).outputs
+        assert "ValueError: asked to raise" in claimed["error"] and claimed == plain
+        assert len(client._idle) == 1  # answered in step: pooled again
+        unknown = ("no_such_op", _note("-")[1], "no_such_op")
+        with pytest.raises((RemoteError, UserInputError), match="no_such_op"):
+            await client.request_then((*unknown, protocol.CallReply), _note("after"), 10.0)
+        answer = await client.request(*_note("next")[:3], 10.0, protocol.CallReply)
+        assert answer.outputs["seen"][-2:] == ["after", "next"]

@@ -26,13 +26,15 @@ from agentcanvas.graph.executor import (
     ExecutionResult,
     FiringLog,
     NodeResolver,
+    call_context,
 )
 from agentcanvas.graph.loop_runner import LoopRunner
-from agentcanvas.graph.model import DEFAULT_STEP_BUDGET, Graph
+from agentcanvas.graph.model import DEFAULT_STEP_BUDGET, Graph, Node
 from agentcanvas.nodes.base import LocalNodeSet, NodeSetHandle
 from agentcanvas.nodes.boundary import WireBoundary, is_in_process
 from agentcanvas.nodes.manifest import LoadInfo
 from agentcanvas.server.deadlines import reset_call_timeout, set_call_timeout
+from agentcanvas.server.proxy import Opening, RemoteNodeSet
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,9 @@ class EpisodeOptions:
     log: FiringLog | None = None
     asset_dir: str = ""
     cancel: asyncio.Event | None = None
+    # The env's firing every episode starts with (`executor.opening_firing`): sent with the
+    # panel request when the env is a server.
+    opening: tuple[Node, dict[str, Any]] | None = None
 
 
 def episode_timeout_s(options: EpisodeOptions, budget: int) -> float:
@@ -89,28 +94,43 @@ def resolve_step_budget(override: int | None, env_budget: int | None, graph: Gra
 
 
 async def set_episode(
-    env: NodeSetHandle, graph: Graph, spec: EpisodeSpec, render: bool
+    env: NodeSetHandle,
+    graph: Graph,
+    spec: EpisodeSpec,
+    render: bool,
+    opening: Opening | None = None,
 ) -> LoadInfo:
     """Reset the panel to its defaults (no episode depends on the one before it on this
     worker), push the cascade fields, task, index and seed, ``play``, then ``on_load`` — in
-    one round trip to the env's server."""
+    one round trip to the env's server, which also carries the episode's ``opening`` call
+    when the env is a server (`RemoteNodeSet.panel_episode`)."""
     defaults = dict(graph.env.fields) if graph.env else {}
     defaults.pop("task_id", None)
     fields: list[tuple[str, Any]] = list(defaults.items())
     fields += [("task_id", spec.task), ("episode_index", spec.episode_index), ("seed", spec.seed)]
     if render and env.manifest.panel and env.manifest.panel.field("render"):
         fields.append(("render", True))
+    if opening is not None and isinstance(env, RemoteNodeSet):
+        return await env.panel_episode(fields, opening)
     return await env.panel_episode(fields)
 
 
 async def _start(
-    env: NodeSetHandle, graph: Graph, spec: EpisodeSpec, options: EpisodeOptions
+    env: NodeSetHandle,
+    graph: Graph,
+    spec: EpisodeSpec,
+    options: EpisodeOptions,
+    episode: EpisodeContext,
 ) -> LoadInfo:
     """set_episode; on an in-process env under the per-step deadline a server's call has."""
     deadline = asyncio.timeout(options.per_step_timeout_s if is_in_process(env) else None)
+    opening: Opening | None = None
+    if options.opening is not None:
+        node, inputs = options.opening
+        opening = (node.node_name, node.config, inputs, call_context(node, 0, episode))
     try:
         async with deadline:
-            return await set_episode(env, graph, spec, options.render)
+            return await set_episode(env, graph, spec, options.render, opening)
     except TimeoutError as exc:
         if not deadline.expired():
             raise
@@ -134,8 +154,9 @@ async def run_episode(
     )
     runner: LoopRunner | None = None
     deadline = set_call_timeout(options.per_step_timeout_s)  # every server call's deadline
+    episode = EpisodeContext(spec.key, spec.seed, spec.task, options.asset_dir, wiring.client)
     try:
-        info = await _start(wiring.env, graph, spec, options) if wiring.env else None
+        info = await _start(wiring.env, graph, spec, options, episode) if wiring.env else None
         if info is not None:
             result.episode_id, result.scene_id = info.episode_id, info.scene_id
             result.instruction = info.instruction
@@ -147,7 +168,6 @@ async def run_episode(
             result.status, result.error = "error", f"resolved step budget {budget} < 1 refused"
             return result
         runner = _make_runner(wiring, options)
-        episode = EpisodeContext(spec.key, spec.seed, spec.task, options.asset_dir, wiring.client)
         status, outcome = await _run_guarded(runner, graph, episode, budget, options)
         _fill(result, status, outcome, runner, episode_timeout_s(options, budget))
     except ServerDiedError:
@@ -159,6 +179,8 @@ async def run_episode(
         result.status, result.error = "exception", describe(exc)
         _harvest_partial(result, runner)
     finally:
+        if isinstance(wiring.env, RemoteNodeSet):
+            wiring.env.drop_opening()  # the episode ended before its first firing
         result.duration_s = round(time.perf_counter() - started, 6)
         await _evict(graph, wiring, spec.key)
         reset_call_timeout(deadline)

@@ -61,7 +61,7 @@ from agentcanvas.eval.seeding import episode_seed
 from agentcanvas.eval.store import RunDir
 from agentcanvas.eval.worker_pool import EnvWorkerPool, WorkerHandle, partition_contiguous
 from agentcanvas.fileio import atomic_write_json, encode_jsonl_line, make_dirs
-from agentcanvas.graph.executor import ExecutionPrinciples
+from agentcanvas.graph.executor import ExecutionPrinciples, opening_firing
 from agentcanvas.graph.model import Graph
 from agentcanvas.server.registry import WorkspaceComponentRegistry
 
@@ -199,6 +199,8 @@ class BatchEvalRunner:
         self.broadcast = broadcast or _no_broadcast
         _require_replicated_env(registry, self.graph)
         self.specs = plan_episodes(config, self.graph, run_id)
+        env = self.graph.env
+        self._opening = opening_firing(self.graph, env.nodeset, registry) if env else None
         self.results: dict[int, EpisodeResult] = {}
         self.results_lock = asyncio.Lock()
         self.cancel_event = asyncio.Event()
@@ -387,6 +389,7 @@ class BatchEvalRunner:
             if media.renders(self.config)
             else "",
             cancel=self.cancel_event,
+            opening=self._opening,
         )
         try:
             result = await run_episode(self.graph, spec, wiring, options)

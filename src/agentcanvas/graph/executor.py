@@ -290,15 +290,7 @@ class GraphExecutor:
 
     async def _fire(self, step: int, node: Node, inputs: dict[str, Any]) -> dict[str, Any]:
         spec = self._specs[node.id]
-        ctx = CallContext(
-            node_id=node.id,
-            step=step,
-            episode_key=self.episode.key,
-            episode_seed=self.episode.seed,
-            task=self.episode.task,
-            asset_dir=self.episode.asset_dir,
-            client=self.episode.client,
-        )
+        ctx = call_context(node, step, self.episode)
         started = time.perf_counter()
         try:
             result = await self._call(node, inputs, ctx)
@@ -371,6 +363,48 @@ class GraphExecutor:
     def _emit(self, event: dict[str, Any]) -> None:
         if self._events is not None and not self.principles.suppress_nav_events:
             self._events(event)
+
+
+def call_context(node: Node, step: int, episode: EpisodeContext) -> CallContext:
+    """What a firing of ``node`` at ``step`` tells its node set about itself."""
+    return CallContext(
+        node_id=node.id,
+        step=step,
+        episode_key=episode.key,
+        episode_seed=episode.seed,
+        task=episode.task,
+        asset_dir=episode.asset_dir,
+        client=episode.client,
+    )
+
+
+def opening_firing(
+    graph: Graph, nodeset: str, resolver: NodeResolver
+) -> tuple[Node, dict[str, Any]] | None:
+    """The firing on ``nodeset`` that every episode of ``graph`` starts with, with its
+    inputs, when it is known before the episode starts; else None.
+
+    Known when exactly one node of ``nodeset`` waits for nothing within an iteration (so it
+    is in the first wave of iteration 0, and any other node of ``nodeset`` fires after it),
+    and its inputs there, the ``initial`` values of its next-iteration edges, hold every
+    required input (else it is skipped, not fired) — e.g. an env's step node whose action
+    comes from the previous iteration: its first firing is an observation. The batch eval
+    sends that firing with the episode's panel request (one round trip for both); the
+    executor still makes the call, and gets its answer (`RemoteNodeSet.call`)."""
+    deps = same_iteration_deps(graph)
+    first = [n for n in graph.nodes if n.nodeset == nodeset and not deps.get(n.id)]
+    if len(first) != 1:
+        return None
+    node = first[0]
+    inputs = {
+        e.target.port: e.initial
+        for e in graph.edges
+        if e.target.node == node.id and e.next_iteration and e.initial is not None
+    }
+    spec = resolver.node_spec(node.type)
+    if any(p.required and p.name not in inputs for p in spec.inputs):
+        return None
+    return node, inputs
 
 
 async def _cancel_all(running: dict[asyncio.Task[dict[str, Any]], str]) -> None:

@@ -50,10 +50,12 @@ from agentcanvas.nodes.base import CallContext
 from agentcanvas.nodes.manifest import LoadInfo, NodeSetManifest
 from agentcanvas.server import protocol
 from agentcanvas.server.deadlines import call_timeout_s
-from agentcanvas.server.rpc import RpcClient
+from agentcanvas.server.rpc import Pending, RpcClient
 
 CONNECT_TIMEOUT_S = 5.0
 Reply = TypeVar("Reply")
+# An episode's opening call: node name, config, inputs, context (`RemoteNodeSet.panel_episode`).
+Opening = tuple[str, dict[str, Any], dict[str, Any], CallContext]
 Tree = dict[str, Any]  # a reply read as a map first: its version before its shape, or pydantic
 
 
@@ -169,6 +171,8 @@ class RemoteNodeSet:
         self._http = _Http(self.url, self.where)
         self._rpc = RpcClient(call_endpoint, self.where) if call_endpoint else None
         self._evicts = True  # until the server says its node set has no evict hook
+        # The episode's opening call, sent with its panel request: (args, its answer).
+        self._opening: tuple[dict[str, Any], Pending[protocol.CallReply]] | None = None
 
     def _deadline(self) -> float:
         return self.timeout_s or call_timeout_s()
@@ -195,6 +199,11 @@ class RemoteNodeSet:
         self, node_name: str, config: dict[str, Any], inputs: dict[str, Any], ctx: CallContext
     ) -> dict[str, Any]:
         args = {"node": node_name, "config": config, "inputs": inputs, "ctx": ctx.__dict__}
+        opening, self._opening = self._opening, None
+        if opening is not None:
+            if _same_call(opening[0], args):  # sent with the panel request: answer on its way
+                return (await opening[1].value(self._deadline())).outputs
+            opening[1].abandon()
         what = protocol.call_path(node_name)
         return (await self._request(protocol.OP_CALL, args, what, protocol.CallReply)).outputs
 
@@ -206,12 +215,38 @@ class RemoteNodeSet:
         body = wire.dumps({"action": action})
         return await self._post(protocol.PANEL_ACTION, body, protocol.PanelValues)
 
-    async def panel_episode(self, fields: list[tuple[str, Any]]) -> LoadInfo:
-        """Reset, set fields, play and load in one request (see ``nodes.base.start_episode``)."""
+    async def panel_episode(
+        self, fields: list[tuple[str, Any]], opening: Opening | None = None
+    ) -> LoadInfo:
+        """Reset, set fields, play and load in one request (see ``nodes.base.start_episode``).
+
+        ``opening``, the call the episode's first firing on this node set will make
+        (`graph.executor.opening_firing`), goes in the same write: the server runs it right
+        after the panel request, and this proxy's `call` with exactly those arguments gets
+        its answer instead of sending it again — a round trip per episode fewer, the same
+        calls in the same order on the server. Any other call drops it."""
+        self.drop_opening()
         args = {"fields": [list(f) for f in fields]}
         where = protocol.PANEL_EPISODE
-        tree = await self._request(protocol.OP_PANEL_EPISODE, args, where, Tree)
+        if opening is None:
+            tree = await self._request(protocol.OP_PANEL_EPISODE, args, where, Tree)
+        else:
+            node_name, config, inputs, ctx = opening
+            call = {"node": node_name, "config": config, "inputs": inputs, "ctx": ctx.__dict__}
+            calls = self._rpc or await self._calls()
+            tree, pending = await calls.request_then(
+                (protocol.OP_PANEL_EPISODE, args, where, Tree),
+                (protocol.OP_CALL, call, protocol.call_path(node_name), protocol.CallReply),
+                self._deadline(),
+            )
+            self._opening = (call, pending)
         return protocol.fit(tree, LoadInfo, self.where, where)
+
+    def drop_opening(self) -> None:
+        """Forget an opening call the episode did not make (it ended before its first firing)."""
+        opening, self._opening = self._opening, None
+        if opening is not None:
+            opening[1].abandon()
 
     async def panel_load(self) -> LoadInfo:
         return await self._get(protocol.PANEL_LOAD, LoadInfo)
@@ -250,6 +285,18 @@ class RemoteNodeSet:
 
     async def close(self) -> None:
         """Close the connections only: a proxy never stops the server it talks to."""
+        self.drop_opening()
         if self._rpc is not None:
             self._rpc.close()
         await self._http.aclose()
+
+
+def _same_call(sent: dict[str, Any], args: dict[str, Any]) -> bool:
+    """Whether ``args`` is the call ``sent`` (identity and context first: an array among the
+    inputs of another call must not be compared with ``==``)."""
+    if sent["node"] != args["node"] or sent["ctx"] != args["ctx"]:
+        return False
+    try:
+        return bool(sent["config"] == args["config"] and sent["inputs"] == args["inputs"])
+    except (TypeError, ValueError):  # arrays: not the opening's inputs (JSON values)
+        return False

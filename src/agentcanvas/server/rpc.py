@@ -42,6 +42,7 @@ stream, or a refused connect), which ends the wait.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import itertools
 import logging
@@ -53,7 +54,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Coroutine, Sequence
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import msgspec
 
@@ -97,6 +98,7 @@ Handler = Callable[[dict[str, Any]], Coroutine[Any, Any, Any]]
 DirectHandler = Callable[[dict[str, Any]], Any]
 ON_LOOP: Any = object()  # a direct handler's answer: "not here, on the event loop"
 Reply = TypeVar("Reply")
+Then = TypeVar("Then")
 
 _REQUESTS = wire.Decoder(protocol.RpcRequest)
 _reply_decoders: dict[Any, wire.Decoder[Any]] = {}
@@ -347,7 +349,10 @@ class _Died(Exception):
 
 
 class _Channel(asyncio.BufferedProtocol):
-    """One connection to the server, one request in flight; reads messages in place.
+    """One connection to the server; reads messages in place. Requests on it are answered
+    in the order they were sent (the server serves a connection in one thread), so the
+    answers wait in a queue: usually one, two when a request was sent with the next
+    (`RpcClient.request_then`).
 
     `dead` is set (with what happened) when the connection is lost; a request waiting then
     fails at once.
@@ -356,7 +361,7 @@ class _Channel(asyncio.BufferedProtocol):
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         self.dead: str | None = None
-        self._answer: asyncio.Future[list[memoryview]] | None = None
+        self._answers: collections.deque[asyncio.Future[list[memoryview]]] = collections.deque()
         self._scratch = bytearray(SCRATCH_BYTES)  # reads land here until a body outgrows it
         self._filled = 0
         self._body: bytearray | None = None  # a message too big for the scratch, filling in
@@ -414,8 +419,12 @@ class _Channel(asyncio.BufferedProtocol):
             view.release()
 
     def _deliver(self, frames: list[memoryview]) -> None:
-        if self._answer is not None and not self._answer.done():
-            self._answer.set_result(frames)  # else: a late answer nobody waits for
+        if not self._answers:  # an answer nobody asked for: the connection is out of step
+            self._fail("sent an answer to no request")
+            return
+        answer = self._answers.popleft()
+        if not answer.done():
+            answer.set_result(frames)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -431,31 +440,48 @@ class _Channel(asyncio.BufferedProtocol):
     def _fail(self, what: str) -> None:
         if self.dead is None:
             self.dead = what
-        if self._answer is not None and not self._answer.done():
-            self._answer.set_exception(_Died())
+        while self._answers:
+            answer = self._answers.popleft()
+            if not answer.done():
+                answer.set_exception(_Died())
         if self.transport is not None:
             self.transport.close()
 
     def usable(self) -> bool:
         return self.dead is None and self.transport is not None
 
-    async def exchange(self, frames: list[wire.Buffer], timeout_s: float) -> list[memoryview]:
-        """Send, then wait for the answer, the connection's end or the deadline."""
+    def idle(self) -> bool:
+        """Open, with no answer still to come: fit for the pool."""
+        return self.usable() and not self._answers
+
+    def send(self, *messages: list[wire.Buffer]) -> list[asyncio.Future[list[memoryview]]]:
+        """Send the messages in one write; their answers' futures, in the same order."""
         if not self.usable():
             raise _Died()
         assert self.transport is not None
-        answer = self._answer = asyncio.get_running_loop().create_future()
-        try:
-            self.transport.writelines(pack(frames))
-            async with asyncio.timeout(timeout_s):
-                reply: list[memoryview] = await answer
-            return reply
-        finally:
-            self._answer = None
+        loop = asyncio.get_running_loop()
+        answers = [loop.create_future() for _ in messages]
+        self._answers.extend(answers)
+        self.transport.writelines([chunk for frames in messages for chunk in pack(frames)])
+        return answers
+
+    async def exchange(self, frames: list[wire.Buffer], timeout_s: float) -> list[memoryview]:
+        """Send, then wait for the answer, the connection's end or the deadline."""
+        (answer,) = self.send(frames)
+        return await _answer_within(answer, timeout_s)
 
     def close(self) -> None:
         if self.transport is not None:
             self.transport.abort()
+
+
+async def _answer_within(
+    answer: asyncio.Future[list[memoryview]], timeout_s: float
+) -> list[memoryview]:
+    if answer.done():  # it came while nobody waited (the second of `request_then`)
+        return answer.result()
+    async with asyncio.timeout(timeout_s):
+        return await answer
 
 
 def _address(endpoint: str) -> tuple[socket.AddressFamily, Any]:
@@ -495,6 +521,49 @@ async def _connect(endpoint: str) -> _Channel:
     return channel
 
 
+class Pending(Generic[Then]):
+    """The answer to the second request of `RpcClient.request_then`, not claimed yet.
+
+    `value` waits for it (within its own deadline) and decodes it, exactly as `request`
+    would have; `abandon` drops it. Either way the connection goes back to the pool once
+    it is in step, else it is closed.
+    """
+
+    def __init__(
+        self,
+        client: RpcClient,
+        channel: _Channel,
+        answer: asyncio.Future[list[memoryview]],
+        request_id: int,
+        what: str,
+        reply: type[Then],
+    ) -> None:
+        self._client, self._channel, self._answer = client, channel, answer
+        self._id, self._what, self._reply = request_id, what, reply
+        self.claimed = False
+
+    async def value(self, timeout_s: float) -> Then:
+        if self.claimed:
+            raise RuntimeError(f"the answer to {self._what} was claimed already")
+        self.claimed = True
+        return await self._client._settle(
+            self._channel, self._answer, self._id, self._what, timeout_s, self._reply
+        )
+
+    def abandon(self) -> None:
+        """Drop the answer: the connection is pooled again if the answer is in (nothing more
+        to come on it), else closed (an answer still on its way would be out of step)."""
+        if self.claimed:
+            return
+        self.claimed = True
+        if self._answer.done() and not self._answer.cancelled():
+            self._answer.exception()  # retrieved: no "never retrieved" warning
+            self._client._give_back(self._channel)
+        else:
+            self._answer.cancel()
+            self._channel.close()
+
+
 class RpcClient:
     """Requests to one server's call endpoint; `where` names the server in every error."""
 
@@ -511,24 +580,84 @@ class RpcClient:
     ) -> Reply:
         """Send ``op(args)`` and return the handler's value as ``reply`` (a msgspec type: see
         `protocol`); errors as in the module doc."""
+        request_id, frames = self._encode(op, args, what)
+        channel = await self._channel(what, timeout_s)
+        (answer,) = self._send(channel, frames)
+        return await self._settle(channel, answer, request_id, what, timeout_s, reply)
+
+    async def request_then(
+        self,
+        first: tuple[str, dict[str, Any], str, type[Reply]],
+        then: tuple[str, dict[str, Any], str, type[Then]],
+        timeout_s: float,
+    ) -> tuple[Reply, Pending[Then]]:
+        """Send two requests, each ``(op, args, what, reply)``, in one write on one
+        connection, and return the first's value with the second still to come: the server
+        runs them one after the other, so the second costs no round trip of its own when it
+        is claimed (`Pending.value`). Errors of the first as in `request`; the second's are
+        the caller's when it claims it."""
+        first_id, first_frames = self._encode(first[0], first[1], first[2])
+        then_id, then_frames = self._encode(then[0], then[1], then[2])
+        channel = await self._channel(first[2], timeout_s)
+        answer, later = self._send(channel, first_frames, then_frames)
+        pending = Pending(self, channel, later, then_id, then[2], then[3])
+        try:
+            value = await self._settle(
+                channel, answer, first_id, first[2], timeout_s, first[3], keep=True
+            )
+        except BaseException:
+            pending.abandon()
+            raise
+        return value, pending
+
+    def _encode(self, op: str, args: dict[str, Any], what: str) -> tuple[int, list[wire.Buffer]]:
         request_id = next(self._ids)
         try:
-            frames = encode({"id": request_id, "op": op, "args": args})
+            return request_id, encode({"id": request_id, "op": op, "args": args})
         except WireError as exc:
             raise UserInputError(f"cannot send {what} to {self.where}: {exc}") from exc
+
+    async def _channel(self, what: str, timeout_s: float) -> _Channel:
+        """A pooled connection, else a new one (its connect within the deadline)."""
         channel = self._idle_channel()
+        if channel is not None:
+            return channel
         try:
-            if channel is None:
-                async with asyncio.timeout(timeout_s):
-                    channel = await _connect(self.endpoint)
+            async with asyncio.timeout(timeout_s):
+                return await _connect(self.endpoint)
         except _Died as exc:
             raise ServerDiedError(f"{self.where} is unreachable ({exc})") from exc
         except TimeoutError as exc:
             raise ServerTimeoutError(
                 f"{self.where} did not accept a connection for {what} within {timeout_s:g} s"
             ) from exc
+
+    def _send(
+        self, channel: _Channel, *messages: list[wire.Buffer]
+    ) -> list[asyncio.Future[list[memoryview]]]:
         try:
-            answer = await channel.exchange(frames, timeout_s)
+            return channel.send(*messages)
+        except _Died as exc:
+            channel.close()
+            raise ServerDiedError(
+                f"{self.where} is unreachable ({channel.dead or 'gone'})"
+            ) from exc
+
+    async def _settle(
+        self,
+        channel: _Channel,
+        answer: asyncio.Future[list[memoryview]],
+        request_id: int,
+        what: str,
+        timeout_s: float,
+        reply: type[Reply],
+        *,
+        keep: bool = False,
+    ) -> Reply:
+        """Wait for ``answer`` and decode it; the connection goes back to the pool when it
+        is in step and idle (``keep``: an answer is still to come on it; its owner decides)."""
+        try:
+            frames = await _answer_within(answer, timeout_s)
         except TimeoutError as exc:
             channel.close()  # its answer may still come: the connection is no longer in step
             raise ServerTimeoutError(
@@ -542,14 +671,16 @@ class RpcClient:
             channel.close()  # cancelled mid-request: its state is unknown
             raise
         try:
-            value = self._value(answer, request_id, what, reply)
+            value = self._value(frames, request_id, what, reply)
         except ProtocolError:
             channel.close()  # not our answer: the connection is out of step
             raise
         except BaseException:
-            self._give_back(channel)  # the server's own error, answered in step
+            if not keep:
+                self._give_back(channel)  # the server's own error, answered in step
             raise
-        self._give_back(channel)
+        if not keep:
+            self._give_back(channel)
         return value
 
     def _value(
@@ -596,7 +727,7 @@ class RpcClient:
         return None
 
     def _give_back(self, channel: _Channel) -> None:
-        if channel.usable() and len(self._idle) < MAX_IDLE_CONNECTIONS:
+        if channel.idle() and len(self._idle) < MAX_IDLE_CONNECTIONS:
             self._idle.append(channel)
         else:
             channel.close()
