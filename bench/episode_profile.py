@@ -15,7 +15,9 @@ Phases (ms per episode, calls per episode). ``path``: on the worker's episode pa
 order; ``thread``: written in a thread while the next episode runs (they overlap the path,
 so they do not add up with it):
 
-    path    panel round trip        eval.episode.set_episode (reset, fields, play, load: 1 rpc)
+    path    panel round trip        eval.episode.set_episode (reset, fields, play, load: 1 rpc,
+                                    which also carries the opening env call: its answer is
+                                    claimed by the first of the env node calls below)
     path    env node calls          RemoteNodeSet.call (env_minigrid.step over the rpc socket)
     path    in-process node calls   LocalNodeSet.call (planner.navigate, core.graphOut)
     path    firing-log entries      GraphExecutor._record less the write (summaries of values)
