@@ -37,13 +37,15 @@ TOPEN = textwrap.dedent(
     '''
     """topen: a replicated env that counts its step calls per episode, on the server."""
 
+    import time
+
     from agentcanvas.nodes.base import NodeSet, Panel
     from agentcanvas.nodes.manifest import FieldSpec, LoadInfo, PanelSpec, PortSpec
 
 
     class State:
         def __init__(self):
-            self.seed, self.steps, self.calls, self.given = 0, 0, 0, []
+            self.seed, self.steps, self.calls, self.given, self.task = 0, 0, 0, [], ""
 
 
     class TPanel(Panel):
@@ -61,10 +63,11 @@ TOPEN = textwrap.dedent(
                 return super().on_action(name)
             s = self.state
             s.seed, s.steps, s.calls, s.given = int(self.values["seed"]), 0, 0, []
+            s.task = str(self.values["task_id"])
             return dict(self.values)
 
         def on_load(self):
-            budget = 0 if self.values["task_id"] == "zero" else 20
+            budget = 0 if self.values["task_id"].startswith("zero") else 20
             return LoadInfo(episode_id=str(self.values["episode_index"]), step_budget=budget)
 
 
@@ -79,6 +82,12 @@ TOPEN = textwrap.dedent(
                            PortSpec(name="metrics", type="dict")],
                   done_port="done")
     def step(inputs, config, state, ctx):
+        # Refused episodes (budget 0) whose opening call is slow: it must be over before the
+        # next episode's panel resets the state, or it would count in that episode.
+        if state.task == "zero_slow" and state.calls == 0:
+            time.sleep(0.3)
+        if state.task == "zero_hang" and state.calls == 0:
+            time.sleep(1.5)
         state.calls += 1
         state.given.append([inputs.get("action"), inputs.get("hint"), ctx.step, ctx.node_id])
         if inputs.get("action") is not None:
@@ -204,15 +213,17 @@ async def test_records_and_logs_are_the_same_with_the_opening_call_and_without(
     assert summary["aggregate_metrics"] == read_json(without_dir.summary_path)["aggregate_metrics"]
 
 
-async def test_an_episode_that_ends_before_its_first_firing_drops_the_opening(
-    registry: WorkspaceComponentRegistry, tmp_path: Path
+@pytest.mark.parametrize("refused", ["zero", "zero_slow"])
+async def test_an_episode_that_ends_before_its_first_firing_waits_for_its_opening_call(
+    registry: WorkspaceComponentRegistry, tmp_path: Path, refused: str
 ) -> None:
-    """Task ``zero`` loads with step budget 0: refused before the executor runs, so the
-    opening's answer is never claimed. The same worker's next episodes still get their own
-    answers (the connection never goes out of step) and run their env call once each."""
-    run_dir = RunDir(tmp_path / "zero")
+    """Tasks ``zero*`` load with step budget 0: refused before the executor runs, so the
+    opening's answer is never claimed. It is waited for (``zero_slow``: 0.3 s) before the
+    worker's next episode starts — else it would still run beside that episode's panel and
+    count in it — and the next episodes run their env call once each."""
+    run_dir = RunDir(tmp_path / refused)
     config = EvalConfig(
-        graph_name="topen_loop", tasks=["zero", "a"], episode_count=3, worker_count=1, seed=5
+        graph_name="topen_loop", tasks=[refused, "a"], episode_count=3, worker_count=1, seed=5
     )
     graph = registry.load_graph("topen_loop")
     run = await BatchEvalRunner(registry, graph, config, run_dir, run_id="z").execute()
@@ -223,6 +234,32 @@ async def test_an_episode_that_ends_before_its_first_firing_drops_the_opening(
         env = [f for f in _firings(run_dir, record.index) if f["node"] == "env"]
         assert [f["outputs"]["calls"] for f in env] == list(range(1, len(env) + 1))
         assert env[0]["inputs"] == {} and record.metrics["calls"] == len(env)
+
+
+async def test_an_opening_call_that_never_answers_makes_a_timeout_and_fresh_servers(
+    registry: WorkspaceComponentRegistry, tmp_path: Path
+) -> None:
+    """``zero_hang``'s opening call outlasts the per-step deadline: the episode is a
+    timeout naming it (wall clock decided), the worker's servers are replaced as after any
+    timeout, and the next episodes are right."""
+    run_dir = RunDir(tmp_path / "hang")
+    config = EvalConfig(
+        graph_name="topen_loop",
+        tasks=["zero_hang", "a"],
+        episode_count=1,
+        worker_count=1,
+        seed=5,
+        per_step_timeout_s=0.5,
+    )
+    graph = registry.load_graph("topen_loop")
+    run = await BatchEvalRunner(registry, graph, config, run_dir, run_id="h").execute()
+    hung, after = run.episodes
+    assert hung.status == "timeout"
+    assert "did not answer the episode's opening call within 0.5 s" in (hung.error or "")
+    assert not run.determinism.guaranteed  # a wall-clock timeout decided an episode
+    assert after.status == "completed"
+    env = [f for f in _firings(run_dir, after.index) if f["node"] == "env"]
+    assert [f["outputs"]["calls"] for f in env] == list(range(1, len(env) + 1))
 
 
 async def test_the_opening_firing_is_known_only_when_the_first_wave_has_one_call_to_the_env(

@@ -367,3 +367,28 @@ async def test_the_second_answer_is_what_a_plain_request_gets_and_a_first_failur
             await client.request_then((*unknown, protocol.CallReply), _note("after"), 10.0)
         answer = await client.request(*_note("next")[:3], 10.0, protocol.CallReply)
         assert answer.outputs["seen"][-2:] == ["after", "next"]
+
+
+async def test_draining_a_second_answer_waits_for_it_and_keeps_the_connection(
+    replicated: RemoteNodeSet,
+) -> None:
+    """`drain` for when nothing may overlap the second request on the server: it returns
+    once the answer came (the connection pooled again); past its deadline it says so and
+    closes the connection. A first request refused in step drains the second before failing."""
+    async with _client(replicated) as client:
+        _, pending = await client.request_then(_note("d1"), _note("slow"), 10.0)
+        started = time.monotonic()
+        assert await pending.drain(10.0) is True
+        assert time.monotonic() - started >= 0.25 and len(client._idle) == 1
+        _, pending = await client.request_then(_note("d2"), _note("slow"), 10.0)
+        assert await pending.drain(0.05) is False
+        assert client._idle == [] and await pending.drain(0.05) is True  # claimed already
+        await asyncio.sleep(0.3)
+        started = time.monotonic()
+        with pytest.raises((RemoteError, UserInputError), match="no_such_op"):
+            await client.request_then(
+                ("no_such_op", _note("-")[1], "no_such_op", protocol.CallReply), _note("slow"), 10.0
+            )
+        assert time.monotonic() - started >= 0.25 and len(client._idle) == 1
+        answer = await client.request(*_note("last")[:3], 10.0, protocol.CallReply)
+        assert answer.outputs["seen"][-2:] == ["slow", "last"]

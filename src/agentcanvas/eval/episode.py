@@ -155,6 +155,7 @@ async def run_episode(
     runner: LoopRunner | None = None
     deadline = set_call_timeout(options.per_step_timeout_s)  # every server call's deadline
     episode = EpisodeContext(spec.key, spec.seed, spec.task, options.asset_dir, wiring.client)
+    propagating = False  # a failure that ends the episode's task (cancelled, server died)
     try:
         info = await _start(wiring.env, graph, spec, options, episode) if wiring.env else None
         if info is not None:
@@ -171,6 +172,7 @@ async def run_episode(
         status, outcome = await _run_guarded(runner, graph, episode, budget, options)
         _fill(result, status, outcome, runner, episode_timeout_s(options, budget))
     except ServerDiedError:
+        propagating = True
         raise  # the worker restarts the server and retries the episode
     except ServerTimeoutError as exc:  # a panel call hit its deadline: wall clock decided
         result.status, result.error = "timeout", describe(exc)
@@ -178,13 +180,30 @@ async def run_episode(
     except Exception as exc:  # a failure of the episode is data on its record
         result.status, result.error = "exception", describe(exc)
         _harvest_partial(result, runner)
+    except BaseException:
+        propagating = True
+        raise
     finally:
-        if isinstance(wiring.env, RemoteNodeSet):
-            wiring.env.drop_opening()  # the episode ended before its first firing
+        if isinstance(wiring.env, RemoteNodeSet):  # an opening call the episode never made
+            await _settle_opening(wiring.env, result, propagating)
         result.duration_s = round(time.perf_counter() - started, 6)
         await _evict(graph, wiring, spec.key)
         reset_call_timeout(deadline)
     return result
+
+
+async def _settle_opening(env: RemoteNodeSet, result: EpisodeResult, propagating: bool) -> None:
+    """Drop the answer of an opening call the episode ended without making: waited for
+    (nothing of this episode may run on the server beside the next one) unless the episode's
+    task is ending anyway; one that does not come makes the episode a timeout, so that the
+    worker gets fresh servers."""
+    if propagating:
+        env.drop_opening()
+        return
+    try:
+        await env.settle_opening()
+    except ServerTimeoutError as exc:
+        result.status, result.error = "timeout", describe(exc)
 
 
 def _make_runner(wiring: EpisodeWiring, options: EpisodeOptions) -> LoopRunner:

@@ -203,7 +203,7 @@ class RemoteNodeSet:
         if opening is not None:
             if _same_call(opening[0], args):  # sent with the panel request: answer on its way
                 return (await opening[1].value(self._deadline())).outputs
-            opening[1].abandon()
+            await self._settle(opening[1])  # it must not overlap this call on the server
         what = protocol.call_path(node_name)
         return (await self._request(protocol.OP_CALL, args, what, protocol.CallReply)).outputs
 
@@ -224,8 +224,9 @@ class RemoteNodeSet:
         (`graph.executor.opening_firing`), goes in the same write: the server runs it right
         after the panel request, and this proxy's `call` with exactly those arguments gets
         its answer instead of sending it again — a round trip per episode fewer, the same
-        calls in the same order on the server. Any other call drops it."""
-        self.drop_opening()
+        calls in the same order on the server. Any other call, and `settle_opening` at the
+        end of an episode that never made it, first wait for its answer and drop it."""
+        await self.settle_opening()
         args = {"fields": [list(f) for f in fields]}
         where = protocol.PANEL_EPISODE
         if opening is None:
@@ -242,8 +243,25 @@ class RemoteNodeSet:
             self._opening = (call, pending)
         return protocol.fit(tree, LoadInfo, self.where, where)
 
+    async def settle_opening(self) -> None:
+        """Wait for the answer of an opening call the episode did not make (it ended before
+        its first firing) and drop it, so that nothing of this episode runs on the server
+        when the next one starts; ServerTimeoutError when it did not come in time (the call
+        may still be running: the worker replaces its servers, as after any timeout)."""
+        opening, self._opening = self._opening, None
+        if opening is not None:
+            await self._settle(opening[1])
+
+    async def _settle(self, pending: Pending[protocol.CallReply]) -> None:
+        deadline = self._deadline()
+        if not await pending.drain(deadline):
+            raise ServerTimeoutError(
+                f"{self.where} did not answer the episode's opening call within {deadline:g} s"
+            )
+
     def drop_opening(self) -> None:
-        """Forget an opening call the episode did not make (it ended before its first firing)."""
+        """Forget an opening call at once (cancelled, or closing): its connection is closed
+        unless its answer is in."""
         opening, self._opening = self._opening, None
         if opening is not None:
             opening[1].abandon()

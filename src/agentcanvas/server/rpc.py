@@ -525,8 +525,12 @@ class Pending(Generic[Then]):
     """The answer to the second request of `RpcClient.request_then`, not claimed yet.
 
     `value` waits for it (within its own deadline) and decodes it, exactly as `request`
-    would have; `abandon` drops it. Either way the connection goes back to the pool once
-    it is in step, else it is closed.
+    would have; `drain` waits for it and drops it; `abandon` drops it at once. Either way
+    the connection goes back to the pool once it is in step, else it is closed.
+
+    Dropping an answer that has not come yet means the server may still be running the
+    request: `drain` is for when nothing may overlap it (the next episode on a replicated
+    server), `abandon` for when the connection is lost or the run is being cancelled anyway.
     """
 
     def __init__(
@@ -549,6 +553,27 @@ class Pending(Generic[Then]):
         return await self._client._settle(
             self._channel, self._answer, self._id, self._what, timeout_s, self._reply
         )
+
+    async def drain(self, timeout_s: float) -> bool:
+        """Wait for the answer and drop it: False when it did not come within ``timeout_s``
+        (the request may still be running on the server; the connection is closed). A lost
+        connection counts as drained: nothing runs on a dead server."""
+        if self.claimed:
+            return True
+        self.claimed = True
+        try:
+            await _answer_within(self._answer, timeout_s)
+        except TimeoutError:
+            self._channel.close()
+            return False
+        except _Died:
+            self._channel.close()
+            return True
+        except BaseException:
+            self._channel.close()
+            raise
+        self._client._give_back(self._channel)
+        return True
 
     def abandon(self) -> None:
         """Drop the answer: the connection is pooled again if the answer is in (nothing more
@@ -595,7 +620,9 @@ class RpcClient:
         connection, and return the first's value with the second still to come: the server
         runs them one after the other, so the second costs no round trip of its own when it
         is claimed (`Pending.value`). Errors of the first as in `request`; the second's are
-        the caller's when it claims it."""
+        the caller's when it claims it. When the server refuses the first in step, the
+        second still runs there: it is drained before the first's error is raised (a
+        ServerTimeoutError instead if it does not answer in time)."""
         first_id, first_frames = self._encode(first[0], first[1], first[2])
         then_id, then_frames = self._encode(then[0], then[1], then[2])
         channel = await self._channel(first[2], timeout_s)
@@ -605,8 +632,15 @@ class RpcClient:
             value = await self._settle(
                 channel, answer, first_id, first[2], timeout_s, first[3], keep=True
             )
+        except (UserInputError, RemoteError) as exc:  # refused in step: the second still runs
+            if not await pending.drain(timeout_s):
+                raise ServerTimeoutError(
+                    f"{self.where} did not answer {then[2]} within {timeout_s:g} s (after "
+                    f"{first[2]} failed: {exc})"
+                ) from exc
+            raise
         except BaseException:
-            pending.abandon()
+            pending.abandon()  # the connection is lost or out of step, or we are cancelled
             raise
         return value, pending
 
