@@ -255,7 +255,7 @@ async def test_an_opening_call_that_never_answers_makes_a_timeout_and_fresh_serv
     run = await BatchEvalRunner(registry, graph, config, run_dir, run_id="h").execute()
     hung, after = run.episodes
     assert hung.status == "timeout"
-    assert "did not answer the episode's opening call within 0.5 s" in (hung.error or "")
+    assert "the episode's opening call: no answer within 0.5 s" in (hung.error or "")
     assert not run.determinism.guaranteed  # a wall-clock timeout decided an episode
     assert after.status == "completed"
     env = [f for f in _firings(run_dir, after.index) if f["node"] == "env"]

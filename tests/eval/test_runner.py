@@ -220,6 +220,25 @@ async def test_a_rewrite_the_recordings_skip_is_made_up_by_the_live_refresh(
     assert max(done for done, _ in seen) >= N_TOTAL - 1
 
 
+async def test_a_live_refresh_that_ends_after_the_run_leaves_the_final_summary_alone(
+    registry: WorkspaceComponentRegistry, tmp_path: Path
+) -> None:
+    """The live aggregates' refresh computes in a thread that cancelling its task does not
+    stop: one that installs after the run ended must not put its (older) aggregates into
+    the complete summary. Here it runs after the end, on results it has not seen stored."""
+    run_dir = RunDir(tmp_path)
+    config = EvalConfig(graph_name="tgraph", episode_count=1, worker_count=1, seed=11)
+    runner = BatchEvalRunner(registry, make_graph(latency_ms=0.0), config, run_dir, run_id="r")
+    summary = await asyncio.wait_for(runner.execute(), RUN_DEADLINE_S)
+    final = run_dir.summary_path.read_bytes()
+    aggregates = dict(summary.aggregate_metrics)
+    stray = runner.results[0].model_copy(update={"metrics": {"success": 0.0, "steps": 99}})
+    runner.results = {0: stray}  # what an older snapshot could hold
+    await asyncio.to_thread(runner._refresh_aggregates)
+    assert runner.run.aggregate_metrics == aggregates
+    assert run_dir.summary_path.read_bytes() == final
+
+
 async def test_the_live_summary_follows_the_episode_boundaries(
     three_workers: tuple[EvalRun, Recorder],
 ) -> None:

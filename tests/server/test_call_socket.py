@@ -354,8 +354,8 @@ async def test_a_second_answer_dropped_before_it_came_never_reaches_another_requ
 async def test_the_second_answer_is_what_a_plain_request_gets_and_a_first_failure_drops_it(
     replicated: RemoteNodeSet,
 ) -> None:
-    """A node that raises answers its error as data, claimed or plain; a request the server
-    refuses (an unknown op) fails the first at once and drops the second."""
+    """A node that raises answers its error as data, claimed or plain; when the server
+    refuses the first request (an unknown op) the second, sent ``after`` it, is not run."""
     async with _client(replicated) as client:
         _, pending = await client.request_then(_note("ok"), _note("raise"), 10.0)
         claimed = (await pending.value(10.0)).outputs
@@ -366,29 +366,24 @@ async def test_the_second_answer_is_what_a_plain_request_gets_and_a_first_failur
         with pytest.raises((RemoteError, UserInputError), match="no_such_op"):
             await client.request_then((*unknown, protocol.CallReply), _note("after"), 10.0)
         answer = await client.request(*_note("next")[:3], 10.0, protocol.CallReply)
-        assert answer.outputs["seen"][-2:] == ["after", "next"]
+        assert answer.outputs["seen"][-1] == "next" and "after" not in answer.outputs["seen"]
+        assert len(client._idle) == 1  # the refused pair's connection was pooled again
 
 
 async def test_draining_a_second_answer_waits_for_it_and_keeps_the_connection(
     replicated: RemoteNodeSet,
 ) -> None:
     """`drain` for when nothing may overlap the second request on the server: it returns
-    once the answer came (the connection pooled again); past its deadline it says so and
-    closes the connection. A first request refused in step drains the second before failing."""
+    once the answer came (the connection pooled again); past its deadline it says why and
+    closes the connection."""
     async with _client(replicated) as client:
         _, pending = await client.request_then(_note("d1"), _note("slow"), 10.0)
         started = time.monotonic()
-        assert await pending.drain(10.0) is True
+        assert await pending.drain(10.0) is None
         assert time.monotonic() - started >= 0.25 and len(client._idle) == 1
         _, pending = await client.request_then(_note("d2"), _note("slow"), 10.0)
-        assert await pending.drain(0.05) is False
-        assert client._idle == [] and await pending.drain(0.05) is True  # claimed already
+        assert await pending.drain(0.05) == "no answer within 0.05 s"
+        assert client._idle == [] and await pending.drain(0.05) is None  # claimed already
         await asyncio.sleep(0.3)
-        started = time.monotonic()
-        with pytest.raises((RemoteError, UserInputError), match="no_such_op"):
-            await client.request_then(
-                ("no_such_op", _note("-")[1], "no_such_op", protocol.CallReply), _note("slow"), 10.0
-            )
-        assert time.monotonic() - started >= 0.25 and len(client._idle) == 1
         answer = await client.request(*_note("last")[:3], 10.0, protocol.CallReply)
-        assert answer.outputs["seen"][-2:] == ["slow", "last"]
+        assert answer.outputs["seen"][-5:] == ["d1", "slow", "d2", "slow", "last"]

@@ -184,11 +184,13 @@ async def run_episode(
         propagating = True
         raise
     finally:
-        if isinstance(wiring.env, RemoteNodeSet):  # an opening call the episode never made
-            await _settle_opening(wiring.env, result, propagating)
-        result.duration_s = round(time.perf_counter() - started, 6)
-        await _evict(graph, wiring, spec.key)
-        reset_call_timeout(deadline)
+        try:
+            if isinstance(wiring.env, RemoteNodeSet):  # an opening call the episode never made
+                await _settle_opening(wiring.env, result, propagating)
+        finally:
+            result.duration_s = round(time.perf_counter() - started, 6)
+            await _evict(graph, wiring, spec.key)
+            reset_call_timeout(deadline)
     return result
 
 

@@ -203,10 +203,12 @@ class BatchEvalRunner:
         self._opening = opening_firing(self.graph, env.nodeset, registry) if env else None
         self.results: dict[int, EpisodeResult] = {}
         # Held by a recording thread while it stores a result, appends its index line and
-        # rewrites the live summary, and by the live aggregates' snapshot and install: a
-        # summary on disk pairs its aggregates with their count, and the index lines come
-        # in the order the results were stored.
-        self._state_lock = threading.Lock()
+        # rewrites the live summary, by the live aggregates' snapshot and install, and by
+        # every save: a summary on disk pairs its aggregates with their count, the index
+        # lines come in the order the results were stored, and a save on the loop never sees
+        # a result half stored. Reentrant: a recording saves while it holds it.
+        self._state_lock = threading.RLock()
+        self._live_closed = False  # set when the workers are done: no live refresh after
         self.cancel_event = asyncio.Event()
         self.aborted = False
         self.stop_reason: str | None = None  # set when the error budget (max_errors) is spent
@@ -253,10 +255,16 @@ class BatchEvalRunner:
             steal=self.work_stealing,
         )
         self.run.workers = dispatcher.stats  # updated in place as episodes are handed out
-        async with asyncio.TaskGroup() as group:
-            aggregator = group.create_task(self._live_aggregates())
-            await self._run_workers(dispatcher)  # its failure aborts the group with it
-            aggregator.cancel()  # the final summary recomputes every aggregate
+        try:
+            async with asyncio.TaskGroup() as group:
+                aggregator = group.create_task(self._live_aggregates())
+                await self._run_workers(dispatcher)  # its failure aborts the group with it
+                aggregator.cancel()  # the final summary recomputes every aggregate
+        finally:
+            # A refresh already in its thread must not install older aggregates over the
+            # final summary: from here on it finds the live part closed.
+            with self._state_lock:
+                self._live_closed = True
         await self._finish_determinism()
         finished = all(
             i in self.results and self.results[i].status != "cancelled"
@@ -545,6 +553,8 @@ class BatchEvalRunner:
             snapshot = list(self.results.values())
         overall, by_task = _aggregates(snapshot)
         with self._state_lock:
+            if self._live_closed:  # the run's end took over: its summary is complete
+                return
             self.run.aggregate_metrics, self.run.aggregate_by_task = overall, by_task
             self.run.episodes_aggregated = len(snapshot)
             self.save()  # these aggregates, the latest counts
@@ -576,7 +586,7 @@ class BatchEvalRunner:
 
     def save(self) -> None:
         """Write summary.json: complete once the run's status is terminal, else bounded."""
-        with self._save_lock:  # the end of execute saves in a thread; finalise saves again
+        with self._state_lock, self._save_lock:  # execute saves in a thread; finalise again
             if self.run.status in TERMINAL_RUN_STATUSES:
                 self._complete()
             data = self.run.model_dump(mode="json", exclude={"episodes"})

@@ -163,11 +163,14 @@ class ClientRequest(msgspec.Struct):
 
 
 class RpcRequest(msgspec.Struct):
-    """One rpc request's header frame: ``op`` (an ``OP_*``) applied to ``args``."""
+    """One rpc request's header frame: ``op`` (an ``OP_*``) applied to ``args``; with
+    ``after``, only if the request of that id, the one before it on this connection,
+    succeeded (the second of a pair sent in one write: `rpc.RpcClient.request_then`)."""
 
     id: int
     op: str
     args: dict[str, Any]
+    after: int | None = None
 
 
 # -- replies ---------------------------------------------------------------------------------

@@ -253,11 +253,9 @@ class RemoteNodeSet:
             await self._settle(opening[1])
 
     async def _settle(self, pending: Pending[protocol.CallReply]) -> None:
-        deadline = self._deadline()
-        if not await pending.drain(deadline):
-            raise ServerTimeoutError(
-                f"{self.where} did not answer the episode's opening call within {deadline:g} s"
-            )
+        why = await pending.drain(self._deadline())
+        if why is not None:  # it may still run there: the worker's servers are replaced
+            raise ServerTimeoutError(f"{self.where}: the episode's opening call: {why}")
 
     def drop_opening(self) -> None:
         """Forget an opening call at once (cancelled, or closing): its connection is closed

@@ -3,8 +3,10 @@
 The server listens on one socket (`RpcServer`: an abstract unix socket
 ``ipc://@agentcanvas-...`` on Linux, else ``tcp://127.0.0.1:PORT``; advertised as ``"call"``
 by ``/health`` and ``call_endpoint`` by ``/manifest``) and gives every connection its own
-thread. A client (`RpcClient`) keeps a small pool of connections, one request in flight on
-each. A request is one message of wire frames (`agentcanvas.wire`)::
+thread, which answers its requests in order. A client (`RpcClient`) keeps a small pool of
+connections, one request in flight on each — two when a request is sent with the one that
+follows it (`RpcClient.request_then`: an episode's panel request and its opening call). A
+request is one message of wire frames (`agentcanvas.wire`)::
 
     [wire header {"id", "op", "args"}, array frames...]  ->  [wire header {"id", "ok" | "err"}, ...]
 
@@ -292,6 +294,7 @@ class RpcServer:
                 sock.close()
 
     def _serve_connection(self, sock: socket.socket) -> None:
+        succeeded: int | None = None  # the id of the last request, if it succeeded
         try:
             while True:
                 try:
@@ -300,7 +303,8 @@ class RpcServer:
                     bad = UserInputError(f"not an rpc message: {exc}")
                     send_message(sock, wire.encode({"id": None, "err": error_reply(bad)}))
                     return
-                send_message(sock, self._answer(frames))
+                reply, succeeded = self._answer(frames, succeeded)
+                send_message(sock, reply)
         except (EOFError, OSError):  # the client went away, or we are closing
             return
         finally:
@@ -308,8 +312,12 @@ class RpcServer:
                 self._connections.discard(sock)
             sock.close()
 
-    def _answer(self, frames: list[memoryview]) -> list[wire.Buffer]:
-        """One request's reply; never raises for what the request or its handler did."""
+    def _answer(
+        self, frames: list[memoryview], succeeded: int | None
+    ) -> tuple[list[wire.Buffer], int | None]:
+        """One request's reply, and its id if it succeeded; never raises for what the request
+        or its handler did. ``succeeded``: the id of the connection's previous request if it
+        succeeded (a request ``after`` another runs only then)."""
         request_id = None
         try:
             try:
@@ -317,16 +325,18 @@ class RpcServer:
             except WireError as exc:
                 raise UserInputError(f"not an rpc request: {exc}") from exc
             request_id = request.id
+            if request.after is not None and request.after != succeeded:
+                raise UserInputError(f"not run: request {request.after} before it failed")
             result = self._run(request.op, request.args)
             try:
-                return encode({"id": request_id, "ok": result})
+                return encode({"id": request_id, "ok": result}), request_id
             except WireError:  # name the bad value's path inside the result, not our envelope
                 encode(result)
                 raise
         except Exception as exc:
             if not isinstance(exc, UserInputError):
                 log.error("rpc %s failed", request_id, exc_info=exc)
-            return wire.encode({"id": request_id, "err": error_reply(exc)})
+            return wire.encode({"id": request_id, "err": error_reply(exc)}), None
 
     def _run(self, op: str, args: dict[str, Any]) -> Any:
         direct = self.direct.get(op)
@@ -448,7 +458,7 @@ class _Channel(asyncio.BufferedProtocol):
             self.transport.close()
 
     def usable(self) -> bool:
-        return self.dead is None and self.transport is not None
+        return self.dead is None and self.transport is not None and not self.transport.is_closing()
 
     def idle(self) -> bool:
         """Open, with no answer still to come: fit for the pool."""
@@ -464,11 +474,6 @@ class _Channel(asyncio.BufferedProtocol):
         self._answers.extend(answers)
         self.transport.writelines([chunk for frames in messages for chunk in pack(frames)])
         return answers
-
-    async def exchange(self, frames: list[wire.Buffer], timeout_s: float) -> list[memoryview]:
-        """Send, then wait for the answer, the connection's end or the deadline."""
-        (answer,) = self.send(frames)
-        return await _answer_within(answer, timeout_s)
 
     def close(self) -> None:
         if self.transport is not None:
@@ -554,26 +559,26 @@ class Pending(Generic[Then]):
             self._channel, self._answer, self._id, self._what, timeout_s, self._reply
         )
 
-    async def drain(self, timeout_s: float) -> bool:
-        """Wait for the answer and drop it: False when it did not come within ``timeout_s``
-        (the request may still be running on the server; the connection is closed). A lost
-        connection counts as drained: nothing runs on a dead server."""
+    async def drain(self, timeout_s: float) -> str | None:
+        """Wait for the answer and drop it; None once it came (the connection is pooled
+        again), else why it did not — no answer within ``timeout_s``, or the connection was
+        lost — when the request may still be running on the server (closed connection)."""
         if self.claimed:
-            return True
+            return None
         self.claimed = True
         try:
             await _answer_within(self._answer, timeout_s)
         except TimeoutError:
             self._channel.close()
-            return False
+            return f"no answer within {timeout_s:g} s"
         except _Died:
             self._channel.close()
-            return True
+            return f"the connection was lost ({self._channel.dead or 'gone'})"
         except BaseException:
             self._channel.close()
             raise
         self._client._give_back(self._channel)
-        return True
+        return None
 
     def abandon(self) -> None:
         """Drop the answer: the connection is pooled again if the answer is in (nothing more
@@ -620,11 +625,11 @@ class RpcClient:
         connection, and return the first's value with the second still to come: the server
         runs them one after the other, so the second costs no round trip of its own when it
         is claimed (`Pending.value`). Errors of the first as in `request`; the second's are
-        the caller's when it claims it. When the server refuses the first in step, the
-        second still runs there: it is drained before the first's error is raised (a
-        ServerTimeoutError instead if it does not answer in time)."""
+        the caller's when it claims it. The second runs only if the first succeeded (it is
+        sent ``after`` it); when the server refuses the first, the second's answer (that it
+        was not run) is drained before the first's error is raised."""
         first_id, first_frames = self._encode(first[0], first[1], first[2])
-        then_id, then_frames = self._encode(then[0], then[1], then[2])
+        then_id, then_frames = self._encode(then[0], then[1], then[2], after=first_id)
         channel = await self._channel(first[2], timeout_s)
         answer, later = self._send(channel, first_frames, then_frames)
         pending = Pending(self, channel, later, then_id, then[2], then[3])
@@ -632,11 +637,11 @@ class RpcClient:
             value = await self._settle(
                 channel, answer, first_id, first[2], timeout_s, first[3], keep=True
             )
-        except (UserInputError, RemoteError) as exc:  # refused in step: the second still runs
-            if not await pending.drain(timeout_s):
+        except (UserInputError, RemoteError) as exc:  # refused in step: the second's answer
+            why = await pending.drain(timeout_s)  # (not run) comes next: read it
+            if why is not None:
                 raise ServerTimeoutError(
-                    f"{self.where} did not answer {then[2]} within {timeout_s:g} s (after "
-                    f"{first[2]} failed: {exc})"
+                    f"{self.where}: {then[2]} after {first[2]} failed ({exc}): {why}"
                 ) from exc
             raise
         except BaseException:
@@ -644,10 +649,15 @@ class RpcClient:
             raise
         return value, pending
 
-    def _encode(self, op: str, args: dict[str, Any], what: str) -> tuple[int, list[wire.Buffer]]:
+    def _encode(
+        self, op: str, args: dict[str, Any], what: str, after: int | None = None
+    ) -> tuple[int, list[wire.Buffer]]:
         request_id = next(self._ids)
+        header: dict[str, Any] = {"id": request_id, "op": op, "args": args}
+        if after is not None:
+            header["after"] = after
         try:
-            return request_id, encode({"id": request_id, "op": op, "args": args})
+            return request_id, encode(header)
         except WireError as exc:
             raise UserInputError(f"cannot send {what} to {self.where}: {exc}") from exc
 
