@@ -29,8 +29,8 @@ struct in one pass — no dearer than the dict it replaces on the per-call path 
 ``ServedManifest`` (a NodeSetManifest) and ``LoadInfo``; `fit` takes both kinds.
 
 ``PROTOCOL_VERSION`` is ``MAJOR.MINOR``, advertised on ``/health`` and ``/manifest``. A minor
-version only adds routes and reply fields, which the structs and ``ServedManifest`` ignore
-when they do not know them (the node-API models inside, the manifest's own fields and
+version only adds routes, reply fields and optional request fields, which the structs and
+``ServedManifest`` ignore when they do not know them (the node-API models inside, the manifest's own fields and
 ``LoadInfo``, stay strict: they change with the node API). A client refuses a server of
 another major version (`check_version`, ProtocolVersionError naming both versions and the URL)
 before it judges the reply's shape.
@@ -94,9 +94,11 @@ __all__ = [
     "rpc_reply",
 ]
 
-PROTOCOL_VERSION = "2.0"
+PROTOCOL_VERSION = "2.1"
 """This package's protocol, ``MAJOR.MINOR``; see the module docstring for what each part means.
-2.0: the call endpoint is a framed stream socket (`server.rpc`), no longer ZeroMQ."""
+2.0: the call endpoint is a framed stream socket (`server.rpc`), no longer ZeroMQ.
+2.1: an rpc request may say ``after``: run only if the connection's previous request, of that
+id, succeeded (a 2.0 server ignores it and runs the request anyway)."""
 
 _VERSION_PATTERN = r"^[0-9]{1,6}\.[0-9]{1,6}$"
 Version = Annotated[str, msgspec.Meta(pattern=_VERSION_PATTERN)]
