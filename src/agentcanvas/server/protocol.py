@@ -31,9 +31,9 @@ struct in one pass — no dearer than the dict it replaces on the per-call path 
 ``PROTOCOL_VERSION`` is ``MAJOR.MINOR``, advertised on ``/health`` and ``/manifest``. A minor
 version only adds routes, reply fields and optional request fields, which the structs and
 ``ServedManifest`` ignore when they do not know them (the node-API models inside, the
-manifest's own fields and ``LoadInfo``, stay strict: they change with the node API). A client refuses a server of
-another major version (`check_version`, ProtocolVersionError naming both versions and the URL)
-before it judges the reply's shape.
+manifest's own fields and ``LoadInfo``, stay strict: they change with the node API). A client
+refuses a server of another major version (`check_version`, ProtocolVersionError naming both
+versions and the URL) before it judges the reply's shape.
 """
 
 from __future__ import annotations
