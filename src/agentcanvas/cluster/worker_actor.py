@@ -24,7 +24,7 @@ from typing import Any
 from agentcanvas.cluster.model_actor import RayModelHandle, load_catalogue
 from agentcanvas.eval.episode import EpisodeOptions, EpisodeSpec, EpisodeWiring, run_episode
 from agentcanvas.fileio import encode_jsonl_line
-from agentcanvas.graph.executor import ExecutionPrinciples, opening_firing
+from agentcanvas.graph.executor import ExecutionPrinciples
 from agentcanvas.graph.model import parse_graph
 from agentcanvas.nodes.base import NodeSetHandle
 from agentcanvas.server.runtime import fix_numeric_threads
@@ -84,11 +84,6 @@ class EpisodeWorker:
             self.registry.bind_handle(name, RayModelHandle(name, actor, manifest))
         self.registry.validate(self.graph)
         self.env_nodeset = self.graph.env.nodeset if self.graph.env else None
-        self._opening = (
-            opening_firing(self.graph, self.env_nodeset, self.registry)
-            if self.env_nodeset
-            else None
-        )
         self.overrides: dict[str, NodeSetHandle] = {
             name: self.registry.local_instance(name)
             for name in self.registry.replicated_in(self.graph)
@@ -139,7 +134,6 @@ class EpisodeWorker:
                 log=log,
                 asset_dir=asset_dir,
                 cancel=self._cancel_event(),
-                opening=self._opening,
             )
             result = await run_episode(self.graph, request.spec, wiring, options)
             frames = _read_frames(asset_dir)

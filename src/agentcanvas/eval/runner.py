@@ -221,7 +221,6 @@ class BatchEvalRunner:
         self._stored = 0  # results stored so far (a resumed one counts too)
         self._final_for: int | None = None  # _stored when the complete summary was made
         self._episodes_json: list[dict[str, Any]] = []  # the complete summary's records
-        self._save_lock = threading.Lock()
         for result in previous:
             self._store(result)
         self.run = EvalRun(
@@ -586,7 +585,7 @@ class BatchEvalRunner:
 
     def save(self) -> None:
         """Write summary.json: complete once the run's status is terminal, else bounded."""
-        with self._state_lock, self._save_lock:  # execute saves in a thread; finalise again
+        with self._state_lock:  # execute saves in a thread, finalise again, recordings too
             if self.run.status in TERMINAL_RUN_STATUSES:
                 self._complete()
             data = self.run.model_dump(mode="json", exclude={"episodes"})
