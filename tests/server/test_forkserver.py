@@ -15,7 +15,9 @@ import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import httpx
 import psutil
 import pytest
 
@@ -101,6 +103,33 @@ async def test_forked_servers_have_their_own_state_and_restart_from_the_template
         await reg.shutdown_all()
     # servers, template: stopped and reaped
     assert [pid for pid in descendants_alive(os.getpid()) if pid not in before] == []
+
+
+async def _health_refused(timeout_s: float = 0.0) -> Any:
+    raise AssertionError("the proxy asked /health before its first call")
+
+
+@pytest.mark.asyncio
+async def test_owned_servers_proxies_know_their_call_socket_from_the_ready_report(
+    workspace: Path,
+) -> None:
+    """No /health round trip (nor an HTTP client) before an owned server's first call, for
+    a forked, a spawned and a restarted server: the ready report named the call socket."""
+    reg = scanned(workspace)
+    try:
+        await reg.fleet.start_many([("fenv", 0), ("senv", 0)])
+        await reg.restart_server("fenv#0")
+        for key in ("fenv#0", "senv#0"):
+            record = reg.fleet.records[key]
+            assert record.server is not None and record.server.call_endpoint is not None
+            handle = record.handle
+            handle.health = _health_refused  # type: ignore[method-assign]
+            assert (await bump(reg, key))["count"] == 1
+            async with httpx.AsyncClient() as http:  # what the server itself advertises
+                advertised = (await http.get(f"{record.url}/health")).json()["call"]
+            assert record.server.call_endpoint == advertised
+    finally:
+        await reg.shutdown_all()
 
 
 PARENT = textwrap.dedent(

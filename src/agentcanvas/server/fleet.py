@@ -146,10 +146,17 @@ class ServerFleet:
         if key in self.records:  # owned and dead
             return await self.restart(key)
         server = await self.launcher.launch(nodeset, tag)
-        handle = RemoteNodeSet(key, server.url, self._manifest_of(nodeset))
+        handle = self._handle(key, nodeset, server)
         record = ServerRecord(nodeset, tag, server.url, handle, server)
         self.records[key] = record
         return record
+
+    def _handle(self, key: str, nodeset: str, server: LaunchedServer) -> RemoteNodeSet:
+        """The proxy of an owned server; it knows the call socket from the server's ready
+        report, so its first call needs no ``/health`` round trip (nor an HTTP client)."""
+        return RemoteNodeSet(
+            key, server.url, self._manifest_of(nodeset), call_endpoint=server.call_endpoint
+        )
 
     async def start_many(self, wanted: Sequence[tuple[str, int | None]]) -> list[ServerRecord]:
         """Start several servers concurrently; on any failure stop the ones just started."""
@@ -185,7 +192,7 @@ class ServerFleet:
         await old.stop()
         server = await self.launcher.launch(old.nodeset, old.tag)
         old.server, old.url = server, server.url
-        old.handle = RemoteNodeSet(key, server.url, self._manifest_of(old.nodeset))
+        old.handle = self._handle(key, old.nodeset, server)
         old.restarts += 1
         return old
 

@@ -55,9 +55,10 @@ _POLL_S = 0.01
 class ForkedServer:
     """A server forked by a template; watched and stopped through a pidfd."""
 
-    def __init__(self, url: str, pid: int, pidfd: int) -> None:
+    def __init__(self, url: str, pid: int, pidfd: int, call_endpoint: str | None = None) -> None:
         self.url, self._pidfd = url, pidfd
         self.pid: int | None = pid
+        self.call_endpoint = call_endpoint  # from the ready report: no /health before a call
 
     def is_alive(self) -> bool:
         if self._pidfd < 0:
@@ -136,7 +137,8 @@ class ForkTemplate:
             pidfd = os.pidfd_open(pid)
         except ProcessLookupError as exc:
             raise ServerDiedError(f"forked server pid {pid} exited right after ready") from exc
-        return ForkedServer(f"http://127.0.0.1:{info['port']}", pid, pidfd)
+        endpoint = procs.reported_call_endpoint(info)
+        return ForkedServer(f"http://127.0.0.1:{info['port']}", pid, pidfd, endpoint)
 
     async def stop(self) -> None:
         await self.child.aclose()

@@ -16,7 +16,7 @@ from typing import Protocol
 
 from agentcanvas import envsettings
 from agentcanvas.server.forkserver import ForkTemplate
-from agentcanvas.server.procs import ChildProcess, spawn
+from agentcanvas.server.procs import ChildProcess, reported_call_endpoint, spawn
 from agentcanvas.server.runtime import child_thread_env
 
 __all__ = [
@@ -33,10 +33,12 @@ STOP_TIMEOUT_S = 5.0
 
 
 class LaunchedServer(Protocol):
-    """A running server: where it listens and how to stop it."""
+    """A running server: where it listens (``call_endpoint``: its call socket, from its
+    ready report; None when unknown) and how to stop it."""
 
     url: str
     pid: int | None
+    call_endpoint: str | None
 
     def is_alive(self) -> bool: ...
 
@@ -56,6 +58,7 @@ class ProcessServer:
     url: str
     pid: int | None
     child: ChildProcess
+    call_endpoint: str | None = None
 
     def is_alive(self) -> bool:
         return self.child.is_alive()
@@ -103,7 +106,12 @@ class LocalProcessLauncher:
         except BaseException:
             await child.aclose(STOP_TIMEOUT_S)
             raise
-        return ProcessServer(url=f"http://127.0.0.1:{info['port']}", pid=child.pid, child=child)
+        return ProcessServer(
+            url=f"http://127.0.0.1:{info['port']}",
+            pid=child.pid,
+            child=child,
+            call_endpoint=reported_call_endpoint(info),
+        )
 
     def _forks(self, nodeset: str) -> bool:
         if envsettings.FORK_SERVERS.get() == "0" or self.forkable is None:

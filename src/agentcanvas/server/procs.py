@@ -37,6 +37,7 @@ __all__ = [
     "ChildState",
     "child_report_ready",
     "descendants_alive",
+    "reported_call_endpoint",
     "set_parent_death_signal",
     "spawn",
 ]
@@ -326,6 +327,12 @@ def set_parent_death_signal() -> None:
         sys.stderr.write(f"agentcanvas: parent {expected} is gone; exiting\n")
         sys.stderr.flush()
         os._exit(1)
+
+
+def reported_call_endpoint(info: dict[str, object]) -> str | None:
+    """The call socket a server's ready report names (auto_host reports it as ``"call"``)."""
+    call = info.get("call")
+    return call if isinstance(call, str) and call else None
 
 
 def child_report_ready(info: dict[str, object]) -> None:
