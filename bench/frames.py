@@ -46,7 +46,7 @@ async def _run(workspace: Path, mode: str, n_per_task: int, workers: int) -> For
 def _wall_s(summary: EvalRun) -> float:
     started, finished = summary.timings.get("started_at"), summary.timings.get("finished_at")
     assert started is not None and finished is not None
-    return finished - started
+    return float(finished - started)
 
 
 def _frames_kept(run: ForegroundRun) -> int:

@@ -140,7 +140,7 @@ def settle(backend: Backend) -> None:
         time.sleep(0.2)
 
 
-def percentile(samples: list[float], q: float) -> float:
+def percentile(samples: list[float], q: int) -> float:
     return statistics.quantiles(samples, n=100, method="inclusive")[q - 1]
 
 

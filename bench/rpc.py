@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import importlib.util
 import os
 import socket
@@ -53,7 +54,7 @@ import httpx
 import numpy as np
 
 from agentcanvas import wire
-from agentcanvas.nodes.base import CallContext
+from agentcanvas.nodes.base import CallContext, NodeSetHandle
 from agentcanvas.server import protocol, rpc
 from agentcanvas.server.launcher import LocalProcessLauncher
 from agentcanvas.server.proxy import RemoteNodeSet, fetch_manifest
@@ -91,7 +92,7 @@ N_ROUNDS = 10
 CTX = CallContext("bench", 0)
 
 
-class ObsEnv(gym.Env[np.ndarray, int]):
+class ObsEnv(gym.Env[np.ndarray, Any]):
     """The vector-env counterpart of the bench node: returns a fixed observation."""
 
     def __init__(self, shape: tuple[int, ...]) -> None:
@@ -188,7 +189,7 @@ def vector_envs(placement: Placement) -> Iterator[dict[str, Any]]:
     """The four AsyncVectorEnvs, forked before any event loop or server exists."""
     envs = {
         f"AsyncVectorEnv shm={shm} {payload}": gym.vector.AsyncVectorEnv(
-            [lambda shape=shape: ObsEnv(shape)], shared_memory=shm, context="fork"
+            [functools.partial(ObsEnv, shape)], shared_memory=shm, context="fork"
         )
         for shm in (False, True)
         for payload, shape in (("no-op", ()), ("obs", OBS_SHAPE))
@@ -219,11 +220,17 @@ async def bench(
         expected = (await local.call("step", {}, {"action": 0}, CTX))["obs"]
         assert got.tobytes() == expected.tobytes(), "the observation did not round-trip"
         actions = np.zeros(1, dtype=np.int64)
-        rows = {label: Row(lambda e=env: e.step(actions), False) for label, env in envs.items()}
-        for label, handle in (("in-process", local), ("proxied", remote)):
-            rows[f"{label} no-op"] = Row(lambda h=handle: h.call("noop", {}, {}, CTX), True)
+        rows = {
+            label: Row(functools.partial(env.step, actions), False) for label, env in envs.items()
+        }
+        handles: tuple[tuple[str, NodeSetHandle], ...] = (
+            ("in-process", local),
+            ("proxied", remote),
+        )
+        for label, handle in handles:
+            rows[f"{label} no-op"] = Row(functools.partial(handle.call, "noop", {}, {}, CTX), True)
             rows[f"{label} obs"] = Row(
-                lambda h=handle: h.call("step", {}, {"action": 0}, CTX), True
+                functools.partial(handle.call, "step", {}, {"action": 0}, CTX), True
             )
         async with layer_rows(server.url, remote) as layers:
             return await measure(rows | layers, n_calls)

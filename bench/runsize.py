@@ -29,9 +29,9 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from agentcanvas.eval.config import EvalConfig
+from agentcanvas.eval.events import EvalEpisodeDone, LiveEvent
 from agentcanvas.eval.foreground import run_foreground
 from agentcanvas.eval.run_setup import new_run_dir, run_registry
 from agentcanvas.paths import runs_dir
@@ -47,8 +47,8 @@ class Clock:
 
     done_at: list[float] = field(default_factory=list)
 
-    def __call__(self, event: dict[str, Any]) -> None:
-        if event.get("type") == "eval_episode_done":
+    def __call__(self, event: LiveEvent) -> None:
+        if isinstance(event, EvalEpisodeDone):
             self.done_at.append(time.perf_counter())
 
 

@@ -162,7 +162,7 @@ async def run_ours(
 # -- AsyncVectorEnv -----------------------------------------------------------------------------
 
 
-class PendingEnv(gym.Env[np.ndarray, int]):
+class PendingEnv(gym.Env[np.ndarray, Any]):
     """On each reset takes the next pending (level, seed) episode from a shared counter, the
     way a user feeds a vector env a list of episodes; idles once none is left.
 
