@@ -13,8 +13,12 @@ episode seeds, the same BFS policy, no step latency), one worker each, as in
   the next pending episode on (same-step) autoreset.
 
 Wall time of the episodes only (start-up apart), divided by the episode count. The two
-sides run in interleaved rounds so that a change of load hits both alike; the table shows
-each round and the medians, with the ratio (goal, issue 13: ours <= 1.5x AsyncVectorEnv).
+sides run in interleaved rounds, the order alternating from round to round (whichever side
+runs second runs on a warmer machine: measured, about 8 % on its own), so that a change of
+load hits both alike; the table shows each round and the medians, with the ratio (goal,
+issue 13: ours <= 1.5x AsyncVectorEnv), its quartiles, and a 90 % bootstrap interval of the
+median ratio: on a shared, noisy machine one round's ratio ranges widely, the median of many
+paired rounds does not.
 To compare with another checkout, run this file with that checkout's ``src`` first on
 ``PYTHONPATH`` (the bench itself imports only ``bench/scaling.py`` and the package).
 """
@@ -24,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import random
 import statistics
 import sys
 import tempfile
@@ -36,21 +41,24 @@ import scaling  # the bench folder is not a package
 GRAPH_NAME = "bench_episode_cost"
 
 
-def one_round(workspace: Path, n_per_task: int) -> tuple[float, float, bool]:
+def one_round(workspace: Path, n_per_task: int, ave_first: bool) -> tuple[float, float, bool]:
     """(ours, AsyncVectorEnv) wall seconds for the same episodes, and whether they agree."""
+    if ave_first:
+        ave = scaling.run_ave(scaling.plan(n_per_task), 1, 0.0)
     ours = asyncio.run(scaling.run_ours(workspace, GRAPH_NAME, n_per_task, 1))
-    ave = scaling.run_ave(scaling.plan(n_per_task), 1, 0.0)
+    if not ave_first:
+        ave = scaling.run_ave(scaling.plan(n_per_task), 1, 0.0)
     return ours.wall_s, ave.wall_s, ours.steps == ave.steps
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="60 episodes, 3 rounds")
+    parser.add_argument("--quick", action="store_true", help="60 episodes, 4 rounds")
     parser.add_argument("--episodes", type=int, help="episodes per round (default 200)")
-    parser.add_argument("--rounds", type=int, help="interleaved rounds (default 5)")
+    parser.add_argument("--rounds", type=int, help="interleaved rounds (default 12)")
     args = parser.parse_args()
     n_total = args.episodes or (60 if args.quick else 200)
-    rounds = args.rounds or (3 if args.quick else 5)
+    rounds = args.rounds or (4 if args.quick else 12)
     n_per_task = max(1, n_total // len(scaling.TASKS))
     n_episodes = n_per_task * len(scaling.TASKS)
     warnings.filterwarnings("ignore")
@@ -59,8 +67,8 @@ def main() -> int:
         workspace = Path(tmp)
         os.environ["AGENTCANVAS_HOME"] = str(workspace)
         scaling.write_graph(workspace, GRAPH_NAME, 0.0)
-        for _ in range(rounds):
-            rows.append(one_round(workspace, n_per_task))
+        for k in range(rounds):
+            rows.append(one_round(workspace, n_per_task, ave_first=k % 2 == 1))
     _print(rows, n_episodes)
     return 0
 
@@ -83,10 +91,22 @@ def _print(rows: list[tuple[float, float, bool]], n_episodes: int) -> None:
     ours_ms = statistics.median(1000 * r[0] / n_episodes for r in rows)
     ave_ms = statistics.median(1000 * r[1] / n_episodes for r in rows)
     ratio = statistics.median(r[0] / r[1] for r in rows)
+    ratios = [r[0] / r[1] for r in rows]
+    low, high = _median_interval(ratios)
+    quartiles = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratio, ratio, ratio]
     print(
         f"median: ours {ours_ms:.2f} ms/episode, AsyncVectorEnv {ave_ms:.2f} ms/episode; "
-        f"median of the per-round ratios {ratio:.2f}x (goal <= 1.5x)"
+        f"median of the per-round ratios {ratio:.2f}x (goal <= 1.5x); quartiles "
+        f"{quartiles[0]:.2f}-{quartiles[2]:.2f}; 90 % interval of the median {low:.2f}-{high:.2f}"
     )
+
+
+def _median_interval(ratios: list[float], draws: int = 2000) -> tuple[float, float]:
+    """A 90 % bootstrap interval of the median of ``ratios`` (a fixed seed: the same rounds
+    give the same interval)."""
+    rng = random.Random(0)
+    medians = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(draws))
+    return medians[int(0.05 * draws)], medians[int(0.95 * draws) - 1]
 
 
 if __name__ == "__main__":
