@@ -26,8 +26,10 @@ from agentcanvas.errors import RunError
 __all__ = [
     "JsonlRead",
     "append_jsonl",
+    "append_jsonl_bytes",
     "atomic_write_bytes",
     "atomic_write_json",
+    "encode_json",
     "encode_jsonl_line",
     "make_dirs",
     "parse_jsonl_line",
@@ -106,15 +108,19 @@ def atomic_write_json(path: Path, obj: Any, *, durable: bool = True) -> None:
     Keys keep their insertion order. Only plain JSON types (dict, list, tuple, str, int,
     float, bool, None) are accepted; dump pydantic models with ``model_dump(mode="json")``.
     """
-    data: bytes | None = None
+    atomic_write_bytes(path, encode_json(path, obj), durable=durable)
+
+
+def encode_json(path: Path, obj: Any) -> bytes:
+    """The text `atomic_write_json` writes for ``obj`` (indented, with its newline);
+    ``path`` names the file in errors. For a caller that encodes in one place and writes
+    in another (`atomic_write_bytes`)."""
     if type(obj) is dict:  # the same text as the strict path, from C (see encode_jsonl_line)
         try:
-            data = msgspec.json.format(_LINES.encode(obj), indent=1) + b"\n"
+            return msgspec.json.format(_LINES.encode(obj), indent=1) + b"\n"
         except (TypeError, OverflowError, msgspec.EncodeError):
-            data = None
-    if data is None:
-        data = (_dumps(path, obj, indent=1) + "\n").encode("utf-8")
-    atomic_write_bytes(path, data, durable=durable)
+            pass
+    return (_dumps(path, obj, indent=1) + "\n").encode("utf-8")
 
 
 def read_json(path: Path) -> Any:
@@ -152,7 +158,11 @@ def append_jsonl(path: Path, record: Mapping[str, Any]) -> None:
     file ends in a torn line from a crashed writer, a newline is written first so the new
     record does not fuse with it. Non-finite floats are written as null.
     """
-    line = encode_jsonl_line(path, record)
+    append_jsonl_bytes(path, encode_jsonl_line(path, record))
+
+
+def append_jsonl_bytes(path: Path, line: bytes) -> None:
+    """`append_jsonl` of a line encoded already (`encode_jsonl_line`)."""
     try:
         fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o666)
     except OSError as exc:

@@ -38,7 +38,7 @@ from agentcanvas.errors import RunError
 from agentcanvas.eval.config import EpisodeResult
 from agentcanvas.eval.store import RunDir
 from agentcanvas.fileio import (
-    append_jsonl,
+    append_jsonl_bytes,
     atomic_write_bytes,
     encode_jsonl_line,
     parse_jsonl_line,
@@ -48,8 +48,10 @@ from agentcanvas.fileio import (
 __all__ = [
     "IndexRead",
     "IndexTail",
+    "append_line",
     "append_record",
     "episode_records",
+    "index_line",
     "read_index",
     "recorded_results",
     "start_index",
@@ -68,7 +70,17 @@ def start_index(run_dir: RunDir, results: Iterable[EpisodeResult]) -> None:
 
 def append_record(run_dir: RunDir, result: EpisodeResult) -> None:
     """Append one episode's record to the index (one ``write``; no fsync, see module doc)."""
-    append_jsonl(run_dir.episodes_index_path, _record(result))
+    append_line(run_dir, index_line(run_dir, _record(result)))
+
+
+def append_line(run_dir: RunDir, line: bytes) -> None:
+    """Append a record `index_line` encoded (the same as `append_record`)."""
+    append_jsonl_bytes(run_dir.episodes_index_path, line)
+
+
+def index_line(run_dir: RunDir, record: Mapping[str, Any]) -> bytes:
+    """The index line of ``record`` (``EpisodeResult.model_dump(mode="json")``)."""
+    return encode_jsonl_line(run_dir.episodes_index_path, record)
 
 
 def _record(result: EpisodeResult) -> dict[str, Any]:
