@@ -90,8 +90,8 @@ def _print(rows: list[tuple[float, float, bool]], n_episodes: int) -> None:
         )
     ours_ms = statistics.median(1000 * r[0] / n_episodes for r in rows)
     ave_ms = statistics.median(1000 * r[1] / n_episodes for r in rows)
-    ratio = statistics.median(r[0] / r[1] for r in rows)
     ratios = [r[0] / r[1] for r in rows]
+    ratio = statistics.median(ratios)
     low, high = _median_interval(ratios)
     quartiles = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratio, ratio, ratio]
     print(
