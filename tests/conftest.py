@@ -41,6 +41,7 @@ SLOW_MODULES = {
     "eval/test_invariance_builtin.py",
     "eval/test_runlock.py",
     "eval/test_runner.py",
+    "eval/test_slow_local_node.py",
     "eval/test_step_timeouts.py",
     "eval/test_supervision.py",
     "eval/test_termination.py",
@@ -48,6 +49,7 @@ SLOW_MODULES = {
     "models/test_text_encoder.py",  # MiniLM at every batch size and position, two thread counts
     "models/test_text_encoder_server.py",
     "server/test_call_deadlines.py",  # waits out real call deadlines of hung servers
+    "server/test_shared_slow_node.py",
 }
 
 

@@ -120,6 +120,10 @@ def cmd_submit(args: argparse.Namespace) -> int:
         body["episode_timeout_s"] = args.episode_timeout
     if args.save_frames or args.frames:
         body["frames"] = args.frames or "every"
+    if args.certify:
+        body["certify"] = True
+    if args.binary_interval:
+        body["binary_interval"] = args.binary_interval
     body.update(_meta_body(args))
     started = _call(args, "POST", "/api/eval/v2/start", json=body)
     print_json(started, indent=None)
@@ -237,6 +241,14 @@ def extend_parser(sub: Any) -> None:
     p.add_argument("--follow", action="store_true", help="follow progress until the run ends")
     p.add_argument("--save-frames", action="store_true", help="save frames (= --frames every)")
     p.add_argument("--frames", choices=["every", "failures", "none"], help=FRAMES_HELP)
+    p.add_argument(
+        "--certify", action="store_true", help="audit every batched row (see eval --help)"
+    )
+    p.add_argument(
+        "--binary-interval",
+        choices=("wilson", "clopper-pearson"),
+        help="interval of 0/1 metrics (default wilson)",
+    )
     p.add_argument("--url", default=DEFAULT_URL, help=url_help)
     add_meta_arguments(p)
     p = sub.add_parser("runs", help="list runs on the backend")

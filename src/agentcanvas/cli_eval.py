@@ -22,13 +22,14 @@ from agentcanvas.cli_common import (
     resolve_graph,
     workspace_registry,
 )
-from agentcanvas.cli_determinism import determinism_table
+from agentcanvas.cli_determinism import determinism_line, determinism_table
 from agentcanvas.cluster import select_engine
 from agentcanvas.errors import ConfigError
 from agentcanvas.eval.config import EvalConfig, EvalRun
 from agentcanvas.eval.events import EvalProgress, LiveEvent
 from agentcanvas.eval.foreground import ForegroundRun, run_foreground
 from agentcanvas.eval.invariance import diff_runs
+from agentcanvas.eval.metrics import MetricAggregate
 from agentcanvas.eval.run_meta import RunMeta, meta_from_flags, write_meta
 from agentcanvas.eval.run_setup import new_run_dir, run_registry
 from agentcanvas.eval.runner import episode_tasks
@@ -78,6 +79,19 @@ def add_eval_arguments(p: argparse.ArgumentParser) -> None:
         "--ray-address",
         help="engine ray: auto, host:port or ray://host:10001 (default: start a local Ray)",
     )
+    p.add_argument(
+        "--certify",
+        action="store_true",
+        help="audit every batched row of the run, each recomputed alone (determinism level "
+        "certified; a second forward pass per batched row): for numbers that go in a paper",
+    )
+    p.add_argument(
+        "--binary-interval",
+        choices=("wilson", "clopper-pearson"),
+        default="wilson",
+        help="interval of 0/1 metrics such as success: wilson (default) or clopper-pearson "
+        "(exact, never below 95 %%, wider)",
+    )
 
 
 def build_config(args: argparse.Namespace, graph_name: str, workers: int) -> EvalConfig:
@@ -98,6 +112,8 @@ def build_config(args: argparse.Namespace, graph_name: str, workers: int) -> Eva
             frames=args.frames,
             engine=args.engine,
             ray_address=args.ray_address,
+            certify=args.certify,
+            binary_interval=args.binary_interval,
         )
     except ValidationError as exc:
         item = exc.errors()[0]
@@ -121,10 +137,11 @@ class _ProgressView:
 
     def __call__(self, event: LiveEvent) -> None:
         if isinstance(event, EvalProgress) and event.episodes_done is not None:
-            sr = event.success_rate
-            self.progress.update(
-                self.task, completed=event.episodes_done, sr="-" if sr is None else f"{sr:.3f}"
-            )
+            sr, errors = event.success_rate, event.error_count or 0
+            shown = "-" if sr is None else f"{sr:.3f} of {event.success_n} scored"
+            if errors:
+                shown += f" [red]· {errors} error(s), not scored[/]"
+            self.progress.update(self.task, completed=event.episodes_done, sr=shown)
 
 
 def _run(
@@ -189,32 +206,93 @@ async def _runs_at(args: argparse.Namespace, counts: list[int]) -> list[Foregrou
     return runs
 
 
+def _num(value: float | None, digits: int = 4) -> str:
+    return "-" if value is None or value != value else f"{value:.{digits}f}"
+
+
+def _kind(agg: MetricAggregate) -> str:
+    kind: str = agg.kind or "?"
+    if agg.range is not None and agg.kind == "bounded":
+        kind += f" [{agg.range[0]:g}, {agg.range[1]:g}]"
+    return kind + (" (inferred)" if agg.kind_source == "inferred" else "")
+
+
+def _coverage(agg: MetricAggregate) -> str:
+    """``n scored / planned``: how much of the plan a figure covers."""
+    return f"{agg.n}/{agg.n_planned}" if agg.n_planned is not None else str(agg.n)
+
+
+def _with_errors(agg: MetricAggregate) -> tuple[str, str]:
+    """The mean with errors counted as failures, and the worst–best range."""
+    if agg.worst is None or agg.best is None:
+        return "-", "-"
+    spread = f"{agg.worst:.4f}–{agg.best:.4f}"
+    return _num(agg.errors_as_failures), spread
+
+
+def metrics_table(aggregates: Mapping[str, MetricAggregate], title: str) -> Table:
+    """Each metric: kind, mean over scored episodes with its interval and method, how many
+    planned episodes it covers, its errors, and the rate with errors as failures."""
+    table = Table(title=title)
+    for col in (
+        "metric", "kind", "mean", "95% interval", "scored/planned", "errors",
+        "errors as failures", "worst–best", "interval method",
+    ):  # fmt: skip
+        table.add_column(col)
+    for name, agg in aggregates.items():
+        as_failures, spread = _with_errors(agg)
+        table.add_row(
+            name,
+            _kind(agg),
+            _num(agg.mean),
+            "-" if agg.method == "none" else f"[{agg.lo:.4f}, {agg.hi:.4f}]",
+            _coverage(agg),
+            f"[red]{agg.n_errors}" if agg.n_errors else "0",
+            as_failures,
+            spread,
+            agg.method_name or agg.method,
+        )
+    return table
+
+
+def task_table(by_task: Mapping[str, Mapping[str, MetricAggregate]]) -> Table:
+    """Success per task with its interval, coverage and errors; every task is listed."""
+    table = Table(title="per task (success over scored episodes; errors are not scored)")
+    for col in (
+        "task", "success", "95% interval", "scored/planned", "errors",
+        "errors as failures", "worst–best", "spl/return",
+    ):  # fmt: skip
+        table.add_column(col)
+    for task, aggs in by_task.items():
+        success = aggs.get("success")
+        second = aggs.get("spl") or aggs.get("return")
+        if success is None:
+            table.add_row(
+                task, "-", "-", "-", "-", "-", "-", _num(second.mean if second else None, 3)
+            )
+            continue
+        as_failures, spread = _with_errors(success)
+        table.add_row(
+            task,
+            _num(success.mean, 3),
+            "-" if success.method == "none" else f"[{success.lo:.3f}, {success.hi:.3f}]",
+            _coverage(success),
+            f"[red]{success.n_errors}" if success.n_errors else "0",
+            as_failures,
+            spread,
+            _num(second.mean if second else None, 3),
+        )
+    return table
+
+
 def print_summary(run: EvalRun, where: str) -> None:
-    table = Table(
-        title=f"{run.graph_name} - {run.episodes_done}/{run.episodes_total} episodes, "
+    title = (
+        f"{run.graph_name} - {run.episodes_done}/{run.episodes_total} episodes, "
         f"{run.config.worker_count} worker(s), status {run.status}, "
         f"health {run.health.verdict} ({run.health.error_count} errors)"
     )
-    for col in ("metric", "mean", "95% interval", "n", "method"):
-        table.add_column(col)
-    for name, agg in run.aggregate_metrics.items():
-        table.add_row(
-            name, f"{agg.mean:.4f}", f"[{agg.lo:.4f}, {agg.hi:.4f}]", str(agg.n), agg.method
-        )
-    stderr.print(table)
-    by_task = Table(title="per task")
-    for col in ("task", "success", "spl/return", "n"):
-        by_task.add_column(col)
-    for task, aggs in run.aggregate_by_task.items():
-        second = aggs.get("spl") or aggs.get("return")
-        success = aggs.get("success")
-        by_task.add_row(
-            task,
-            f"{success.mean:.3f}" if success else "-",
-            f"{second.mean:.3f}" if second else "-",
-            str(success.n if success else (second.n if second else 0)),
-        )
-    stderr.print(by_task)
+    stderr.print(metrics_table(run.aggregate_metrics, title))
+    stderr.print(task_table(run.aggregate_by_task))
     stderr.print(f"status counts: {run.status_counts}")
     health = run.health
     style = "green" if health.verdict == "clean" else "bold red"
@@ -228,8 +306,10 @@ def print_summary(run: EvalRun, where: str) -> None:
             f"  [red]episode {ep.index} ({ep.task} #{ep.episode_index}): {ep.status}: {ep.error}"
         )
     stderr.print(determinism_table(run.determinism))
-    if not run.determinism.guaranteed:
-        stderr.print(f"[yellow]invariance not guaranteed: {run.determinism.reasons}")
+    style = "green" if run.determinism.level == "certified" else "yellow"
+    stderr.print(determinism_line(run.determinism), style=style, markup=False)
+    for reason in run.determinism.reasons:
+        stderr.print(f"  {reason}", style="yellow", markup=False)
     stderr.print(f"run written to {where}")
 
 

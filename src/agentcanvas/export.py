@@ -95,9 +95,15 @@ _RUN_COLUMNS = (
     "started_at",
     "finished_at",
     "determinism_guaranteed",
+    "determinism_level",
     "error",
 )
-_AGGREGATE_PARTS = ("lo", "hi", "n")
+# Beside each mean: its interval, the scored n, what it covers of the plan, its errors, the
+# rate with errors as failures and the worst/best cases; the kind and the method.
+_AGGREGATE_PARTS = (
+    "lo", "hi", "n", "n_planned", "n_errors", "errors_as_failures", "worst", "best",
+    "kind", "method",
+)  # fmt: skip
 
 
 def _workspace_runs(workspace: str | Path | None) -> Path:
@@ -142,6 +148,7 @@ def run_row(summary: Mapping[str, Any]) -> Row:
         "started_at": timings.get("started_at"),
         "finished_at": timings.get("finished_at"),
         "determinism_guaranteed": determinism.get("guaranteed"),
+        "determinism_level": determinism.get("level"),
         "error": summary.get("error"),
     }
     for key, value in (summary.get("config") or {}).items():
@@ -171,6 +178,8 @@ def episode_rows(summary: Mapping[str, Any], records: Iterable[Mapping[str, Any]
         for key, value in record.items():
             if key == "metrics" and isinstance(value, Mapping):
                 row.update((f"metric_{name}", metric) for name, metric in value.items())
+            elif key == "partial_metrics" and isinstance(value, Mapping):  # never scored
+                row.update((f"partial_{name}", metric) for name, metric in value.items())
             elif key != "version":
                 row[key] = value
         rows.append(row)

@@ -261,7 +261,10 @@ def test_overlong_names_are_refused_by_their_pattern(
 
 def test_compare_checks_its_run_ids(server: Server) -> None:
     refused(server.request("GET", "/api/eval/v2/compare?a=..&b=x"), 422, "query.a", "query.b")
-    assert server.request("GET", f"/api/eval/v2/compare?a={RUN_ID}&b={OTHER_RUN}")[0] == 200
+    assert server.request("GET", f"/api/eval/v2/compare?a={RUN_ID}&b={RUN_ID}")[0] == 200
+    # Valid ids of two runs with no episode in common: refused, saying why.
+    refused(server.request("GET", f"/api/eval/v2/compare?a={RUN_ID}&b={OTHER_RUN}"), 400,
+            "no paired episode")  # fmt: skip
 
 
 def test_a_malformed_origin_is_403(server: Server) -> None:

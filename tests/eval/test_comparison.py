@@ -25,16 +25,37 @@ def _summary(run_id: str, episodes: list[dict[str, Any]]) -> dict[str, Any]:
             "episodes": episodes}  # fmt: skip
 
 
-@pytest.mark.parametrize("n_extra", [0, 7, 40])
-def test_the_interval_excludes_zero_exactly_when_mcnemar_rejects(n_extra: int) -> None:
-    for a_only in range(0, 16):
-        for b_only in range(0, 16):
-            if a_only + b_only == 0:
-                continue
-            result = paired_difference(PairedCounts(n_extra, a_only, b_only, 3))
-            excludes = result["delta_lo"] > 0 or result["delta_hi"] < 0
-            assert excludes == (result["p_value"] < 0.05), (a_only, b_only, result)
-            assert result["delta_lo"] <= result["delta"] <= result["delta_hi"]
+def test_the_reported_case_oracle_against_a_noisy_policy() -> None:
+    """60 pairs, 26 flips all one way: the estimate is inside Newcombe's interval, not on its
+    edge as the exact conditional interval had it ([−43.3, −31.9] pp)."""
+    result = paired_difference(PairedCounts(both=34, a_only=26, b_only=0, neither=0))
+    assert result["delta"] == pytest.approx(-26 / 60)
+    assert (result["delta_lo"], result["delta_hi"]) == (
+        pytest.approx(-0.559, abs=5e-4), pytest.approx(-0.301, abs=5e-4),
+    )  # fmt: skip
+    assert result["delta_lo"] < result["delta"] < result["delta_hi"]
+    assert result["p_value"] < 1e-6
+
+
+def test_an_interval_also_when_every_pair_agrees() -> None:
+    result = paired_difference(PairedCounts(both=60))
+    assert result["delta"] == 0.0
+    assert (result["delta_lo"], result["delta_hi"]) == (
+        pytest.approx(-0.0602, abs=5e-4), pytest.approx(0.0602, abs=5e-4),
+    )  # fmt: skip
+    mixed = paired_difference(PairedCounts(both=4, neither=2))
+    assert mixed["delta_lo"] < 0 < mixed["delta_hi"] and mixed["p_value"] == 1.0
+
+
+def test_swapping_the_runs_negates_the_difference_and_its_interval() -> None:
+    for counts in [(3, 5, 1, 9), (0, 0, 4, 2), (10, 2, 7, 1)]:
+        forward = paired_difference(PairedCounts(*counts))
+        both, a_only, b_only, neither = counts
+        backward = paired_difference(PairedCounts(both, b_only, a_only, neither))
+        assert backward["delta"] == -forward["delta"]
+        assert (backward["delta_lo"], backward["delta_hi"]) == (
+            -forward["delta_hi"], -forward["delta_lo"],
+        )  # fmt: skip
 
 
 def test_the_reported_case_three_flips_one_way_is_not_significant_either_way() -> None:
@@ -42,11 +63,6 @@ def test_the_reported_case_three_flips_one_way_is_not_significant_either_way() -
     assert result["p_value"] == 0.25
     assert result["delta"] == pytest.approx(0.3)
     assert result["delta_lo"] < 0 < result["delta_hi"]  # the interval agrees with the test
-
-
-def test_no_discordant_pairs_has_no_interval() -> None:
-    result = paired_difference(PairedCounts(both=4, neither=2))
-    assert result["delta"] == 0 and result["delta_lo"] is None and result["delta_hi"] is None
 
 
 def test_compare_pools_every_task_into_the_overall_line() -> None:
@@ -80,3 +96,66 @@ def test_leaderboard_ranks_on_the_common_tasks_with_wilson_intervals() -> None:
     lo, hi = wilson_interval(2, 5)
     mixed_t1 = board["runs"][1]["per_task"]["t1"]
     assert (mixed_t1["k"], mixed_t1["n"], mixed_t1["lo"], mixed_t1["hi"]) == (2, 5, lo, hi)
+
+
+def test_per_task_p_values_are_holm_adjusted_and_the_overall_is_also_stratified() -> None:
+    # t1: B better on 8 of 10 pairs; t2: equal (5 of 10 each, same pairs); t3: 1 flip.
+    a = [_episode("t1", i, 0) for i in range(10)] + [_episode("t2", i, i % 2) for i in range(10)]
+    a += [_episode("t3", i, 1) for i in range(2)]
+    b = [_episode("t1", i, int(i < 8)) for i in range(10)]
+    b += [_episode("t2", i, i % 2) for i in range(10)] + [
+        _episode("t3", 0, 1),
+        _episode("t3", 1, 0),
+    ]
+    result = compare_runs(_summary("A", a), _summary("B", b))
+    per_task = result["per_task"]
+    raw = [per_task[t]["p_value"] for t in ("t1", "t2", "t3")]
+    from statsmodels.stats.multitest import multipletests
+
+    expected = multipletests(raw, method="holm")[1]
+    assert [per_task[t]["p_holm"] for t in ("t1", "t2", "t3")] == pytest.approx(list(expected))
+    strat = result["overall_stratified"]
+    assert strat["tasks"] == 3
+    assert strat["delta"] == pytest.approx((0.8 + 0.0 - 0.5) / 3)
+    assert strat["delta_lo"] < strat["delta"] < strat["delta_hi"]
+    assert result["overall"]["delta"] == pytest.approx((8 - 1) / 22)  # pooled: pair-weighted
+    assert "Holm" in result["methods"]["per_task"] and "MOVER" in result["methods"]["stratified"]
+
+
+def test_errored_pairs_are_counted_and_scored_as_failures_apart() -> None:
+    """17 of 50 of B's episodes errored; A is the oracle. The scored pairs alone agree
+    (±0 pp, no discordant pair), but the comparison says 17 pairs were not scored and,
+    with errors as failures, that B is 34 pp worse."""
+    a = [_episode("t", i, 1) for i in range(50)]
+    b = [_episode("t", i, 1) for i in range(33)]
+    b += [_episode("t", i, None, status="error") for i in range(33, 50)]
+    result = compare_runs(_summary("A", a), _summary("B", b))
+    assert result["overall"]["n"] == 33 and result["overall"]["delta"] == 0.0
+    assert result["errors"] == {"a": 0, "b": 17, "pairs": 17}
+    assert result["per_task"]["t"]["errors"] == {"a": 0, "b": 17, "pairs": 17}
+    as_failures = result["overall_errors_as_failures"]
+    assert as_failures["n"] == 50 and as_failures["delta"] == pytest.approx(-17 / 50)
+    assert as_failures["delta_hi"] < 0
+
+
+def test_runs_with_no_paired_episode_are_refused() -> None:
+    from agentcanvas.errors import UserInputError
+
+    a = _summary("A", [_episode("t1", i, 1) for i in range(3)])
+    b = _summary("B", [_episode("t2", i, 1) for i in range(3)])
+    with pytest.raises(UserInputError, match="no paired episode"):
+        compare_runs(a, b)
+
+
+def test_the_leaderboard_never_ranks_a_run_with_errors_level_with_a_clean_one() -> None:
+    clean = _summary("clean", [_episode("t", i, 1) for i in range(50)])
+    errors = [_episode("t", i, 1) for i in range(33)]
+    errors += [_episode("t", i, None, status="error") for i in range(33, 50)]
+    board = leaderboard([_summary("with_errors", errors), clean])
+    assert [r["run_id"] for r in board["runs"]] == ["clean", "with_errors"]
+    row = board["runs"][1]
+    assert row["overall"]["rate"] == 1.0  # over scored episodes: the same as the clean run
+    assert (row["errors"], row["clean"], row["overall"]["n_planned"]) == (17, False, 50)
+    assert row["overall"]["errors_as_failures"] == pytest.approx(33 / 50)
+    assert (row["overall"]["worst"], row["overall"]["best"]) == (pytest.approx(33 / 50), 1.0)
+    assert "errors as failures" in board["rank_rule"].replace("_", " ")

@@ -31,14 +31,23 @@ WIRE: list[tuple[LiveEventBase, dict[str, Any]]] = [
         },
     ),
     (
-        EvalProgress(run_id="r1", episodes_done=4, episodes_total=9, success_rate=None),
+        EvalProgress(
+            run_id="r1",
+            episodes_done=4,
+            episodes_total=9,
+            success_rate=0.5,
+            success_n=2,
+            error_count=2,
+        ),
         {
             "type": "eval_progress",
             "source": "eval",
             "run_id": "r1",
             "episodes_done": 4,
             "episodes_total": 9,
-            "success_rate": None,
+            "success_rate": 0.5,
+            "success_n": 2,
+            "error_count": 2,
         },
     ),
     (

@@ -1,4 +1,5 @@
-"""Tests for agentcanvas.eval.metrics: intervals, determinism, status filtering, grouping."""
+"""Tests for agentcanvas.eval.metrics: kinds and intervals, errors beside every rate,
+determinism, status filtering, grouping."""
 
 from __future__ import annotations
 
@@ -18,13 +19,16 @@ from pydantic import ValidationError
 from agentcanvas.eval.metrics import (
     EpisodeLike,
     MetricAggregate,
+    MetricRules,
     aggregate_by_task,
     aggregate_metrics,
+    declared_kinds,
     mcnemar,
     status_counts,
     wilson_interval,
 )
 from agentcanvas.fileio import atomic_write_json, read_json
+from agentcanvas.nodes.manifest import MetricSpec, NodeSetManifest
 
 Value = float | int | bool | None
 
@@ -142,20 +146,109 @@ def test_binary_metrics_get_a_wilson_interval() -> None:
     episodes = [Ep(i, "t", metrics={"success": flag}) for i, flag in enumerate(flags)]
     agg = aggregate_metrics(episodes)["success"]
     lo, hi = wilson_interval(7, 10)
-    assert agg == MetricAggregate(mean=0.7, n=10, lo=lo, hi=hi, method="wilson", n_missing=0)
+    assert (agg.mean, agg.n, agg.lo, agg.hi, agg.method, agg.n_missing) == (
+        0.7, 10, lo, hi, "wilson", 0,
+    )  # fmt: skip
+    assert (agg.kind, agg.kind_source, agg.range) == ("binary", "inferred", (0.0, 1.0))
+    assert "Wilson" in agg.method_name
 
 
-def test_continuous_metrics_get_a_deterministic_bootstrap_interval() -> None:
-    episodes = [Ep(i, "t", metrics={"steps": float(i)}) for i in range(100)]
+def test_clopper_pearson_on_request() -> None:
+    from scipy.stats import beta
+
+    episodes = [Ep(i, "t", metrics={"success": i < 7}) for i in range(10)]
+    agg = aggregate_metrics(episodes, MetricRules(binary_interval="clopper-pearson"))["success"]
+    assert agg.method == "clopper-pearson"
+    assert agg.lo == pytest.approx(float(beta.ppf(0.025, 7, 4)), abs=1e-12)
+    assert agg.hi == pytest.approx(float(beta.ppf(0.975, 8, 3)), abs=1e-12)
+
+
+def test_continuous_metrics_get_a_t_interval() -> None:
+    from scipy import stats
+
+    episodes = [Ep(i, "t", metrics={"ret": float(i) - 0.5}) for i in range(100)]
     first, second = aggregate_metrics(episodes), aggregate_metrics(episodes)
-    agg = first["steps"]
+    agg = first["ret"]
     assert _fingerprint(first) == _fingerprint(second)
-    assert agg.method == "bootstrap"
-    assert (agg.mean, agg.n, agg.n_missing) == (49.5, 100, 0)
-    # Close to the normal approximation mean ± 1.96·sd/√n for this well-behaved sample.
-    half = 1.96 * float(np.std(np.arange(100.0), ddof=1)) / 10
-    assert agg.lo == pytest.approx(49.5 - half, abs=1.0)
-    assert agg.hi == pytest.approx(49.5 + half, abs=1.0)
+    assert (agg.method, agg.kind, agg.kind_source) == ("t", "continuous", "inferred")
+    assert (agg.mean, agg.n, agg.n_missing) == (49.0, 100, 0)
+    values = np.arange(100.0) - 0.5
+    lo, hi = stats.t.interval(0.95, 99, loc=values.mean(), scale=stats.sem(values))
+    assert (agg.lo, agg.hi) == (pytest.approx(lo, abs=1e-9), pytest.approx(hi, abs=1e-9))
+    # No bounds for an unbounded kind: errors cannot be placed at the bottom of a range.
+    assert agg.errors_as_failures is None and agg.worst is None
+
+
+def test_a_declared_kind_decides_the_interval() -> None:
+    """SPL that happens to be all 1.0 is a bounded metric, not a 0/1 one, once declared."""
+    episodes = [Ep(i, "t", metrics={"spl": 1.0}) for i in range(10)]
+    assert aggregate_metrics(episodes)["spl"].method == "wilson"  # inferred: looks binary
+    rules = MetricRules(kinds={"spl": MetricSpec(kind="bounded", lo=0.0, hi=1.0)})
+    agg = aggregate_metrics(episodes, rules)["spl"]
+    assert (agg.kind, agg.kind_source, agg.method, agg.range) == (
+        "bounded", "declared", "betting", (0.0, 1.0),
+    )  # fmt: skip
+    assert 0.0 < agg.lo < 1.0 and agg.hi == 1.0
+    assert "Waudby-Smith" in agg.method_name
+
+
+def test_values_outside_a_declared_range_get_a_t_interval_and_a_note() -> None:
+    episodes = [Ep(i, "t", metrics={"spl": 0.5 + i}) for i in range(5)]
+    rules = MetricRules(kinds={"spl": MetricSpec(kind="bounded", lo=0.0, hi=1.0)})
+    agg = aggregate_metrics(episodes, rules)["spl"]
+    assert agg.method == "t" and agg.note is not None and "outside" in agg.note
+
+
+def test_metric_spec_refuses_a_bounded_kind_without_a_range() -> None:
+    with pytest.raises(ValidationError, match="range"):
+        MetricSpec(kind="bounded")
+    with pytest.raises(ValidationError, match="only a bounded"):
+        MetricSpec(kind="binary", lo=0.0, hi=1.0)
+
+
+def test_declared_kinds_node_sets_in_order_then_the_graph() -> None:
+    first = NodeSetManifest(name="a", metrics={"x": MetricSpec(kind="count")})
+    second = NodeSetManifest(name="b", metrics={"x": MetricSpec(kind="continuous")})
+    graph = {"y": MetricSpec(kind="binary")}
+    kinds = declared_kinds([first, second], graph)
+    assert kinds == {"x": MetricSpec(kind="count"), "y": MetricSpec(kind="binary")}
+    overridden = declared_kinds([first], {"x": MetricSpec(kind="bounded", lo=0, hi=5)})
+    assert overridden["x"].kind == "bounded"
+
+
+def test_errors_are_counted_beside_every_rate() -> None:
+    """17 of 50 planned episodes errored: the rate over scored ones stays 1, but n_planned,
+    n_errors, the rate with errors as failures and the worst/best cases say what it covers."""
+    episodes = [
+        Ep(i, "t", "completed" if i >= 17 else "error", {"success": True} if i >= 17 else {})
+        for i in range(50)
+    ]
+    agg = aggregate_metrics(episodes, MetricRules(planned_by_task={"t": 50}))["success"]
+    assert (agg.mean, agg.n, agg.n_planned, agg.n_errors) == (1.0, 33, 50, 17)
+    assert agg.errors_as_failures == pytest.approx(33 / 50)
+    assert (agg.worst, agg.best) == (pytest.approx(33 / 50), 1.0)
+
+
+def test_unrun_episodes_widen_the_bounds_but_are_not_errors() -> None:
+    episodes = [Ep(i, "t", metrics={"success": i % 2 == 0}) for i in range(6)]
+    agg = aggregate_metrics(episodes, MetricRules(planned_by_task={"t": 10}))["success"]
+    assert (agg.n, agg.n_planned, agg.n_errors) == (6, 10, 0)
+    assert agg.errors_as_failures == 0.5
+    assert (agg.worst, agg.best) == (pytest.approx(0.3), pytest.approx(0.7))
+
+
+def test_a_task_whose_every_episode_errored_is_listed() -> None:
+    episodes = [Ep(i, "ok", metrics={"success": True}) for i in range(5)]
+    episodes += [Ep(5 + i, "broken", "exception") for i in range(5)]
+    planned = MetricRules(planned_by_task={"ok": 5, "broken": 5, "never_ran": 5})
+    by_task = aggregate_by_task(episodes, planned)
+    assert list(by_task) == ["broken", "never_ran", "ok"]
+    broken = by_task["broken"]["success"]
+    assert (broken.n, broken.n_planned, broken.n_errors, broken.kind) == (0, 5, 5, "binary")
+    assert math.isnan(broken.mean) and broken.method == "none"
+    assert (broken.errors_as_failures, broken.worst, broken.best) == (0.0, 0.0, 1.0)
+    assert by_task["never_ran"]["success"].n_errors == 0
+    assert aggregate_by_task(episodes)["broken"]["success"].n_errors == 5  # without a plan too
 
 
 def test_bootstrap_is_identical_in_a_fresh_process_with_another_hash_seed() -> None:
@@ -229,7 +322,7 @@ def test_none_nan_and_absent_values_are_counted_missing() -> None:
     aggs = aggregate_metrics(episodes)
     assert list(aggs) == ["spl", "success"]
     assert (aggs["spl"].n, aggs["spl"].n_missing, aggs["spl"].mean) == (2, 4, 0.375)
-    assert aggs["spl"].method == "bootstrap"
+    assert aggs["spl"].method == "t"
     assert (aggs["success"].n, aggs["success"].n_missing, aggs["success"].method) == (
         4,
         2,
@@ -257,7 +350,8 @@ def test_numpy_scalars_are_numbers() -> None:
     ]
     aggs = aggregate_metrics(episodes)
     assert (aggs["success"].method, aggs["success"].mean) == ("wilson", 0.5)
-    assert (aggs["steps"].method, aggs["steps"].mean, aggs["steps"].n) == ("bootstrap", 5.0, 2)
+    assert (aggs["steps"].method, aggs["steps"].mean, aggs["steps"].n) == ("t", 5.0, 2)
+    assert aggs["steps"].kind == "count"
 
 
 def test_aggregate_by_task_groups_and_sorts_tasks() -> None:
@@ -269,12 +363,13 @@ def test_aggregate_by_task_groups_and_sorts_tasks() -> None:
         Ep(4, "mid", "error", metrics={"success": True}),
     ]
     by_task = aggregate_by_task(episodes)
-    assert list(by_task) == ["alpha", "zeta"]  # "mid" has no completed episode
+    assert list(by_task) == ["alpha", "mid", "zeta"]  # "mid" errored: listed, not scored
     assert list(by_task["alpha"]) == ["spl", "success"]
     assert by_task["alpha"]["success"].mean == 0.0
     assert by_task["alpha"]["spl"].n == 1
     assert by_task["zeta"]["success"].mean == 0.5
-    assert "spl" not in by_task["zeta"]
+    assert (by_task["zeta"]["spl"].n, by_task["zeta"]["spl"].n_missing) == (0, 2)
+    assert (by_task["mid"]["success"].n, by_task["mid"]["success"].n_errors) == (0, 1)
     assert by_task["zeta"]["success"] == aggregate_metrics(episodes[0:3:2])["success"]
 
 

@@ -261,8 +261,8 @@ async def test_the_live_summary_follows_the_episode_boundaries(
         assert len(lines) >= on_disk.episodes_done
         # Live aggregates say which results they cover: the first lines of the index.
         covered = lines[: on_disk.episodes_aggregated]
-        assert on_disk.aggregate_metrics == metrics.aggregate_metrics(covered)
-        assert on_disk.aggregate_by_task == metrics.aggregate_by_task(covered)
+        assert on_disk.aggregate_metrics == metrics.aggregate_metrics(covered, on_disk.metric_rules)
+        assert on_disk.aggregate_by_task == metrics.aggregate_by_task(covered, on_disk.metric_rules)
     wire = [e.wire() for e in recorder.events]
     progress = [e["episodes_done"] for e in wire if e["type"] == "eval_progress"]
     assert progress == list(range(1, N_TOTAL + 1))
@@ -286,9 +286,9 @@ async def test_aggregates_come_from_results_sorted_by_index(
     assert [e.index for e in w3.episodes] == list(range(N_TOTAL))
     assert w3.aggregate_metrics == w1.aggregate_metrics
     assert w3.aggregate_by_task == w1.aggregate_by_task
-    assert w3.aggregate_metrics["score"].method == "bootstrap"  # order-sensitive if unsorted
+    assert w3.aggregate_metrics["score"].method == "betting"  # order-sensitive if unsorted
     by_index = sorted(w3.episodes, key=lambda e: e.index)
-    assert w3.aggregate_metrics == metrics.aggregate_metrics(by_index)
+    assert w3.aggregate_metrics == metrics.aggregate_metrics(by_index, w3.metric_rules)
     assert set(w3.aggregate_by_task) == set(TASKS)
 
 
@@ -343,8 +343,8 @@ async def test_the_final_summary_is_what_the_episode_folders_rebuild(
     assert summary.episodes_complete and summary.episodes_aggregated == 4
     rebuilt = records.recorded_results(run_dir)
     assert [e.model_dump(mode="json") for e in rebuilt] == on_disk["episodes"]
-    assert summary.aggregate_metrics == metrics.aggregate_metrics(rebuilt)
-    assert summary.aggregate_by_task == metrics.aggregate_by_task(rebuilt)
+    assert summary.aggregate_metrics == metrics.aggregate_metrics(rebuilt, summary.metric_rules)
+    assert summary.aggregate_by_task == metrics.aggregate_by_task(rebuilt, summary.metric_rules)
     assert summary.status_counts == metrics.status_counts(rebuilt)
     # The index holds the same records, in completion order; readers sort them by index.
     assert list(records.read_index(run_dir).records) == on_disk["episodes"]
@@ -354,7 +354,7 @@ async def test_the_final_summary_is_what_the_episode_folders_rebuild(
     w3_disk = read_json(recorder.run_dir.summary_path)
     w3_rebuilt = records.recorded_results(recorder.run_dir)
     assert [e.model_dump(mode="json") for e in w3_rebuilt] == w3_disk["episodes"]
-    assert w3.aggregate_metrics == metrics.aggregate_metrics(w3_rebuilt)
+    assert w3.aggregate_metrics == metrics.aggregate_metrics(w3_rebuilt, w3.metric_rules)
     index_order = [r["index"] for r in read_jsonl(recorder.run_dir.episodes_index_path).records]
     assert index_order == recorder.completion_order() != sorted(index_order)
     assert list(records.read_index(recorder.run_dir).records) == w3_disk["episodes"]

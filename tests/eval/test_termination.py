@@ -187,8 +187,9 @@ async def test_timeout_keeps_partial_steps_and_withdraws_the_guarantee(
     assert ep.status == "timeout"
     assert ep.error is not None and "timeout after 0.5 s" in ep.error
     assert ep.steps == 2  # iterations 0 and 1 finished before the policy fell asleep
-    assert ep.metrics["steps"] == 2  # graphOut fired in iteration 2, before the nap ended it
-    assert ep.metrics["score"] == (ep.seed % 1000) / 1000.0
+    assert ep.metrics == {}  # not scored: what it harvested is kept apart
+    assert ep.partial_metrics["steps"] == 2  # graphOut fired in iteration 2, before the nap
+    assert ep.partial_metrics["score"] == (ep.seed % 1000) / 1000.0
     assert ep.step_budget == 4
     assert summary.determinism.guaranteed is False
     assert any("timeout" in reason and "[0]" in reason for reason in summary.determinism.reasons)
@@ -235,7 +236,7 @@ async def test_node_error_names_the_node_and_keeps_partial_metrics(
         assert list(ep.node_errors) == ["policy"]
         assert message in ep.node_errors["policy"]
         assert ep.steps == 2  # the failing iteration counts; nothing ran after it
-        assert ep.metrics["steps"] == 1  # graphOut saw the env after one action
+        assert ep.partial_metrics["steps"] == 1  # graphOut saw the env after one action
     assert summary.aggregate_metrics == {}
     log = read_jsonl(run.run_dir.episode_log_path(0)).records
     assert [r["status"] for r in log if r["node"] == "policy"] == ["ok", "error"]
@@ -299,8 +300,8 @@ async def test_cancel_mid_run_leaves_the_episodes_not_started_missing(
     assert first.status == "completed"
     assert hit.status == "cancelled"
     assert 1 <= hit.steps <= episode_length(hit.seed)  # partial: cut short mid-episode
-    assert hit.metrics["score"] == (hit.seed % 1000) / 1000.0
-    assert hit.metrics["success"] == 0
+    assert hit.partial_metrics["score"] == (hit.seed % 1000) / 1000.0
+    assert hit.partial_metrics["success"] == 0 and hit.metrics == {}
     assert not run.run_dir.episode_dir(2).exists() and not run.run_dir.episode_dir(3).exists()
     on_disk = EvalRun.model_validate(read_json(run.run_dir.summary_path))
     assert on_disk.status == "cancelled"

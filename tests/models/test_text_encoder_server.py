@@ -197,7 +197,12 @@ async def test_a_babyai_goto_run_records_the_mode_in_its_summary(
 ) -> None:
     modes = await handle.determinism()
     config = EvalConfig(
-        graph_name="babyai_goto", episode_count=1, worker_count=2, step_budget=12, record_log=False
+        graph_name="babyai_goto",
+        episode_count=1,
+        worker_count=2,
+        step_budget=12,
+        record_log=False,
+        certify=True,  # every batched row recomputed alone: padded is bit-exact, certified
     )
     # reuses the bound text_encoder server; shuts every server down at the end
     run = await asyncio.wait_for(
@@ -210,4 +215,8 @@ async def test_a_babyai_goto_run_records_the_mode_in_its_summary(
     assert determinism["shared_server_modes"] == {
         f"text_encoder.{node}": mode for node, mode in modes.items()
     }
-    assert determinism["guaranteed"] is True
+    assert determinism["level"] == "certified" and determinism["guaranteed"] is True
+    assert determinism["certify"] is True
+    for name, entry in determinism["batched_functions"].items():
+        assert entry["level"] == "certified" and entry["certify"], name
+        assert entry["batched_requests"] == 0 and entry["mismatch"] is None

@@ -222,7 +222,14 @@ async def test_the_first_mismatch_sends_the_function_per_request_and_names_its_r
     assert f["mismatch"]["found_by"] == "audit"
     assert f["mismatch"]["detail"].startswith("position ")
     assert f["mismatch"]["episode_key"] in {"run1:0", "run1:1", "run1:2"}
-    assert f["run"] == {"batched_requests": 3, "first_batched_episode": 0, "audited_batches": 1}
+    assert f["run"] == {
+        "batched_requests": 3,
+        "first_batched_episode": 0,
+        "audited_batches": 1,
+        "batches": 1,
+        "rows_alone": 0,
+        "certify": False,
+    }
 
     second = await one_round(server, "f", centred, 3, 3)
     assert server.batch_size_counts == {3: 1, 1: 3}  # per request from now on
@@ -327,3 +334,87 @@ def test_the_docs_batched_example_passes_its_start_up_check_and_refuses_a_misspe
     assert report["verified_by"].startswith("start-up check passed: 108 rows")
     with pytest.raises(UserInputError, match="max_strid"):
         nodeset.validate_config("toward", {"max_strid": 2})
+
+
+# -- --certify: every batched row of one run, served alone ------------------------------------
+async def mixed_round(server: BatchedInferenceServer, handler: Any, round_: int) -> list[Any]:
+    """Two requests of run1 (being certified) and two of run2 (sampled) in one batch."""
+    keys = [
+        f"run1:{2 * round_}",
+        f"run1:{2 * round_ + 1}",
+        f"run2:{2 * round_}",
+        f"run2:{2 * round_ + 1}",
+    ]
+    calls = [
+        server.submit("f", {}, (EXAMPLES[i % 3] * (1 + round_), None), f"c{i}", handler, key)
+        for i, key in enumerate(keys)
+    ]
+    async with asyncio.timeout(DEADLINE_S):
+        return list(await asyncio.gather(*calls))
+
+
+def mixed_server(settings: AuditSettings, clients: int = 4) -> BatchedInferenceServer:
+    auditor = BatchAuditor(settings)
+    auditor.register(FunctionAudit("f", "batched", None))
+    auditor.certify("run1")
+    server = BatchedInferenceServer(FlushPolicy(max_batch=8, cap_s=5.0), auditor=auditor)
+    for i in range(clients):
+        server.attach(f"c{i}")
+    return server
+
+
+async def test_a_certified_run_gets_the_alone_results_and_the_others_the_batched_ones() -> None:
+    server = mixed_server(AuditSettings(rate=0.0))  # the sampled audit off: only certify
+    outputs = await mixed_round(server, centred, 0)
+
+    batched = centred([(EXAMPLES[i % 3], None) for i in range(4)], {})
+    alone = [centred([(EXAMPLES[i % 3], None)], {})[0] for i in range(4)]
+    assert outputs[:2] == alone[:2] and outputs[2:] == batched[2:]
+    assert server.audit_passes == 2  # run1's two rows, nothing of run2's
+    assert server.auditor is not None
+    run1 = server.auditor.report("run1")["functions"]["f"]
+    assert run1["mode"] == "per_request" and run1["mismatch"]["found_by"] == "audit"
+    assert run1["run"] == {
+        "batched_requests": 0,
+        "first_batched_episode": None,
+        "audited_batches": 1,
+        "batches": 1,
+        "rows_alone": 2,
+        "certify": True,
+    }
+    run2 = server.auditor.report("run2")["functions"]["f"]["run"]
+    assert run2["batched_requests"] == 2 and run2["rows_alone"] == 0 and not run2["certify"]
+    assert run2["first_batched_episode"] == 0
+
+
+async def test_certify_ends_with_the_run_and_an_invariant_function_stays_batched() -> None:
+    server = mixed_server(AuditSettings(rate=0.0))
+    for r in range(3):
+        assert await mixed_round(server, steady, r) == steady(
+            [(EXAMPLES[i % 3] * (1 + r), None) for i in range(4)], {}
+        )
+    assert server.batch_size_counts == {4: 3} and server.audit_passes == 6
+    assert server.auditor is not None
+    f = server.auditor.report("run1")["functions"]["f"]
+    assert f["mode"] == "batched" and f["mismatch"] is None
+    assert f["run"]["rows_alone"] == 6 and f["run"]["batched_requests"] == 0
+    server.auditor.certify("run1", on=False)
+    await mixed_round(server, steady, 3)
+    assert server.audit_passes == 6  # no longer certified: its rows are batched again
+    assert server.auditor.report("run1")["functions"]["f"]["run"]["batched_requests"] == 2
+
+
+async def test_a_held_row_that_raises_alone_gets_the_error() -> None:
+    def fails_alone(items: list[Any], config: dict[str, Any]) -> list[float]:
+        if len(items) == 1:
+            raise ValueError("needs company")
+        return steady(items, config)
+
+    server = mixed_server(AuditSettings(rate=0.0), clients=2)
+    calls = [
+        server.submit("f", {}, (EXAMPLES[i], None), f"c{i}", fails_alone, key)
+        for i, key in enumerate(["run1:0", "run2:0"])
+    ]
+    async with asyncio.timeout(DEADLINE_S):
+        results = await asyncio.gather(*calls, return_exceptions=True)
+    assert isinstance(results[0], ValueError) and results[1] == steady([(EXAMPLES[1], None)], {})[0]

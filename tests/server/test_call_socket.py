@@ -2,8 +2,8 @@
 messages, and a server whose connection thread hangs.
 
 Two workspace node sets with the same nodes: ``tsock`` (replicated: its synchronous nodes and
-panel run on the connection's thread) and ``tsock_shared`` (shared: every op on the event
-loop, blocking nodes on the daemon threads, as before the socket). Each node answers the name
+panel run on the connection's thread) and ``tsock_shared`` (shared: every op through the event
+loop, its synchronous nodes on the daemon threads: it is user code). Each node answers the name
 of the thread it ran on.
 """
 
@@ -173,10 +173,12 @@ async def test_a_replicated_node_set_runs_its_calls_on_the_connection_thread(
     assert await _thread(replicated, "later") == "MainThread"  # async: on the event loop
 
 
-async def test_a_shared_node_set_runs_its_calls_on_the_event_loop_as_before(
+async def test_a_shared_node_set_runs_only_its_async_calls_on_the_event_loop(
     shared: RemoteNodeSet,
 ) -> None:
-    assert await _thread(shared, "plain") == "MainThread"
+    # A user's plain function runs on a daemon thread, blocking or not: the loop is every
+    # caller's (tests/server/test_shared_slow_node.py).
+    assert (await _thread(shared, "plain")).startswith("agentcanvas-blocking-")
     assert (await _thread(shared, "blocking")).startswith("agentcanvas-blocking-")
     assert await _thread(shared, "later") == "MainThread"
 

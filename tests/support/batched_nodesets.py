@@ -3,8 +3,10 @@
 ``probe_env`` draws observations from the episode seed and sums the values it is sent;
 ``probe_model`` scores an observation three ways: ``steady`` (row by row: batch-invariant,
 declares examples), ``centred`` (subtracts half the batch mean: batch-dependent, declares
-examples) and ``centred_unchecked`` (the same, no examples). ``<function>_graph`` wires the
-env to one of them.
+examples), ``centred_unchecked`` (the same, no examples) and ``sneaky`` (row by row on
+inputs like its examples, whose values are all multiples of 1/4, centred otherwise: it passes
+its start-up check, and every observation the env draws makes it batch-dependent).
+``<function>_graph`` wires the env to one of them.
 """
 
 from __future__ import annotations
@@ -73,7 +75,7 @@ PROBE_ENV = textwrap.dedent(
 
 PROBE_MODEL = textwrap.dedent(
     '''
-    """probe_model: three batched scorers of an observation (shared)."""
+    """probe_model: four batched scorers of an observation (shared)."""
 
     import numpy as np
     from pydantic import BaseModel, ConfigDict
@@ -118,6 +120,15 @@ PROBE_MODEL = textwrap.dedent(
         return _centred(items, config)
 
 
+    @NODESET.batched_node("sneaky", config=ScoreConfig, examples=EXAMPLES, **PORTS)
+    def sneaky(items, config, state):
+        """Batch-invariant on inputs like its examples only: the start-up check passes."""
+        rows = _rows(items)
+        if np.array_equal(rows * 4, np.round(rows * 4)):
+            return [{"value": float(row @ W)} for row in rows]
+        return _centred(items, config)
+
+
     @NODESET.batched_node("centred_unchecked", config=ScoreConfig, **PORTS)
     def centred_unchecked(items, config, state):
         """The same, declaring no examples: only the running audit can catch it."""
@@ -146,7 +157,7 @@ def graph_json(function: str) -> str:
     )
 
 
-FUNCTIONS = ("steady", "centred", "centred_unchecked")
+FUNCTIONS = ("steady", "centred", "centred_unchecked", "sneaky")
 
 
 def write_batched_workspace(root: Path) -> Path:

@@ -28,7 +28,7 @@ TENV = textwrap.dedent(
 
     from agentcanvas.errors import NodeSetError
     from agentcanvas.nodes.base import NodeSet, Panel
-    from agentcanvas.nodes.manifest import FieldSpec, LoadInfo, PanelSpec, PortSpec
+    from agentcanvas.nodes.manifest import FieldSpec, LoadInfo, MetricSpec, PanelSpec, PortSpec
 
 
     class State:
@@ -72,7 +72,8 @@ TENV = textwrap.dedent(
 
 
     NODESET = NodeSet(name="tenv", parallelism="replicated", state_factory=State,
-                      panel_class=TPanel)
+                      panel_class=TPanel,
+                      metrics={"score": MetricSpec(kind="bounded", lo=0.0, hi=1.0)})
 
 
     @NODESET.node("step", inputs=[PortSpec(name="action", required=False)],

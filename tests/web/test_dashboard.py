@@ -283,6 +283,13 @@ def test_bad_form_values_show_errors_next_to_field(live_backend: Backend, page: 
     shot(page, "03_form_validation_errors")
 
 
+def finished_runs_level(backend: Backend, run_id: str) -> str:
+    """The run's determinism level as the server says it (the page shows it, never its own)."""
+    status = httpx.get(f"{backend.url}/api/eval/v2/status/{run_id}", timeout=10).json()
+    level: str = status["determinism"]["level"]
+    return level
+
+
 def test_finished_run_page(live_backend: Backend, finished_runs: dict[str, str], page: Any) -> None:
     run_a, run_b = finished_runs["a"], finished_runs["b"]
     open_route(page, live_backend, f"#/run/{run_a}")
@@ -292,7 +299,9 @@ def test_finished_run_page(live_backend: Backend, finished_runs: dict[str, str],
     assert page.locator("svg.graph g.node").count() == 3
     assert page.locator("svg.graph path.edge.next").count() == 1  # nav.action → env.action
     assert page.locator("#task-chart svg .whisker").count() == 2
-    assert "guaranteed" in page.locator("#determinism").inner_text()
+    level = page.locator("#determinism-level")
+    assert level.get_attribute("data-level") == finished_runs_level(live_backend, run_a)
+    assert level.get_attribute("data-level") in level.inner_text()
     assert page.locator("#run-health").inner_text().startswith("health: clean")
     for which in ("stdout", "stderr"):
         href = page.get_attribute(f".run-header a:text('{which}.log')", "href")

@@ -3,7 +3,7 @@
 A backend on loopback runs (through its scheduler and an eval subprocess) a graph whose
 shared, batched user function subtracts half the batch mean and declares no examples: the
 audit catches it. The run page, opened in Chromium, lists the function with its mode, the
-mismatch and the first episode affected, under a "not guaranteed" badge.
+mismatch and the first episode affected, under a "BROKEN" level badge.
 """
 
 from __future__ import annotations
@@ -51,4 +51,7 @@ def test_the_run_page_lists_the_batched_function_the_audit_caught(
     assert row.get_attribute("data-verified") == "false"
     assert "per_request" in text and "no start-up check" in text
     assert f"first episode affected: {first}" in text
-    assert "not guaranteed" in page.locator("#determinism").inner_text()
+    level = page.locator("#determinism-level")
+    assert level.get_attribute("data-level") == "broken" == summary["determinism"]["level"]
+    assert "BROKEN" in level.inner_text()
+    assert row.get_attribute("data-level") == "broken"

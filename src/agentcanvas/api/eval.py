@@ -15,7 +15,13 @@ from agentcanvas import envsettings
 from agentcanvas.cluster import select_engine
 from agentcanvas.errors import ConfigError, EpisodeNotFoundError, StateError
 from agentcanvas.eval import health
-from agentcanvas.eval.config import RAY_ADDRESS_PATTERN, EvalConfig, FramesMode, MaxErrors
+from agentcanvas.eval.config import (
+    RAY_ADDRESS_PATTERN,
+    BinaryInterval,
+    EvalConfig,
+    FramesMode,
+    MaxErrors,
+)
 from agentcanvas.eval.events import EvalComplete
 from agentcanvas.eval.foreground import run_foreground
 from agentcanvas.eval.run_index import RunQuery
@@ -75,6 +81,13 @@ class StartRequest(RequestModel):
     frames: FramesMode | None = Field(default=None, description="every, failures or none.")
     engine: Literal["local", "ray"] = "local"
     ray_address: str | None = Field(default=None, max_length=256, pattern=RAY_ADDRESS_PATTERN)
+    certify: bool = Field(
+        default=False,
+        description="Audit every batched row of the run (determinism level certified).",
+    )
+    binary_interval: BinaryInterval = Field(
+        default="wilson", description="Interval of 0/1 metrics: wilson or clopper-pearson."
+    )
     via_subprocess: bool = True
     priority: JsonInt = Field(default=0, ge=-100, le=100)
     marginal_vram_mb: float = Field(default=0.0, ge=0, le=1e9)

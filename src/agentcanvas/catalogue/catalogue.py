@@ -105,6 +105,15 @@ class NodeSetCatalogue:
             raise NodeSetError(f"node set {name!r} is only known remotely (borrowed by URL)")
         return self._nodesets[name]
 
+    def trusted_inline(self, name: str) -> bool:
+        """Whether an in-process instance of the node set may run its synchronous nodes on
+        the event loop (``LocalNodeSet(inline=...)``): only a built-in, ours and tested to
+        return fast. A workspace's or the overlay's (user code, even one replacing a
+        built-in) runs them on threads under the per-step deadline, so that a slow call costs
+        only its own episode time."""
+        item = self._found_nodesets.get(name)
+        return name in self._nodesets and item is not None and item.origin == "builtin"
+
     def is_forkable(self, name: str) -> bool:
         """Whether a server of the node set may be forked from a loaded template."""
         return self.manifest(name).forkable

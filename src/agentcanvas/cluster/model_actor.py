@@ -81,6 +81,12 @@ class ModelServer:
         assert self.batcher.auditor is not None
         return self.batcher.auditor.report(run_id)
 
+    async def batch_certify(self, run_id: str, on: bool) -> bool:
+        """Audit every batched row of ``run_id`` (served alone), or stop at its end."""
+        assert self.batcher.auditor is not None
+        self.batcher.auditor.certify(run_id, on)
+        return True
+
     async def stats(self) -> dict[str, Any]:
         return self.batcher.stats()
 
@@ -101,6 +107,7 @@ class RayModelHandle:
         self.manifest = manifest
         self.retry_s = retry_s
         self.clients: set[str] = set()
+        self.certifying: set[str] = set()
         self.retries = 0
 
     async def _invoke(self, method: str, *args: Any) -> Any:
@@ -122,14 +129,17 @@ class RayModelHandle:
                 await self._reattach()
 
     async def _reattach(self) -> None:
-        """A restarted actor has forgotten its clients: attach them again (best effort)."""
+        """A restarted actor has forgotten its clients and the runs it certifies: tell it
+        again (best effort)."""
         import ray.exceptions
 
-        for client in sorted(self.clients):
-            try:
+        try:
+            for client in sorted(self.clients):
                 await self.actor.attach.remote(client)
-            except ray.exceptions.RayActorError:
-                return
+            for run_id in sorted(self.certifying):
+                await self.actor.batch_certify.remote(run_id, True)
+        except ray.exceptions.RayActorError:
+            return
 
     async def call(
         self, node_name: str, config: dict[str, Any], inputs: dict[str, Any], ctx: CallContext
@@ -156,6 +166,10 @@ class RayModelHandle:
     async def batch_audit(self, run_id: str) -> dict[str, Any]:
         report: dict[str, Any] = await self._invoke("batch_audit", run_id)
         return report
+
+    async def batch_certify(self, run_id: str, on: bool) -> bool:
+        (self.certifying.add if on else self.certifying.discard)(run_id)
+        return bool(await self._invoke("batch_certify", run_id, on))
 
     def _no_panel(self) -> NodeSetError:
         return NodeSetError(f"shared node set {self.name!r} has no panel")

@@ -1,18 +1,20 @@
 """Runs compared on the same episodes: a paired view of two runs and a leaderboard of N.
 
-Episodes are paired by ``(task, episode_index)``; a pair counts when both episodes
-completed with a ``success`` value. Every number names where it comes from (``METHODS``):
+Episodes are paired by ``(task, episode_index)`` (same seed, same initial state). A pair is
+*scored* when both episodes completed with a ``success`` value; a pair where either side
+errored (``error``, ``exception``, ``timeout``, ``no_verdict``) is not scored, but it is never
+dropped silently: the comparison counts it (``errors``) and gives the difference again with
+errors counted as failures. Every number names where it comes from (``METHODS``):
 
 - a success rate's interval is the 95 % Wilson score interval;
 - the paired test is the exact two-sided McNemar test on the discordant pairs;
 - a difference (B − A, in percentage points of success rate) is the mean of the paired
-  differences; its 95 % interval is the *exact conditional* interval: Clopper–Pearson for
-  the share of discordant pairs that favour B, mapped onto the difference with the number
-  of discordant pairs held fixed. It is the interval dual to the McNemar test, so it
-  excludes 0 exactly when McNemar's p < 0.05: the interval and the test never disagree.
-  With no discordant pairs the difference is 0 and no interval is given (``None``).
-- Per-task intervals are not adjusted for multiple comparisons; the overall line pools
-  every paired episode of every task.
+  differences; its 95 % interval is Newcombe's square-and-add score interval for paired
+  proportions (Newcombe 1998, method 10): unconditional, given also when every pair agrees;
+- per-task p-values are McNemar's, with Holm-adjusted ones beside them (``p_holm``);
+- the overall figure is given *pooled* (every scored pair of every task) and *stratified*
+  (the mean of the per-task differences, tasks weighted equally; its interval combines the
+  per-task Newcombe intervals by MOVER, Zou & Donner 2008).
 
 Pure functions of the summaries; results are sorted by key, so they do not depend on the
 order of the records.
@@ -24,10 +26,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from agentcanvas.eval.metrics import mcnemar, wilson_interval
+from agentcanvas.errors import UserInputError
+from agentcanvas.eval import intervals
+from agentcanvas.eval.health import ERROR_STATUSES
+from agentcanvas.eval.metrics import mcnemar
 
 __all__ = [
     "METHODS",
+    "RANK_RULE",
     "PairedCounts",
     "compare_runs",
     "config_differences",
@@ -36,14 +42,27 @@ __all__ = [
     "success_of",
 ]
 
-ALPHA: Final = 0.05
 METHODS: Final = {
-    "rate": "Wilson score interval, 95 %",
-    "difference": "exact conditional interval (Clopper-Pearson on the discordant pairs, dual "
-    "to the McNemar test), 95 %",
+    "rate": "Wilson score interval, 95 % (Wilson 1927)",
+    "difference": "Newcombe's square-and-add score interval for paired proportions, 95 % "
+    "(Newcombe 1998, Stat Med 17:2635, method 10); the exact McNemar test is conservative, so "
+    "near p = 0.05 the interval and the test can disagree",
     "test": "exact two-sided McNemar test on the discordant pairs",
+    "per_task": "per-task p-values are McNemar's; p_holm adjusts them for the number of tasks "
+    "(Holm 1979 step-down)",
+    "stratified": "mean of the per-task differences, tasks weighted equally; interval by MOVER "
+    "from the per-task Newcombe intervals (Zou & Donner 2008, Stat Med 27:1693)",
+    "pooled": "every scored pair of every task, tasks weighted by their pairs",
+    "errors": "a pair is scored when both episodes completed; pairs with an errored episode "
+    "are counted apart and, in errors_as_failures, scored with each errored episode as a "
+    "failure",
     "units": "rates in %, differences in percentage points (pp) of success rate, B − A",
 }
+RANK_RULE: Final = (
+    "ranked by the success rate over the common tasks with errored episodes counted as "
+    "failures (errors_as_failures), then by the rate over scored episodes; a run with errors "
+    "never ranks level with a clean one on its scored rate alone"
+)
 Key = tuple[str, int]
 
 
@@ -77,20 +96,29 @@ def success_of(episode: Mapping[str, Any]) -> bool | None:
     return None if value is None else bool(value)
 
 
+def _errored(episode: Mapping[str, Any]) -> bool:
+    return episode.get("status") in ERROR_STATUSES
+
+
+def _success_or_failure(episode: Mapping[str, Any]) -> bool | None:
+    """Success, with an errored episode counted as a failure; None for a cancelled one."""
+    return False if _errored(episode) else success_of(episode)
+
+
 def paired_difference(counts: PairedCounts) -> dict[str, Any]:
-    """Rates of A and B on the pairs, their difference B − A with its exact conditional
-    interval, and the McNemar p-value; all rates and differences as fractions."""
+    """Rates of A and B on the pairs, their difference B − A with Newcombe's interval, and
+    the McNemar p-value; all rates and differences as fractions."""
     n = counts.n
     if n == 0:
         return {"n": 0, "a": None, "b": None, "delta": None, "delta_lo": None, "delta_hi": None}
     ka, kb = counts.both + counts.a_only, counts.both + counts.b_only
-    lo, hi = _conditional_interval(counts)
+    lo, hi = intervals.newcombe_paired(counts.both, counts.a_only, counts.b_only, counts.neither)
     return {
         "n": n,
         "a": ka / n,
         "b": kb / n,
-        "a_interval": wilson_interval(ka, n),
-        "b_interval": wilson_interval(kb, n),
+        "a_interval": intervals.wilson(ka, n),
+        "b_interval": intervals.wilson(kb, n),
         "delta": (counts.b_only - counts.a_only) / n,
         "delta_lo": lo,
         "delta_hi": hi,
@@ -100,64 +128,127 @@ def paired_difference(counts: PairedCounts) -> dict[str, Any]:
     }
 
 
-def _conditional_interval(counts: PairedCounts) -> tuple[float | None, float | None]:
-    """Clopper–Pearson for π = b_only / discordant, mapped to (discordant / n)(2π − 1)."""
-    from scipy.stats import beta  # imported on first use: scipy.stats is slow to import
-
-    discordant = counts.a_only + counts.b_only
-    if discordant == 0:
-        return None, None
-    k = counts.b_only
-    lo = 0.0 if k == 0 else float(beta.ppf(ALPHA / 2, k, discordant - k + 1))
-    hi = 1.0 if k == discordant else float(beta.ppf(1 - ALPHA / 2, k + 1, discordant - k))
-    share = discordant / counts.n
-    return share * (2 * lo - 1), share * (2 * hi - 1)
+def _stratified(per_task: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
+    """The mean of the per-task differences (tasks weighted equally), MOVER interval."""
+    scored = [d for d in per_task.values() if d["n"]]
+    if not scored:
+        return {"tasks": 0, "delta": None, "delta_lo": None, "delta_hi": None}
+    weight = 1.0 / len(scored)
+    lo, hi = intervals.mover_sum(
+        [d["delta"] for d in scored],
+        [(d["delta_lo"], d["delta_hi"]) for d in scored],
+        [weight] * len(scored),
+    )
+    delta = sum(d["delta"] for d in scored) * weight
+    return {"tasks": len(scored), "delta": delta, "delta_lo": lo, "delta_hi": hi}
 
 
 def _by_key(summary: Mapping[str, Any]) -> dict[Key, Mapping[str, Any]]:
     return {(e["task"], int(e["episode_index"])): e for e in summary.get("episodes", [])}
 
 
-def compare_runs(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
-    """Two runs paired by (task, episode_index): flips, per-task and overall paired
-    differences, McNemar, and the config fields that differ."""
-    left, right = _by_key(a), _by_key(b)
-    paired = sorted(set(left) & set(right))
-    flips: list[dict[str, Any]] = []
-    per_task: dict[str, PairedCounts] = {}
-    overall = PairedCounts()
-    for key in paired:
-        sa, sb = success_of(left[key]), success_of(right[key])
+@dataclass
+class _Tables:
+    """What the pairing found: scored tables, tables with errors as failures, error counts."""
+
+    scored: dict[str, PairedCounts]
+    with_errors: dict[str, PairedCounts]
+    errors: dict[str, dict[str, int]]
+    flips: list[dict[str, Any]]
+
+
+def _pair(
+    left: Mapping[Key, Mapping[str, Any]], right: Mapping[Key, Mapping[str, Any]], keys: list[Key]
+) -> _Tables:
+    tables = _Tables({}, {}, {}, [])
+    for key in keys:
+        task, ea, eb = key[0], left[key], right[key]
+        errors = tables.errors.setdefault(task, {"a": 0, "b": 0, "pairs": 0})
+        errors["a"] += _errored(ea)
+        errors["b"] += _errored(eb)
+        errors["pairs"] += _errored(ea) or _errored(eb)
+        fa, fb = _success_or_failure(ea), _success_or_failure(eb)
+        if fa is not None and fb is not None:
+            tables.with_errors[task] = tables.with_errors.get(task, PairedCounts()).add(fa, fb)
+        sa, sb = success_of(ea), success_of(eb)
         if sa is None or sb is None:
             continue
-        per_task[key[0]] = per_task.get(key[0], PairedCounts()).add(sa, sb)
-        overall = overall.add(sa, sb)
+        tables.scored[task] = tables.scored.get(task, PairedCounts()).add(sa, sb)
         if sa != sb:
-            flips.append(
+            tables.flips.append(
                 {
-                    "task": key[0],
+                    "task": task,
                     "episode_index": key[1],
                     "a": sa,
                     "b": sb,
-                    "a_index": left[key]["index"],
-                    "b_index": right[key]["index"],
+                    "a_index": ea["index"],
+                    "b_index": eb["index"],
                 }
             )
+    return tables
+
+
+def _total(tables: Iterable[PairedCounts]) -> PairedCounts:
+    total = PairedCounts()
+    for t in tables:
+        total = PairedCounts(
+            total.both + t.both,
+            total.a_only + t.a_only,
+            total.b_only + t.b_only,
+            total.neither + t.neither,
+        )
+    return total
+
+
+def compare_runs(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
+    """Two runs paired by (task, episode_index): flips, per-task and overall (pooled and
+    stratified) paired differences, McNemar, errors, and the config fields that differ.
+
+    Two runs with no episode in common cannot be compared: a UserInputError says so."""
+    left, right = _by_key(a), _by_key(b)
+    paired = sorted(set(left) & set(right))
+    if not paired:
+        raise UserInputError(
+            f"runs {a.get('run_id')} and {b.get('run_id')} have no paired episode: no "
+            "(task, episode_index) in common; compare runs of the same tasks and episode "
+            "indexes (same -n, --tasks and --start-index)"
+        )
+    tables = _pair(left, right, paired)
+    overall = _total(tables.scored.values())
+    tasks = sorted(set(tables.scored) | set(tables.errors))
+    per_task = {t: paired_difference(tables.scored.get(t, PairedCounts())) for t in tasks}
+    _add_holm(per_task)
+    for task in tasks:
+        per_task[task]["errors"] = tables.errors.get(task, {"a": 0, "b": 0, "pairs": 0})
+    errors = {side: sum(e[side] for e in tables.errors.values()) for side in ("a", "b", "pairs")}
     return {
         "a": a.get("run_id"),
         "b": b.get("run_id"),
         "paired": len(paired),
-        "flips": flips,
+        "scored_pairs": overall.n,
+        "errors": errors,
+        "flips": tables.flips,
         "mcnemar": {
             "a_only": overall.a_only,
             "b_only": overall.b_only,
             "p_value": mcnemar(overall.a_only, overall.b_only),
         },
         "overall": paired_difference(overall),
-        "per_task": {t: paired_difference(c) for t, c in sorted(per_task.items())},
+        "overall_stratified": _stratified(per_task),
+        "overall_errors_as_failures": paired_difference(_total(tables.with_errors.values())),
+        "per_task": per_task,
+        "seeds_differ": (a.get("config") or {}).get("seed") != (b.get("config") or {}).get("seed"),
         "config_differences": config_differences(a.get("config", {}), b.get("config", {})),
         "methods": METHODS,
     }
+
+
+def _add_holm(per_task: dict[str, dict[str, Any]]) -> None:
+    """Holm-adjusted p-values over the tasks that have scored pairs."""
+    tested = [t for t, d in per_task.items() if d["n"]]
+    adjusted = intervals.holm([per_task[t]["p_value"] for t in tested]) if tested else []
+    for task, p in zip(tested, adjusted, strict=True):
+        per_task[task]["p_holm"] = p
 
 
 def config_differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
@@ -167,15 +258,16 @@ def config_differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
 
 
 def leaderboard(summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """N runs side by side, best overall success rate first.
+    """N runs side by side, best first by ``RANK_RULE``.
 
-    Each run's overall rate is over its completed episodes of the tasks every run has
+    Each run's overall rate is over its episodes of the tasks every run has
     (``common_tasks``), so runs are ranked on the same task set; per-task columns cover
-    every task any run has (``None`` where a run has none). Ties keep the given order."""
+    every task any run has (``None`` where a run has none). Each rate says how many planned
+    episodes it covers and how many errored. Ties keep the given order."""
     task_sets = [{e["task"] for e in s.get("episodes", [])} for s in summaries]
     common = set.intersection(*task_sets) if task_sets else set()
     rows = [_leaderboard_row(s, common) for s in summaries]
-    ranked = sorted(rows, key=lambda r: -(r["overall"]["rate"] if r["overall"]["n"] else -1.0))
+    ranked = sorted(rows, key=_rank_key)
     for rank, row in enumerate(ranked, start=1):
         row["rank"] = rank
     return {
@@ -183,35 +275,63 @@ def leaderboard(summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "tasks": sorted(set().union(*task_sets)) if task_sets else [],
         "common_tasks": sorted(common),
         "same_task_set": all(t == task_sets[0] for t in task_sets),
+        "rank_rule": RANK_RULE,
         "methods": METHODS,
     }
 
 
+def _rank_key(row: Mapping[str, Any]) -> tuple[float, float]:
+    overall = row["overall"]
+    as_failures = overall["errors_as_failures"]
+    rate = overall["rate"]
+    return (
+        -(as_failures if as_failures is not None else -1.0),
+        -(rate if rate is not None else -1.0),
+    )
+
+
 def _leaderboard_row(summary: Mapping[str, Any], common: set[str]) -> dict[str, Any]:
     episodes = summary.get("episodes", [])
-    per_task: dict[str, list[bool]] = {}
+    per_task: dict[str, list[Mapping[str, Any]]] = {}
     for episode in episodes:
-        success = success_of(episode)
-        if success is not None:
-            per_task.setdefault(episode["task"], []).append(success)
-    overall = [s for task in sorted(common) for s in per_task.get(task, [])]
+        per_task.setdefault(episode["task"], []).append(episode)
+    overall = [e for task in sorted(common) for e in per_task.get(task, [])]
     config = summary.get("config") or {}
+    errors = sum(1 for e in episodes if _errored(e))
     return {
         "run_id": summary.get("run_id"),
         "graph_name": summary.get("graph_name"),
         "status": summary.get("status"),
         "episodes_total": summary.get("episodes_total"),
         "episodes": len(episodes),
+        "errors": errors,
+        "clean": errors == 0 and summary.get("status") == "completed",
         "config": {k: config.get(k) for k in ("seed", "step_budget", "start_index")},
         "overall": _rate(overall),
         "per_task": {task: _rate(values) for task, values in sorted(per_task.items())},
     }
 
 
-def _rate(values: Iterable[bool]) -> dict[str, Any]:
-    flags = list(values)
+def _rate(episodes: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """Success over the scored episodes, with the planned count, errors, the rate counting
+    errors as failures and the worst/best cases over every episode without a score."""
+    group = list(episodes)
+    flags = [s for e in group if (s := success_of(e)) is not None]
     n, k = len(flags), sum(flags)
-    if n == 0:
-        return {"n": 0, "k": 0, "rate": None, "lo": None, "hi": None}
-    lo, hi = wilson_interval(k, n)
-    return {"n": n, "k": k, "rate": k / n, "lo": lo, "hi": hi}
+    planned, errors = len(group), sum(1 for e in group if _errored(e))
+    out: dict[str, Any] = {
+        "n": n,
+        "k": k,
+        "n_planned": planned,
+        "errors": errors,
+        "rate": None,
+        "lo": None,
+        "hi": None,
+        "errors_as_failures": k / (n + errors) if n + errors else None,
+        "worst": k / planned if planned else None,
+        "best": (k + planned - n) / planned if planned else None,
+    }
+    if n:
+        lo, hi = intervals.wilson(k, n)
+        out.update(rate=k / n, lo=lo, hi=hi)
+    return out

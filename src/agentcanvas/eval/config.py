@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -13,14 +14,16 @@ from pydantic import (
     WithJsonSchema,
     computed_field,
     field_validator,
+    model_validator,
 )
 
 from agentcanvas.eval.health import RunHealth, assess
-from agentcanvas.eval.metrics import MetricAggregate
+from agentcanvas.eval.metrics import MetricAggregate, MetricRules
 
 RUN_FORMAT_VERSION: Literal[1] = 1
 EpisodeStatus = Literal["completed", "timeout", "exception", "error", "no_verdict", "cancelled"]
 FramesMode = Literal["every", "failures", "none"]
+BinaryInterval = Literal["wilson", "clopper-pearson"]
 RunStatus = Literal["pending", "queued", "running", "completed", "failed", "cancelled", "aborted"]
 TERMINAL_RUN_STATUSES = ("completed", "failed", "cancelled", "aborted")
 MetricValue = float | int | bool | str | None
@@ -105,6 +108,17 @@ class EvalConfig(BaseModel):
         "succeed) or none. Default: every when save_frames, else none.",
     )
     record_log: bool = Field(default=True, description="Write each episode's log.jsonl.")
+    certify: bool = Field(
+        default=False,
+        description="Audit every batched row of this run (each recomputed alone, bit for bit, "
+        "and the alone result served): a determinism level of certified for results that go "
+        "in a paper, at the cost of a second forward pass per batched row.",
+    )
+    binary_interval: BinaryInterval = Field(
+        default="wilson",
+        description="Interval of 0/1 metrics: wilson (Wilson score; near-nominal on average) "
+        "or clopper-pearson (exact; never below nominal, wider).",
+    )
     engine: Literal["local", "ray"] = Field(
         default="local", description="local: servers on this host; ray: episodes in Ray actors."
     )
@@ -136,7 +150,15 @@ class EpisodeResult(BaseModel):
     seed: int
     status: EpisodeStatus
     steps: int = 0
-    metrics: dict[str, MetricValue] = Field(default_factory=dict)
+    metrics: dict[str, MetricValue] = Field(
+        default_factory=dict,
+        description="The scored metrics: those of a completed episode (empty otherwise).",
+    )
+    partial_metrics: dict[str, MetricValue] = Field(
+        default_factory=dict,
+        description="What an episode that did not complete had harvested before it ended "
+        "(the seed's partial results): kept, never scored.",
+    )
     error: str | None = None
     node_errors: dict[str, str] = Field(default_factory=dict)
     attempts: int = 1
@@ -153,6 +175,11 @@ class EpisodeResult(BaseModel):
         return self.model_dump(exclude={"duration_s", "attempts"})
 
 
+DeterminismLevel = Literal["broken", "unverified", "sampled", "certified"]
+DETERMINISM_LEVELS: tuple[DeterminismLevel, ...] = ("broken", "unverified", "sampled", "certified")
+"""Worst first: a run's level is the worst of its batched functions' levels."""
+
+
 class BatchedFunctionInfo(BaseModel):
     """One batched function the run used (``nodeset.node``): how a shared server ran it."""
 
@@ -163,8 +190,47 @@ class BatchedFunctionInfo(BaseModel):
     )
     verified: bool = Field(description="Passed its start-up check; no mismatch since.")
     verified_by: str = ""
+    level: DeterminismLevel = Field(
+        default="unverified",
+        description="certified: no request of this run got an output computed in a batch of "
+        "more than one (each was alone, or --certify recomputed its row alone, matched bit for "
+        "bit, and served the alone result); sampled: served in shared batches, and the start-up "
+        "examples passed and/or some of this run's batches were audited, without a mismatch; "
+        "unverified: served in shared batches with no example and no audited batch, or the "
+        "server's report could not be read; broken: a mismatch was seen (start-up check or "
+        "audit) and the function runs per request since.",
+    )
+    level_detail: str = Field(
+        default="", description="Why it has its level, in plain words (what the check rules out)."
+    )
     batches_audited: int = Field(default=0, description="Over the server's life so far.")
-    batched_requests: int = Field(default=0, description="This run's requests batched > 1.")
+    batched_requests: int = Field(
+        default=0,
+        description="This run's requests that were served an output computed in a batch of "
+        "more than one (rows --certify recomputed alone are not counted: see rows_alone).",
+    )
+    run_batches: int = Field(
+        default=0, description="M: this run's batches of more than one request (batched mode)."
+    )
+    run_batches_audited: int = Field(
+        default=0, description="k: how many of those the audit recomputed a row of, alone."
+    )
+    rows_alone: int = Field(
+        default=0,
+        description="This run's rows of such batches recomputed alone and served the alone "
+        "result (--certify).",
+    )
+    certify: bool = Field(
+        default=False, description="The server audited every batched row of this run."
+    )
+    audit_rate: float | None = Field(
+        default=None, description="The server's AGENTCANVAS_AUDIT_RATE (0: the audit was off)."
+    )
+    ruled_out_above: float | None = Field(
+        default=None,
+        description="Sampled with k > 0 audited batches: X = 1 - 0.05^(1/k), the share of "
+        "batch-dependent batches above which k clean audits are ruled out at 95 % confidence.",
+    )
     mismatch: str | None = Field(default=None, description="The first evidence of dependence.")
     mismatch_episode_key: str | None = None
     first_episode_affected: int | None = Field(
@@ -173,14 +239,56 @@ class BatchedFunctionInfo(BaseModel):
         "function dropped to per-request mode (None: no episode was).",
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _level_of_old_entries(cls, data: Any) -> Any:
+        """An entry written before levels existed: the old "verified" rested on the start-up
+        examples, a sample at best; an in-process function ran every call alone."""
+        if isinstance(data, dict) and "level" not in data and "mode" in data:
+            level = (
+                "broken"
+                if data.get("mismatch") is not None
+                else "certified"
+                if data.get("mode") == "in_process"
+                else "sampled"
+                if data.get("verified")
+                else "unverified"
+            )
+            data = {**data, "level": level}
+        return data
+
 
 class DeterminismInfo(BaseModel):
-    """Whether this run's scores are guaranteed independent of worker count, and why."""
+    """What this run's independence of the worker count rests on: a level, and why.
 
-    guaranteed: bool = True
+    ``level`` is the worst of its batched functions' levels (``certified`` when it used
+    none). Wall-clock timeouts are timing, which no audit can vouch for: the episodes they
+    decided are listed in ``timeouts`` (and in ``reasons``) and cap the level at
+    ``unverified`` (a ``broken`` run stays ``broken``). ``guaranteed`` is ``level ==
+    "certified"``, kept for readers of older summaries; an old summary without a level gets
+    one on loading: ``broken`` if a function had a mismatch, else ``sampled`` if it said
+    guaranteed (that claim rested at best on a sample), else ``unverified``.
+    """
+
+    level: DeterminismLevel = Field(
+        default="certified",
+        description="certified / sampled / unverified / broken: the worst of the batched "
+        "functions' levels (certified with none), capped at unverified by wall-clock timeouts.",
+    )
+    level_detail: str = Field(default="", description="Why, in plain words.")
+    certify: bool = Field(
+        default=False, description="The run asked its shared servers to audit every batched row."
+    )
+    timeouts: list[int] = Field(
+        default_factory=list,
+        description="Episodes (run indices) a wall-clock timeout decided: not reproducible by "
+        "construction; any makes the level at most unverified.",
+    )
     shared_server_modes: dict[str, str] = Field(default_factory=dict)
     batched_functions: dict[str, BatchedFunctionInfo] = Field(default_factory=dict)
-    reasons: list[str] = Field(default_factory=list)
+    reasons: list[str] = Field(
+        default_factory=list, description="Why the level is not certified, one line each."
+    )
     seed_function: str = "sha256(agentcanvas-v1|run_seed|task|episode_index) mod 2**31"
     engine: str = Field(default="local", description="The engine that ran the episodes.")
     worker_nodes: dict[str, list[str]] = Field(
@@ -191,6 +299,46 @@ class DeterminismInfo(BaseModel):
         description="Engine ray: the placement group (hex id) the run's actors were reserved "
         "in; each worker actor reported it from inside.",
     )
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def guaranteed(self) -> bool:
+        """``level == "certified"`` (older summaries' only field)."""
+        return self.level == "certified"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _level_of_old_summaries(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "level" not in data and "guaranteed" in data:
+            functions = data.get("batched_functions") or {}
+            broken = any(
+                isinstance(f, dict) and f.get("mismatch") is not None for f in functions.values()
+            )
+            level = "broken" if broken else "sampled" if data["guaranteed"] else "unverified"
+            data = {**data, "level": level}
+        return data
+
+    @staticmethod
+    def worst(levels: Iterable[DeterminismLevel]) -> DeterminismLevel:
+        """The worst of ``levels``; ``certified`` when there are none."""
+        return min(levels, key=DETERMINISM_LEVELS.index, default="certified")
+
+    def settle(self) -> None:
+        """Recompute ``level`` and ``level_detail`` from the functions and the timeouts."""
+        functions = sorted(self.batched_functions.items())
+        level = self.worst(f.level for _, f in functions)
+        if not functions:
+            detail = "the run used no batched function of a shared server"
+        else:
+            detail = "; ".join(f"{n}: {f.level_detail}" for n, f in functions if f.level == level)
+        if self.timeouts:
+            if level in ("sampled", "certified"):
+                level = "unverified"
+            detail += (
+                f"; wall-clock timeouts decided {len(self.timeouts)} episode(s) "
+                f"(first: {self.timeouts[0]}), which no audit can vouch for"
+            )
+        self.level, self.level_detail = level, detail
 
 
 class WorkerStats(BaseModel):
@@ -214,6 +362,11 @@ class EvalRun(BaseModel):
     config: EvalConfig
     episodes_total: int
     episodes_done: int = 0
+    metric_rules: MetricRules = Field(
+        default_factory=MetricRules,
+        description="How the aggregates were computed: declared metric kinds, the binary "
+        "interval, the episodes planned per task.",
+    )
     aggregate_metrics: dict[str, MetricAggregate] = Field(default_factory=dict)
     aggregate_by_task: dict[str, dict[str, MetricAggregate]] = Field(default_factory=dict)
     status_counts: dict[str, int] = Field(default_factory=dict)

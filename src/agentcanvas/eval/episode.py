@@ -191,6 +191,8 @@ async def run_episode(
             result.duration_s = round(time.perf_counter() - started, 6)
             await _evict(graph, wiring, spec.key)
             reset_call_timeout(deadline)
+    if result.status != "completed":  # harvested before it ended: kept, never scored
+        result.partial_metrics, result.metrics = result.metrics, {}
     return result
 
 

@@ -43,7 +43,7 @@ __all__ = [
     "LiveEventBase",
 ]
 
-_COUNTS: Final = ("episodes_done", "episodes_total", "success_rate")
+_COUNTS: Final = ("episodes_done", "episodes_total", "success_rate", "success_n", "error_count")
 
 
 class LiveEventBase(BaseModel):
@@ -74,7 +74,17 @@ class EvalProgress(LiveEventBase):
     run_id: str
     episodes_done: int | None = None
     episodes_total: int | None = None
-    success_rate: float | None = None
+    success_rate: float | None = Field(
+        default=None, description="Mean success over the scored episodes aggregated so far."
+    )
+    success_n: int | None = Field(
+        default=None, description="How many scored episodes `success_rate` covers."
+    )
+    error_count: int | None = Field(
+        default=None,
+        description="Episodes so far that ended in error, exception, timeout or no_verdict "
+        "(never scored: not in `success_rate`).",
+    )
     summary: dict[str, Any] | None = Field(
         default=None, description="summary.json without `episodes` (the status-change shape)."
     )

@@ -65,8 +65,8 @@ def refresh_counts(run: EvalRun, results: dict[int, EpisodeResult]) -> None:
     run.episodes = ordered
     run.episodes_done = sum(1 for r in ordered if r.status != "cancelled")
     run.status_counts = metrics.status_counts(ordered)
-    run.aggregate_metrics = metrics.aggregate_metrics(ordered)
-    run.aggregate_by_task = metrics.aggregate_by_task(ordered)
+    run.aggregate_metrics = metrics.aggregate_metrics(ordered, run.metric_rules)
+    run.aggregate_by_task = metrics.aggregate_by_task(ordered, run.metric_rules)
 
 
 def reconcile_summary(run_dir: RunDir) -> EvalRun:
@@ -83,6 +83,12 @@ def reconcile_summary(run_dir: RunDir) -> EvalRun:
             graph_name=config.graph_name,
             config=config,
             episodes_total=episodes_planned(config, graph),
+            # The node sets' declared kinds are not in the spec: only the graph's are.
+            metric_rules=metrics.MetricRules(
+                kinds=metrics.declared_kinds([], graph.metrics),
+                binary_interval=config.binary_interval,
+                planned_by_task={t: config.episode_count for t in episode_tasks(config, graph)},
+            ),
         )
     refresh_counts(run, episode_records(run_dir))
     return run

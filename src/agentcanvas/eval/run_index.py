@@ -74,6 +74,9 @@ def compact_row(fields: dict[str, Any]) -> dict[str, Any]:
     metrics = row.get("aggregate_metrics")
     success = metrics.get("success") if isinstance(metrics, dict) else None
     row["success_rate"] = success.get("mean") if isinstance(success, dict) else None
+    # What the rate covers: scored episodes of the plan, errors not scored.
+    for key in ("n", "n_planned", "n_errors", "errors_as_failures", "lo", "hi"):
+        row[f"success_{key}"] = success.get(key) if isinstance(success, dict) else None
     if "health" not in row:  # written by the scheduler, before any runner existed
         row["health"] = health.of_summary(row).model_dump(mode="json")
     return row

@@ -43,7 +43,7 @@ from agentcanvas.eval.config import (
     EvalConfig,
     EvalRun,
 )
-from agentcanvas.eval.determinism import finish_determinism
+from agentcanvas.eval.determinism import finish_determinism, start_determinism
 from agentcanvas.eval.dispatch import WorkStealingDispatcher
 from agentcanvas.eval.episode import (
     EpisodeOptions,
@@ -243,6 +243,7 @@ class BatchEvalRunner:
             graph_name=graph.name,
             config=config,
             episodes_total=len(self.specs),
+            metric_rules=metric_rules(registry, self.graph, config),
             determinism=determinism or DeterminismInfo(),
         )
         run_dir.create()
@@ -260,6 +261,11 @@ class BatchEvalRunner:
         self.run.status = "running"
         self.run.episodes_complete = False
         self.run.timings["started_at"] = time.time()
+        # Before the first episode: a --certify run has its shared servers recompute every
+        # batched row of it alone.
+        await start_determinism(
+            self.registry, self.graph, self.run.run_id, self.config.certify, self.run.determinism
+        )
         self._refresh_progress()
         self._new_results.set()  # resumed results: aggregates before the first boundary
         self.save()
@@ -495,6 +501,8 @@ class BatchEvalRunner:
                 episodes_done=episodes_done,
                 episodes_total=self.run.episodes_total,
                 success_rate=_mean(self.run, "success"),
+                success_n=_scored(self.run, "success"),
+                error_count=self._errors,
             )
         )
 
@@ -573,7 +581,7 @@ class BatchEvalRunner:
         """Aggregates of the results stored so far, then the summary with them (a thread)."""
         with self._state_lock:
             snapshot = list(self.results.values())
-        overall, by_task = _aggregates(snapshot)
+        overall, by_task = _aggregates(snapshot, self.run.metric_rules)
         with self._state_lock:
             if self._live_closed:  # the run's end took over: its summary is complete
                 return
@@ -589,7 +597,9 @@ class BatchEvalRunner:
         if self._timeouts:
             reasons.append(f"wall-clock timeouts decided episodes {sorted(self._timeouts)}")
         self.run.determinism.reasons = reasons
-        self.run.determinism.guaranteed = not reasons
+        # A timeout is timing, which no audit vouches for: it caps the level at unverified.
+        self.run.determinism.timeouts = sorted(self._timeouts)
+        self.run.determinism.settle()
 
     def _complete(self) -> None:
         """The final summary: every record and every aggregate from the results sorted by
@@ -600,7 +610,9 @@ class BatchEvalRunner:
         self._refresh_progress()
         self.run.episodes = ordered
         self.run.status_counts = metrics.status_counts(ordered)
-        self.run.aggregate_metrics, self.run.aggregate_by_task = _aggregates(ordered)
+        self.run.aggregate_metrics, self.run.aggregate_by_task = _aggregates(
+            ordered, self.run.metric_rules
+        )
         self.run.episodes_aggregated = len(ordered)
         self.run.episodes_complete = True
         self._episodes_json = [r.model_dump(mode="json") for r in ordered]
@@ -621,10 +633,23 @@ class BatchEvalRunner:
 
 
 def _aggregates(
-    results: Sequence[EpisodeResult],
+    results: Sequence[EpisodeResult], rules: metrics.MetricRules
 ) -> tuple[dict[str, metrics.MetricAggregate], dict[str, dict[str, metrics.MetricAggregate]]]:
     """Overall and per-task aggregates (the metrics module sorts by index first)."""
-    return metrics.aggregate_metrics(results), metrics.aggregate_by_task(results)
+    return metrics.aggregate_metrics(results, rules), metrics.aggregate_by_task(results, rules)
+
+
+def metric_rules(
+    registry: WorkspaceComponentRegistry, graph: Graph, config: EvalConfig
+) -> metrics.MetricRules:
+    """The run's aggregation rules: the metric kinds its node sets and graph declare, the
+    binary interval asked for, and the episodes planned per task."""
+    manifests = [registry.manifest(name) for name in graph.nodesets()]
+    return metrics.MetricRules(
+        kinds=metrics.declared_kinds(manifests, graph.metrics),
+        binary_interval=config.binary_interval,
+        planned_by_task={task: config.episode_count for task in episode_tasks(config, graph)},
+    )
 
 
 def _in_field_order(data: dict[str, Any], episodes: list[dict[str, Any]]) -> dict[str, Any]:
@@ -668,3 +693,8 @@ def _no_broadcast(event: LiveEvent) -> None:
 def _mean(run: EvalRun, name: str) -> float | None:
     agg = run.aggregate_metrics.get(name)
     return None if agg is None else agg.mean
+
+
+def _scored(run: EvalRun, name: str) -> int | None:
+    agg = run.aggregate_metrics.get(name)
+    return None if agg is None else agg.n

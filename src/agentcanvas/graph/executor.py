@@ -309,7 +309,9 @@ class GraphExecutor:
         if self.episode.asset_dir and isinstance(result.get("frame"), np.ndarray):
             save_frame(result["frame"], ctx)  # frames become this episode's PNG assets
         if node.type == GRAPH_OUT_TYPE:
-            self.last_inputs[node.id] = dict(inputs)
+            # Per port, the latest value: an iteration whose upstream failed (the port left
+            # without a value) keeps what the episode had harvested before, its partial result.
+            self.last_inputs.setdefault(node.id, {}).update(inputs)
         self.last_outputs[node.id] = result
         if spec.done_port is not None and bool(result.get(spec.done_port)):
             self.done_signalled = True

@@ -29,6 +29,7 @@ from pydantic import (
 
 from agentcanvas import jsontext
 from agentcanvas.errors import GraphFormatError
+from agentcanvas.nodes.manifest import MetricSpec
 
 __all__ = [
     "DEFAULT_STEP_BUDGET",
@@ -167,6 +168,11 @@ class Graph(_Strict):
     scopes: list[Scope] = Field(default_factory=list)
     nodes: list[Node]
     edges: list[Edge] = Field(default_factory=list)
+    metrics: dict[str, MetricSpec] = Field(
+        default_factory=dict,
+        description="The kind of each metric (by name): binary, bounded (with lo and hi), "
+        "count or continuous. Overrides the node sets' declarations; the interval follows it.",
+    )
 
     @field_validator("step_budget")
     @classmethod

@@ -19,7 +19,7 @@ from agentcanvas.errors import NodeSetError, UserInputError
 from agentcanvas.frame_caption import MIN_FRAME_PX, caption_lines, captioned, upscaled
 from agentcanvas.nodes.assets import save_frame
 from agentcanvas.nodes.base import BatchItem, CallContext, LocalNodeSet, NodeSet, Panel
-from agentcanvas.nodes.manifest import FieldSpec, LoadInfo, PanelSpec, PortSpec
+from agentcanvas.nodes.manifest import FieldSpec, LoadInfo, MetricSpec, PanelSpec, PortSpec
 from agentcanvas.nodes.panels import TaskPanel, Tasks, find_task, task_fields
 
 __all__ = [  # noqa: RUF022 - plain sorted order, as tests/nodes/test_public_api.py checks
@@ -29,6 +29,7 @@ __all__ = [  # noqa: RUF022 - plain sorted order, as tests/nodes/test_public_api
     "LoadInfo",
     "LocalNodeSet",
     "MIN_FRAME_PX",
+    "MetricSpec",
     "NodeSet",
     "NodeSetError",
     "Panel",

@@ -16,9 +16,11 @@ returning ``{"error": "..."}``. See ``docs/nodesets.md``.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import inspect
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -28,6 +30,7 @@ from agentcanvas.errors import NodeSetError, UserInputError
 from agentcanvas.nodes.blocking import run_blocking
 from agentcanvas.nodes.manifest import (
     LoadInfo,
+    MetricSpec,
     NodeSetManifest,
     NodeSetResources,
     NodeTypeSpec,
@@ -139,6 +142,9 @@ class NodeSet:
     evict: Callable[[Any, str], None] | None = None
     determinism: Callable[[Any], dict[str, str]] | None = None
     resources: NodeSetResources = field(default_factory=NodeSetResources)  # on a cluster
+    # The kind of each metric its nodes report (binary, bounded with a range, count,
+    # continuous): a run's intervals follow it.
+    metrics: Mapping[str, MetricSpec] = field(default_factory=dict)
     _nodes: dict[str, _NodeDef] = field(default_factory=dict)
 
     def node(
@@ -228,6 +234,7 @@ class NodeSet:
             nodes=[d.spec for d in self._nodes.values()],
             panel=panel,
             resources=self.resources,
+            metrics=dict(self.metrics),
         )
 
     def definition(self, node_name: str) -> _NodeDef:
@@ -299,15 +306,27 @@ class NodeSetHandle(Protocol):
 
 
 class LocalNodeSet:
-    """A node set instantiated in this process (its own state and panel)."""
+    """A node set instantiated in this process (its own state and panel).
 
-    def __init__(self, nodeset: NodeSet) -> None:
+    ``inline``: whether :meth:`call` may run its plain synchronous, non-blocking nodes on the
+    calling event loop. Whoever builds the instance knows where the node set comes from and
+    says so: only our own node sets, tested to return fast, where a thread hop per call would
+    cost more than the call (``NodeSetCatalogue.trusted_inline``). Any other synchronous node
+    runs on a daemon thread (`run_blocking`), whatever its ``blocking`` flag says: the loop is
+    shared by every episode of the process, so a node that is slow or never returns there
+    would stall all of them, and no deadline could end it. Off the loop, the caller's deadline
+    abandons it, and only the episode that made the call pays.
+    """
+
+    def __init__(self, nodeset: NodeSet, *, inline: bool = False) -> None:
         self.nodeset = nodeset
         self.name = nodeset.name
         self.manifest = nodeset.manifest()
+        self.inline = inline
         self.state = nodeset.state_factory() if nodeset.state_factory else None
         self.panel = nodeset.panel_class(self.state) if nodeset.panel_class else None
         self._configs: dict[tuple[str, str], dict[str, Any]] = {}
+        self._turns: dict[str, _EpisodeTurn] = {}
 
     def call_sync(
         self, node_name: str, config: dict[str, Any], inputs: dict[str, Any], ctx: CallContext
@@ -337,7 +356,40 @@ class LocalNodeSet:
             return _as_result(result, self.name, node_name)
         if definition.spec.blocking:
             return await run_blocking(self.call_sync, node_name, config, inputs, ctx)
-        return self.call_sync(node_name, config, inputs, ctx)
+        if self.inline:
+            return self.call_sync(node_name, config, inputs, ctx)
+        async with self._episode_turn(ctx.episode_key):
+            return await run_blocking(self.call_sync, node_name, config, inputs, ctx)
+
+    @contextlib.asynccontextmanager
+    async def _episode_turn(self, episode_key: str) -> AsyncIterator[None]:
+        """The non-blocking synchronous calls of one episode one at a time, in the order they
+        were made, as they ran on the loop: an episode's result must not depend on how its
+        threads were scheduled. Calls of different episodes overlap, so that one episode's
+        slow call never makes another wait. A call abandoned at its deadline gives its turn up
+        (its thread may still run; its episode is ending)."""
+        turn = self._turns.get(episode_key)
+        if turn is None:
+            turn = self._turns[episode_key] = _EpisodeTurn()
+        turn.callers += 1
+        try:
+            async with turn.lock:
+                yield
+        finally:
+            turn.callers -= 1
+            if turn.callers == 0:
+                del self._turns[episode_key]
+
+    def runs_inline(self, node_name: str) -> bool:
+        """Whether :meth:`call` runs ``node_name`` to its end on the calling event loop, where
+        no deadline can interrupt it: a plain synchronous, non-blocking node of an ``inline``
+        instance. Every other call is awaited (a thread, a coroutine) and can be abandoned."""
+        definition = self.nodeset.definition(node_name)
+        return (
+            self.inline
+            and not definition.spec.blocking
+            and not inspect.iscoroutinefunction(definition.fn)
+        )
 
     def runs_synchronously(self, node_name: str) -> bool:
         """Whether ``node_name`` is a plain function (not async, not batched): `call_here`
@@ -385,12 +437,23 @@ class LocalNodeSet:
         return dict(hook(self.state)) if hook is not None else {}
 
     async def evict(self, episode_key: str) -> None:
-        self.evict_here(episode_key)
+        if self.inline:
+            self.evict_here(episode_key)
+        else:  # someone else's code: off the shared loop, as its nodes
+            await run_blocking(self.evict_here, episode_key)
 
     async def close(self) -> None:
         closer = getattr(self.state, "close", None)
         if callable(closer):
             closer()
+
+
+@dataclass
+class _EpisodeTurn:
+    """Whose turn it is among one episode's synchronous calls, and how many wait or run."""
+
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    callers: int = 0
 
 
 def start_episode(panel: Panel, fields: list[tuple[str, Any]]) -> LoadInfo:

@@ -9,7 +9,6 @@ the record ``eval`` gives for the same episode.
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 from agentcanvas import wire
@@ -48,14 +47,15 @@ def is_in_process(handle: NodeSetHandle) -> bool:
 
 
 def needs_local_deadline(handle: NodeSetHandle, node_name: str) -> bool:
-    """Whether an in-process call of ``node_name`` can be abandoned at a deadline: a blocking
-    node (on a thread) or an async one. A plain synchronous node runs on the event loop,
+    """Whether an in-process call of ``node_name`` gets the per-step deadline: every call
+    that is awaited — on a thread (a blocking node, or any synchronous node of a node set
+    that is not ours) or a coroutine — so that a slow one is abandoned and blamed on its
+    node. A synchronous node of ours runs on the event loop (``LocalNodeSet.runs_inline``),
     where no deadline can interrupt it, so none is set (it would only cost time)."""
     inner = handle.inner if isinstance(handle, WireBoundary) else handle
     if not isinstance(inner, LocalNodeSet):
         return False
-    definition = inner.nodeset.definition(node_name)
-    return definition.spec.blocking or inspect.iscoroutinefunction(definition.fn)
+    return not inner.runs_inline(node_name)
 
 
 def with_boundary(handle: NodeSetHandle) -> NodeSetHandle:

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 __all__ = [
     "MANIFEST_VERSION",
     "FieldKind",
     "FieldSpec",
     "LoadInfo",
+    "MetricKind",
+    "MetricSpec",
     "NodeSetManifest",
     "NodeTypeSpec",
     "PanelSpec",
@@ -27,10 +29,34 @@ Parallelism = Literal["local", "shared", "replicated"]
 PortType = Literal["any", "float", "int", "bool", "str", "array", "dict", "list"]
 FieldKind = Literal["choice", "int", "float", "bool", "str"]
 MANIFEST_VERSION: Literal[1] = 1
+MetricKind = Literal["binary", "bounded", "count", "continuous"]
 
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class MetricSpec(_Frozen):
+    """What kind of number a metric is; its interval follows from it.
+
+    ``binary``: 0/1 (success); ``bounded``: a value in ``[lo, hi]`` (SPL, progress in
+    [0, 1]); ``count``: a non-negative whole number (steps); ``continuous``: any real value
+    (return).
+    """
+
+    kind: MetricKind
+    lo: float | None = Field(default=None, description="bounded: the smallest value possible.")
+    hi: float | None = Field(default=None, description="bounded: the largest value possible.")
+    description: str = ""
+
+    @model_validator(mode="after")
+    def _range_fits_kind(self) -> MetricSpec:
+        if self.kind == "bounded":
+            if self.lo is None or self.hi is None or not self.lo < self.hi:
+                raise ValueError("a bounded metric needs a range lo < hi (e.g. lo=0, hi=1)")
+        elif self.lo is not None or self.hi is not None:
+            raise ValueError(f"only a bounded metric has a range, not a {self.kind} one")
+        return self
 
 
 class PortSpec(_Frozen):
@@ -138,6 +164,11 @@ class NodeSetManifest(_Frozen):
     nodes: list[NodeTypeSpec] = Field(default_factory=list)
     panel: PanelSpec | None = None
     resources: NodeSetResources = Field(default_factory=NodeSetResources)
+    metrics: dict[str, MetricSpec] = Field(
+        default_factory=dict,
+        description="The kind of each metric its nodes report (by metric name): the run's "
+        "intervals follow it; an undeclared metric's kind is inferred from its values.",
+    )
 
     def node_type(self, name: str) -> NodeTypeSpec | None:
         return next((n for n in self.nodes if n.name == name), None)

@@ -9,7 +9,8 @@ endpoint as ``"call"``), ``/manifest`` (the node set's manifest, with the call e
 (msgpack bodies, for tools),
 ``/panel/*``, ``/evict``, ``/attach`` + ``/detach``, ``/stats``, ``/determinism``,
 ``/batch_audit?run=<run_id>`` (each batched function's start-up check and audit, see
-``batch_audit``; the checks run before the server reports ready). The hot
+``batch_audit``; the checks run before the server reports ready), ``/batch_audit/certify``
+(audit every batched row of one run). The hot
 path — node calls, the episode's panel round trip and evictions — is served on the call
 socket (`server.rpc`), with the same handlers; a replicated node set's run on the
 connection's thread (`direct_handlers`).
@@ -181,6 +182,13 @@ def create_app(
     async def batch_audit(run: str = "") -> dict[str, Any]:
         return batcher.auditor.report(run) if batcher.auditor is not None else {}
 
+    @app.post(protocol.BATCH_CERTIFY)
+    async def batch_certify(request: Request) -> dict[str, bool]:
+        body = _json_body(await request.body(), protocol.CertifyRequest, protocol.BATCH_CERTIFY)
+        if batcher.auditor is not None:
+            batcher.auditor.certify(body.run, body.certify)
+        return msgspec.structs.asdict(protocol.OkReply(ok=batcher.auditor is not None))
+
     @app.exception_handler(AgentCanvasError)
     async def _agentcanvas_error(request: Request, exc: AgentCanvasError) -> JSONResponse:
         return JSONResponse(msgspec.structs.asdict(error_body(exc)), error_status(exc))
@@ -343,15 +351,26 @@ class _Server(uvicorn.Server):
 
 
 async def serve(
-    nodeset: str, tag: int | None, record_dir: Path | None = None, loaded: NodeSet | None = None
+    nodeset: str,
+    tag: int | None,
+    record_dir: Path | None = None,
+    loaded: NodeSet | None = None,
+    *,
+    inline: bool = False,
 ) -> None:
     """Load the node set (unless ``loaded``: a forked server got it from its template), bind,
-    report the port to the parent, serve until terminated."""
+    report the port to the parent, serve until terminated.
+
+    Calls that are not a replicated node set's go through the server's event loop, which
+    every worker calling a shared server shares: only a built-in's synchronous nodes run on
+    it (the catalogue says which; ``inline`` for a ``loaded`` node set, default no), anyone
+    else's on threads, so that one caller's slow call never holds up another's."""
     if loaded is None:
         catalogue = NodeSetCatalogue()
         catalogue.scan_all()
         loaded = catalogue.nodeset(nodeset)
-    instance = LocalNodeSet(loaded)
+        inline = catalogue.trusted_inline(nodeset)
+    instance = LocalNodeSet(loaded, inline=inline)
     policy = policy_from_env()
     auditor = build_auditor(instance, policy.max_batch, audit_settings_from_env())
     batcher = BatchedInferenceServer(policy, auditor=auditor)

@@ -12,11 +12,18 @@ Three layers, all per function (``NODESET.batched_node``):
    always audited, then ``AGENTCANVAS_AUDIT_RATE`` of them (default 1 in 16; 0 turns the
    audit off, 1 audits every batch). On the first mismatch the function drops to per-request
    mode for the rest of the server's life.
+   A run may ask to be **certified** (``certify(run_id)``, ``POST /batch_audit/certify``):
+   then every row of its requests in a batch of more than one is recomputed alone and
+   compared, and the request is served the ALONE result, so its records equal per-request
+   results even before a mismatch is found. Other runs sharing the batch keep the sampled
+   audit (and their rows their batched outputs).
 3. **Report.** ``report(run_key)`` says, per function: the mode it runs in, how it was
    verified, the audit's counts, the mismatch (if any: where, and which request showed it)
    and, for one run (the ``<run_id>`` part of its episode keys ``<run_id>:<index>``), how
-   many of that run's requests were served in shared batches and the first such episode:
-   the first one the mismatch may have affected.
+   many of that run's requests were served an output computed in a shared batch and the
+   first such episode (the first one the mismatch may have affected), how many of its
+   batches there were (M) and how many were audited (k), how many of its rows were
+   recomputed and served alone, and whether the run is being certified.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ from agentcanvas.nodes.batch_check import (
 
 __all__ = [
     "DEFAULT_AUDIT_RATE",
+    "AuditPlan",
     "AuditSettings",
     "BatchAuditor",
     "FunctionAudit",
@@ -84,11 +92,25 @@ class Mismatch:
 
 @dataclass
 class RunUse:
-    """One run's requests served in batches of more than one while the function batched."""
+    """One run's requests in batches of more than one while the function batched."""
 
     batched_requests: int = 0
+    """Requests served the output computed in their batch."""
     first_batched_episode: int | None = None
+    """The first episode among those."""
     audited_batches: int = 0
+    batches: int = 0
+    """Batches of more than one request that held a request of this run."""
+    rows_alone: int = 0
+    """Rows of a certified run recomputed alone and served the alone result."""
+
+
+@dataclass(frozen=True)
+class AuditPlan:
+    """What to recompute alone after a served batch, and which of those rows to serve alone."""
+
+    rows: tuple[int, ...]
+    serve_alone: frozenset[int]
 
 
 @dataclass
@@ -132,6 +154,15 @@ class BatchAuditor:
     def __init__(self, settings: AuditSettings | None = None) -> None:
         self.settings = settings or AuditSettings()
         self.functions: dict[str, FunctionAudit] = {}
+        self.certifying: set[str] = set()
+        """Runs whose every batched row is recomputed alone (and served alone)."""
+
+    def certify(self, run: str, on: bool = True) -> None:
+        """Start (or, at the run's end, stop) auditing every batched row of ``run``."""
+        if on:
+            self.certifying.add(run)
+        else:
+            self.certifying.discard(run)
 
     def register(self, audit: FunctionAudit) -> None:
         if (audit.check is not None and not audit.check.ok) or audit.check_error is not None:
@@ -146,27 +177,52 @@ class BatchAuditor:
         return audit is not None and audit.per_request
 
     def plan(self, function: str, episode_keys: Sequence[str]) -> int | None:
-        """Record a served batch; the row to recompute alone, or None (no audit)."""
+        """Record a served batch; the sampled row to recompute alone, or None (no audit)."""
+        return self._sampled_row(function, episode_keys, self.plan_batch(function, episode_keys))
+
+    def plan_batch(self, function: str, episode_keys: Sequence[str]) -> AuditPlan | None:
+        """Record a served batch: every row of a certified run, and the sampled row, are to
+        be recomputed alone (None: none is); a certified run's rows are served alone."""
         audit = self.functions.get(function)
         if audit is None or audit.per_request or len(episode_keys) < 2:
             return None
         audit.batches += 1
-        for key in episode_keys:
+        alone: set[int] = set()
+        for row, key in enumerate(episode_keys):
             run, index = split_episode_key(key)
             use = audit.runs.setdefault(run, RunUse())
+            if run in self.certifying:
+                alone.add(row)
+                use.rows_alone += 1
+                continue
             use.batched_requests += 1
             if index is not None and (
                 use.first_batched_episode is None or index < use.first_batched_episode
             ):
                 use.first_batched_episode = index
+        runs = {split_episode_key(key)[0] for key in episode_keys}
+        for run in runs:
+            audit.runs[run].batches += 1
+        rows = set(alone)
         n, rate = audit.batches, self.settings.rate
-        if rate <= 0.0 or (n > 1 and math.floor(n * rate) == math.floor((n - 1) * rate)):
+        if rate > 0.0 and (n == 1 or math.floor(n * rate) != math.floor((n - 1) * rate)):
+            digest = hashlib.blake2b(f"{self.settings.seed}:{function}:{n}".encode(), digest_size=8)
+            rows.add(int.from_bytes(digest.digest(), "little") % len(episode_keys))
+        if not rows:
             return None
-        digest = hashlib.blake2b(f"{self.settings.seed}:{function}:{n}".encode(), digest_size=8)
-        row = int.from_bytes(digest.digest(), "little") % len(episode_keys)
-        for run in {split_episode_key(key)[0] for key in episode_keys}:
+        audit.audited += 1
+        for run in runs:
             audit.runs[run].audited_batches += 1
-        return row
+        return AuditPlan(tuple(sorted(rows)), frozenset(alone))
+
+    def _sampled_row(
+        self, function: str, episode_keys: Sequence[str], plan: AuditPlan | None
+    ) -> int | None:
+        """The row of ``plan`` the sampled audit picked (not one a certified run added)."""
+        if plan is None:
+            return None
+        sampled = [row for row in plan.rows if row not in plan.serve_alone]
+        return sampled[0] if sampled else (plan.rows[0] if plan.rows else None)
 
     def record(
         self,
@@ -180,7 +236,6 @@ class BatchAuditor:
     ) -> bool:
         """Compare an audited row with its recomputation alone; a mismatch ends batching."""
         audit = self.functions[function]
-        audit.audited += 1
         if same_bits(batched, alone):
             return True
         if audit.mismatch is None:
@@ -196,7 +251,6 @@ class BatchAuditor:
     ) -> None:
         """The row raised when run alone although its batch did not: batch-dependent too."""
         audit = self.functions[function]
-        audit.audited += 1
         if audit.mismatch is None:
             detail = f"a row of a batch of {size} raised when run alone: {error}"
             audit.mismatch = Mismatch("audit", detail, episode_key, client)
@@ -207,11 +261,14 @@ class BatchAuditor:
         return {
             "audit_rate": self.settings.rate,
             "audit_seed": self.settings.seed,
-            "functions": {name: _describe(a, run_key) for name, a in self.functions.items()},
+            "functions": {
+                name: _describe(a, run_key, run_key in self.certifying)
+                for name, a in self.functions.items()
+            },
         }
 
 
-def _describe(audit: FunctionAudit, run_key: str) -> dict[str, Any]:
+def _describe(audit: FunctionAudit, run_key: str, certifying: bool) -> dict[str, Any]:
     use = audit.runs.get(run_key, RunUse()) if run_key else RunUse()
     mismatch = audit.mismatch
     return {
@@ -233,6 +290,9 @@ def _describe(audit: FunctionAudit, run_key: str) -> dict[str, Any]:
             "batched_requests": use.batched_requests,
             "first_batched_episode": use.first_batched_episode,
             "audited_batches": use.audited_batches,
+            "batches": use.batches,
+            "rows_alone": use.rows_alone,
+            "certify": certifying,
         },
     }
 

@@ -16,12 +16,13 @@ With a ``BatchAuditor`` (``server.batch_audit``) every function's batch invarian
 audited: after a sampled batch of more than one request has handed out its outputs, one of
 its rows is recomputed alone, still under the inference lock, and compared bit for bit; a
 function found batch-dependent (here or by its start-up check) runs per request from then on.
+The rows of a run being certified (``BatchAuditor.certify``) are all recomputed alone, and
+their requests wait for that: they are served the alone result, never the batched one.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import json
 import time
@@ -30,7 +31,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from agentcanvas.errors import ServerError
-from agentcanvas.server.batch_audit import BatchAuditor
+from agentcanvas.server.batch_audit import AuditPlan, BatchAuditor
 from agentcanvas.server.batching import BatchQueue, FlushPolicy, PendingRequest, flush_due_at
 
 __all__ = ["BatchHandler", "BatchedInferenceServer", "config_hash"]
@@ -127,15 +128,28 @@ class BatchedInferenceServer:
             forward = asyncio.get_running_loop().run_in_executor(
                 None, handler, [r.item for r in batch], config
             )
+            plan: AuditPlan | None = None
             try:
                 await _until_done(forward)
             finally:  # also when this caller was cancelled: the others get their outputs
                 queue.last_pass_end_s = self._clock()
                 self.forward_passes += 1
                 self.batch_size_counts[len(batch)] += 1
-                self.requests_served += _resolve(batch, forward)
-            if self.auditor is not None and not forward.cancelled() and not forward.exception():
-                await self._audit(function_name, batch, forward.result(), config, handler)
+                plan = self._plan(function_name, batch, forward)
+                held = plan.serve_alone if plan is not None else frozenset()
+                self.requests_served += _resolve(batch, forward, held)
+            if plan is not None:
+                await self._audit(function_name, batch, forward.result(), config, handler, plan)
+
+    def _plan(
+        self, function_name: str, batch: list[PendingRequest], forward: asyncio.Future[Any]
+    ) -> AuditPlan | None:
+        """The rows of a batch that ran well to recompute alone (None: no audit)."""
+        if self.auditor is None or forward.cancelled() or forward.exception() is not None:
+            return None
+        if len(forward.result()) != len(batch):
+            return None
+        return self.auditor.plan_batch(function_name, [r.episode_key for r in batch])
 
     async def _audit(
         self,
@@ -144,35 +158,77 @@ class BatchedInferenceServer:
         outputs: Sequence[Any],
         config: dict[str, Any],
         handler: BatchHandler,
+        plan: AuditPlan,
     ) -> None:
-        """Recompute the sampled row of a served batch alone; runs under the inference lock."""
+        """Recompute the planned rows of a served batch alone, under the inference lock; a
+        row held for its alone result gets it (or the error it raised alone).
+
+        A caller cancelled meanwhile still finishes every row: the held requests belong to
+        other callers, who wait for them.
+        """
         assert self.auditor is not None
-        if len(outputs) != len(batch):
-            return
-        row = self.auditor.plan(function_name, [r.episode_key for r in batch])
-        if row is None:
-            return
-        request = batch[row]
-        alone = asyncio.get_running_loop().run_in_executor(None, handler, [request.item], config)
-        with contextlib.suppress(Exception):  # read from the future below
-            await _until_done(alone)
-        self.audit_passes += 1
-        error = alone.exception()
-        if error is not None or len(alone.result()) != 1:
-            reason = f"{type(error).__name__}: {error}" if error else "not one output"
-            self.auditor.record_failure(
-                function_name, reason, request.episode_key, request.client, len(batch)
+        try:
+            cancelled = await self._recompute(function_name, batch, outputs, config, handler, plan)
+        finally:  # never leave a held request without an answer
+            for row in plan.serve_alone:
+                if not batch[row].future.done():
+                    batch[row].future.set_exception(ServerError("its alone recomputation failed"))
+        if cancelled:
+            raise asyncio.CancelledError
+
+    async def _recompute(
+        self,
+        function_name: str,
+        batch: list[PendingRequest],
+        outputs: Sequence[Any],
+        config: dict[str, Any],
+        handler: BatchHandler,
+        plan: AuditPlan,
+    ) -> bool:
+        """Each planned row alone, compared and (if held) served; whether it was cancelled."""
+        assert self.auditor is not None
+        cancelled = False
+        for row in plan.rows:
+            request = batch[row]
+            alone = asyncio.get_running_loop().run_in_executor(
+                None, handler, [request.item], config
             )
-            return
-        self.auditor.record(
-            function_name,
-            outputs[row],
-            alone.result()[0],
-            request.episode_key,
-            request.client,
-            len(batch),
-            row,
-        )
+            try:
+                await _until_done(alone)
+            except asyncio.CancelledError:
+                cancelled = True
+            except Exception:  # read from the future below
+                pass
+            self.audit_passes += 1
+            error = None if alone.cancelled() else alone.exception()
+            result = None if alone.cancelled() or error is not None else alone.result()
+            if result is None or len(result) != 1:
+                reason = f"{type(error).__name__}: {error}" if error else "not one output"
+                self.auditor.record_failure(
+                    function_name, reason, request.episode_key, request.client, len(batch)
+                )
+                served: tuple[Any, BaseException | None] = (
+                    None,
+                    error or ServerError(f"the row recomputed alone gave {reason}"),
+                )
+            else:
+                self.auditor.record(
+                    function_name,
+                    outputs[row],
+                    result[0],
+                    request.episode_key,
+                    request.client,
+                    len(batch),
+                    row,
+                )
+                served = (result[0], None)
+            if row in plan.serve_alone and not request.future.done():
+                if served[1] is not None:
+                    request.future.set_exception(served[1])
+                else:
+                    request.future.set_result(served[0])
+                    self.requests_served += 1
+        return cancelled
 
     def stats(self) -> dict[str, Any]:
         return {
@@ -204,8 +260,12 @@ async def _until_done(forward: asyncio.Future[Any]) -> None:
         raise asyncio.CancelledError
 
 
-def _resolve(batch: list[PendingRequest], forward: asyncio.Future[Any]) -> int:
-    """Hand each request its output, or the batch's error to each; returns outputs handed."""
+def _resolve(
+    batch: list[PendingRequest], forward: asyncio.Future[Any], held: frozenset[int] = frozenset()
+) -> int:
+    """Hand each request its output, or the batch's error to each; returns outputs handed.
+
+    The rows in ``held`` (a certified run's) wait for their output computed alone."""
     error = (
         ServerError("the forward pass was cancelled")
         if forward.cancelled()
@@ -222,8 +282,8 @@ def _resolve(batch: list[PendingRequest], forward: asyncio.Future[Any]) -> int:
                 request.future.set_exception(error)
         return 0
     served = 0
-    for request, output in zip(batch, outputs, strict=True):
-        if not request.future.done():  # its caller may have gone meanwhile
+    for row, (request, output) in enumerate(zip(batch, outputs, strict=True)):
+        if row not in held and not request.future.done():  # its caller may have gone
             request.future.set_result(output)
             served += 1
     return served

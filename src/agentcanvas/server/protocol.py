@@ -17,6 +17,7 @@ JSON for the small control requests and replies)::
     ATTACH, DETACH                    ClientRequest         AttachedReply
     DETERMINISM                       -                     DeterminismModes
     STATS, BATCH_AUDIT                -                     free-form maps (for people)
+    BATCH_CERTIFY                     CertifyRequest        OkReply
     any route that fails              -                     ErrorReply (HTTP 400 / 500)
     the rpc envelope                  RpcRequest            RpcReply[reply] (``ok`` | RpcError)
 
@@ -50,6 +51,7 @@ from agentcanvas.nodes.manifest import NodeSetManifest
 __all__ = [
     "ATTACH",
     "BATCH_AUDIT",
+    "BATCH_CERTIFY",
     "CALL",
     "DETACH",
     "DETERMINISM",
@@ -68,6 +70,7 @@ __all__ = [
     "AttachedReply",
     "CallReply",
     "CallRequest",
+    "CertifyRequest",
     "ClientRequest",
     "DeterminismModes",
     "ErrorReply",
@@ -117,6 +120,7 @@ DETACH = "/detach"
 STATS = "/stats"
 DETERMINISM = "/determinism"
 BATCH_AUDIT = "/batch_audit"
+BATCH_CERTIFY = "/batch_audit/certify"
 
 # -- rpc operations (the per-episode hot path, same handlers as the routes) ----------------
 OP_CALL = "call"
@@ -156,6 +160,14 @@ class PanelEpisodeRequest(msgspec.Struct):
 
 class EvictRequest(msgspec.Struct):
     episode_key: str
+
+
+class CertifyRequest(msgspec.Struct):
+    """Audit every batched row of ``run`` (the ``<run_id>`` of its episode keys), serving each
+    its result computed alone; ``certify: false`` at the run's end stops it."""
+
+    run: str
+    certify: bool = True
 
 
 class ClientRequest(msgspec.Struct):

@@ -110,9 +110,12 @@ class WorkspaceComponentRegistry:
         return self.local_instance(nodeset)
 
     def local_instance(self, nodeset: str) -> LocalNodeSet:
-        """The in-process instance of a node set (created once per process)."""
+        """The in-process instance of a node set (created once per process); only a
+        built-in's synchronous nodes run on the event loop (`NodeSetCatalogue.trusted_inline`)."""
         if nodeset not in self._locals:
-            self._locals[nodeset] = LocalNodeSet(self.catalogue.nodeset(nodeset))
+            self._locals[nodeset] = LocalNodeSet(
+                self.catalogue.nodeset(nodeset), inline=self.catalogue.trusted_inline(nodeset)
+            )
         return self._locals[nodeset]
 
     def remote_handle(self, nodeset: str, url: str) -> NodeSetHandle:

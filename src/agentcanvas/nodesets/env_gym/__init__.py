@@ -21,6 +21,7 @@ from agentcanvas.nodes import (
     CallContext,
     FieldSpec,
     LoadInfo,
+    MetricSpec,
     NodeSet,
     NodeSetError,
     PanelSpec,
@@ -134,6 +135,11 @@ NODESET = NodeSet(
     description="Gymnasium classic-control tasks.",
     state_factory=GymState,
     panel_class=GymPanel,
+    metrics={
+        "success": MetricSpec(kind="binary", description="return reached the task's threshold"),
+        "return": MetricSpec(kind="continuous", description="sum of rewards"),
+        "length": MetricSpec(kind="count", description="steps taken"),
+    },
 )
 
 

@@ -25,6 +25,7 @@ from agentcanvas.nodes import (
     CallContext,
     FieldSpec,
     LoadInfo,
+    MetricSpec,
     NodeSet,
     NodeSetError,
     PanelSpec,
@@ -188,6 +189,13 @@ NODESET = NodeSet(
     description="BabyAI / MiniGrid levels (Gymnasium), fully observed grid + egocentric view.",
     state_factory=MiniGridState,
     panel_class=MiniGridPanel,
+    metrics={
+        "success": MetricSpec(kind="binary", description="the level ended with a reward"),
+        "spl": MetricSpec(kind="bounded", lo=0.0, hi=1.0, description="success × path ratio"),
+        "steps": MetricSpec(kind="count", description="actions taken"),
+        # MiniGrid pays 1 - 0.9 * steps / max_steps once, on success: within [0, 1].
+        "return": MetricSpec(kind="bounded", lo=0.0, hi=1.0, description="episode return"),
+    },
 )
 
 

@@ -29,11 +29,16 @@ export function leaderboardPicker(runs, selected, label) {
   return form;
 }
 
+// Success over scored episodes, with what it covers and what the errors could change.
 function rateCell(rate) {
-  if (!rate || !rate.n) return h("td", { class: "num rate" }, "–");
+  if (!rate || (!rate.n && !rate.errors)) return h("td", { class: "num rate" }, "–");
   const ci = isNum(rate.lo) ? `[${fmtPct(rate.lo)}, ${fmtPct(rate.hi)}]` : "";
-  return h("td", { class: "num rate" }, fmtPct(rate.rate),
-    h("span", { class: "ci" }, `${ci} n=${rate.n}`));
+  const planned = isNum(rate.n_planned) ? ` of ${rate.n_planned}` : "";
+  return h("td", { class: `num rate${rate.errors ? " has-errors" : ""}`, dataset: { errors: String(rate.errors ?? 0) } },
+    fmtPct(rate.rate),
+    h("span", { class: "ci" }, `${ci} n=${rate.n}${planned}`),
+    rate.errors ? h("span", { class: "ci errors" }, `${rate.errors} errors · ${fmtPct(rate.errors_as_failures)}`
+      + ` with errors as failures · worst–best ${fmtPct(rate.worst)}–${fmtPct(rate.best)}`) : null);
 }
 
 function leaderboardTable(data, ids, pair) {
@@ -57,7 +62,8 @@ function leaderboardTable(data, ids, pair) {
     return h("tr", { dataset: { runId: r.run_id, rank: r.rank } }, h("td", { class: "pick" }, box),
       h("td", { class: "num" }, String(r.rank)),
       h("th", { scope: "row" }, h("a", { href: runHref(r.run_id), text: r.run_id }), " ",
-        statusBadge(r.status), h("span", { class: "ci" }, `${r.graph_name} · seed ${r.config.seed}`
+        statusBadge(r.status), r.errors ? h("span", { class: "badge st-failed run-errors" }, `${r.errors} errors`) : null,
+        h("span", { class: "ci" }, `${r.graph_name} · seed ${r.config.seed}`
           + ` · step budget ${r.config.step_budget ?? "graph"}`)),
       rateCell(r.overall), data.tasks.map((t) => rateCell(r.per_task[t])));
   });
@@ -70,8 +76,8 @@ function methodsNote(data) {
   const scope = data.same_task_set ? "every run has the same tasks"
     : `task sets differ: the overall rate counts only the tasks all runs share (${data.common_tasks.join(", ") || "none"})`;
   return h("p", { class: "muted", id: "leaderboard-methods" },
-    `Sorted by overall success rate; ${scope}. Rates in %, intervals: ${data.methods.rate}; `
-    + "only completed episodes count (n).");
+    `Rank: ${data.rank_rule ?? "overall success rate"}; ${scope}. Rates in %, intervals: `
+    + `${data.methods.rate}; the rate is over scored (completed) episodes (n of planned), its errors beside it.`);
 }
 
 export function leaderboardPanel(ctx, ids, pair) {

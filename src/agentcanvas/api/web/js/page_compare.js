@@ -78,24 +78,36 @@ const fmtPpInterval = (lo, hi) => (isNum(lo) && isNum(hi) ? `[${fmtPp(lo)}, ${fm
 function overallBlock(data) {
   const o = data.overall;
   if (!o || !o.n) return notice("No paired completed episodes with a success value.");
-  const interval = isNum(o.delta_lo) ? `95 % interval ${fmtPpInterval(o.delta_lo, o.delta_hi)}`
-    : "no interval: no discordant pairs, the runs agree on every paired episode";
+  const st = data.overall_stratified ?? {};
+  const ef = data.overall_errors_as_failures ?? {};
+  const errors = data.errors ?? {};
+  const line = (d) => (d && isNum(d.delta) ? `${fmtPp(d.delta)} ${fmtPpInterval(d.delta_lo, d.delta_hi)}` : "–");
   return h("div", { class: "overall-diff", id: "overall-diff" },
-    h("p", {}, h("span", { class: "big", id: "overall-delta" }, fmtPp(o.delta)), " B − A · ",
-      h("span", { id: "overall-interval" }, interval)),
+    h("p", {}, h("span", { class: "big", id: "overall-delta" }, fmtPp(o.delta)), " B − A, pooled · ",
+      h("span", { id: "overall-interval" }, `95 % interval ${fmtPpInterval(o.delta_lo, o.delta_hi)}`)),
+    errors.pairs ? notice(`${errors.pairs} paired episodes have an errored episode (A: ${errors.a}, `
+      + `B: ${errors.b} errors): they are not scored. Counting errors as failures: ${line(ef)}.`,
+    "warning") : null,
+    data.seeds_differ ? notice("The two runs have different seeds: paired episodes are not the "
+      + "same scenes, so the pairing is by index only.", "warning") : null,
     keyValues([
-      ["paired episodes (n)", `${o.n} (of ${data.paired} in common)`],
+      ["paired episodes (n)", `${o.n} scored (of ${data.paired} in common)`],
       ["A success", `${fmtPct(o.a)} ${fmtInterval(...o.a_interval, fmtPct)}`],
       ["B success", `${fmtPct(o.b)} ${fmtInterval(...o.b_interval, fmtPct)}`],
+      ["pooled (every scored pair)", h("span", { id: "overall-pooled" }, line(o))],
+      [`stratified (${st.tasks ?? 0} tasks weighted equally)`, h("span", { id: "overall-stratified" }, line(st))],
+      ["errors as failures", h("span", { id: "overall-errors-as-failures" }, line(ef))],
     ]));
 }
 
 function methodsList(methods) {
   return h("ul", { class: "methods", id: "compare-methods" },
     h("li", {}, `Success rates: ${methods.rate}.`),
-    h("li", {}, `Differences (B − A): ${methods.difference}; it excludes 0 exactly when the McNemar p-value is below 0.05.`),
-    h("li", {}, `p-value: ${methods.test}.`),
-    h("li", {}, `Units: ${methods.units}. Per-task intervals are not adjusted for multiple comparisons.`));
+    h("li", {}, `Differences (B − A): ${methods.difference}.`),
+    h("li", {}, `Pooled: ${methods.pooled}. Stratified: ${methods.stratified}.`),
+    h("li", {}, `p-value: ${methods.test}; ${methods.per_task}.`),
+    h("li", {}, `Errors: ${methods.errors}.`),
+    h("li", {}, `Units: ${methods.units}.`));
 }
 
 function mcnemarBlock(data) {
@@ -118,10 +130,13 @@ function perTaskDeltas(perTask) {
   const sign = (d) => (d < 0 ? "neg" : d > 0 ? "pos" : "");
   const pValue = (p) => (isNum(p) ? p.toPrecision(3) : "–");
   const table = dataTable("delta-table",
-    ["Task", "n", "A success", "B success", "Δ (B − A)", "Δ 95 % (exact cond.)", "McNemar p"],
-    tasks.map(([task, t]) => h("tr", {}, rowHead(task), num(t.n), num(rate(t.a, t.a_interval)),
+    ["Task", "n", "errors (A / B)", "A success", "B success", "Δ (B − A)", "Δ 95 % (Newcombe)",
+      "McNemar p", "Holm-adjusted p"],
+    tasks.map(([task, t]) => h("tr", { dataset: { task } }, rowHead(task), num(t.n),
+      num(`${t.errors?.a ?? 0} / ${t.errors?.b ?? 0}`), num(rate(t.a, t.a_interval)),
       num(rate(t.b, t.b_interval)), h("td", { class: `num ${sign(t.delta)}` }, fmtPp(t.delta)),
-      num(fmtPpInterval(t.delta_lo, t.delta_hi)), num(pValue(t.p_value)))), [1, 2, 3, 4, 5, 6]);
+      num(fmtPpInterval(t.delta_lo, t.delta_hi)), num(pValue(t.p_value)), num(pValue(t.p_holm)))),
+    [1, 2, 3, 4, 5, 6, 7, 8]);
   const rows = tasks.map(([task, t]) => ({
     label: task, mean: t.delta, lo: t.delta_lo ?? t.delta, hi: t.delta_hi ?? t.delta, note: `n=${t.n}`,
   }));

@@ -86,14 +86,24 @@ function aggregateTable(summary, names) {
       + "See the errors below.", "error");
   }
   if (!names.length) return notice("No completed episodes yet.");
-  return dataTable("aggregate-table", ["Metric", "Mean", "95 % interval", "n (of planned)",
-    "missing", "method"],
+  return dataTable("aggregate-table", ["Metric", "Kind", "Mean", "95 % interval", "scored (of planned)",
+    "errors", "errors as failures", "worst–best", "missing", "interval method"],
   names.map((name) => {
     const a = aggregates[name];
-    return h("tr", { dataset: { metric: name } }, rowHead(name), num(fmtNum(a.mean)),
-      num(fmtInterval(a.lo, a.hi)), num(coverageText(a.n, summary)), num(a.n_missing ?? 0),
-      h("td", {}, a.method));
-  }), [1, 2, 3, 4]);
+    const planned = isNum(a.n_planned) ? { episodes_total: a.n_planned } : summary;
+    return h("tr", { dataset: { metric: name } }, rowHead(name), h("td", {}, kindText(a)),
+      num(fmtNum(a.mean)), num(fmtInterval(a.lo, a.hi)), num(coverageText(a.n, planned)),
+      num(a.n_errors ?? "–"), num(fmtNum(a.errors_as_failures)),
+      num(isNum(a.worst) ? `${fmtNum(a.worst)}–${fmtNum(a.best)}` : "–"), num(a.n_missing ?? 0),
+      h("td", { title: a.note ?? "" }, a.method_name || a.method));
+  }), [2, 3, 4, 5, 6, 7, 8]);
+}
+
+// "bounded [0, 1]", "binary (inferred)": the metric's kind, which decides its interval.
+function kindText(a) {
+  if (!a.kind) return "–";
+  const range = a.kind === "bounded" && a.range ? ` [${a.range[0]}, ${a.range[1]}]` : "";
+  return `${a.kind}${range}${a.kind_source === "inferred" ? " (inferred)" : ""}`;
 }
 
 // Errors (episode status ≠ completed) are the run's failures; task failures are success = 0.
@@ -176,12 +186,17 @@ function perTaskBlock(summary, names, state, showTask, planned) {
   };
   select.addEventListener("change", draw);
   draw();
-  const meanAndInterval = (a) => (a ? `${fmtNum(a.mean)} ${fmtInterval(a.lo, a.hi)}` : "–");
-  const table = dataTable("task-table", ["Task", "n (of planned)", ...names.map((n) => `${n} [95 %]`)],
-    tasks.map(([task, aggregates]) => h("tr", { dataset: { task } }, rowHead(taskLink(task, showTask)),
+  const meanAndInterval = (a) => (a && isNum(a.mean) ? `${fmtNum(a.mean)} ${fmtInterval(a.lo, a.hi)}` : "–");
+  // A task whose every episode errored is listed: its errors show, and its score is "–".
+  const errorsOf = (aggregates) => Object.values(aggregates)[0]?.n_errors ?? 0;
+  const table = dataTable("task-table",
+    ["Task", "scored (of planned)", "errors", ...names.map((n) => `${n} [95 %]`)],
+    tasks.map(([task, aggregates]) => h("tr", { dataset: { task, errors: String(errorsOf(aggregates)) } },
+      rowHead(taskLink(task, showTask)),
       num(taskCoverageText(Object.values(aggregates)[0]?.n, summary)),
+      num(errorsOf(aggregates)),
       names.map((n) => num(meanAndInterval(aggregates[n]))))),
-    Array.from({ length: names.length + 1 }, (_, i) => i + 1));
+    Array.from({ length: names.length + 2 }, (_, i) => i + 1));
   return [scroller(table), h("label", { class: "inline" }, "Chart: ", select), chartSlot];
 }
 
@@ -196,13 +211,19 @@ function configBlock(config, budgets) {
   return keyValues(Object.entries(config ?? {}).map(([key, value]) => [key, shown(key, value)]));
 }
 
+// The server's determinism level, in words: what was checked, never more.
+const LEVEL_WORDS = { certified: "certified", sampled: "sampled (not proven)", unverified: "unverified",
+  broken: "BROKEN" };
+const LEVEL_CLASS = { certified: "st-completed", sampled: "st-running", unverified: "st-failed", broken: "st-failed" };
+const level = (info) => info.level ?? (info.guaranteed ? "sampled" : "unverified");
+
 function determinismBlock(info) {
   if (!info) return notice("No determinism record.");
   const modes = Object.entries(info.shared_server_modes ?? {});
   return h("div", { class: "determinism", id: "determinism" },
-    h("p", {}, h("span", { class: `badge ${info.guaranteed ? "st-completed" : "st-failed"}` },
-      info.guaranteed ? "guaranteed" : "not guaranteed"),
-    " results are independent of the worker count"),
+    h("p", { id: "determinism-level", dataset: { level: level(info) } },
+      h("span", { class: `badge ${LEVEL_CLASS[level(info)] ?? "st-failed"}` }, LEVEL_WORDS[level(info)] ?? level(info)),
+      ` ${info.level_detail ?? (info.guaranteed ? "results independent of the worker count" : "")}`),
     keyValues([["seed function", h("code", {}, info.seed_function ?? "–")],
       ["shared servers", modes.map(([name, mode]) => `${name}: ${mode}`).join(" · ") || "none"]]),
     batchedFunctions(info.batched_functions),
@@ -216,13 +237,16 @@ function batchedFunctions(functions) {
   const mismatch = (f) => (f.mismatch == null ? "–" : `${f.mismatch}${isNum(f.first_episode_affected)
     ? ` (first episode affected: ${f.first_episode_affected})` : ""}`);
   return scroller(dataTable("batched-functions",
-    ["Batched function", "Mode", "Verified by", "Audited", "Batched", "Mismatch"],
-    rows.map(([name, f]) => h("tr", { "data-function": name, "data-verified": String(!!f.verified) },
+    ["Batched function", "Level", "Mode", "Verified by", "Audited", "Batched", "Mismatch"],
+    rows.map(([name, f]) => h("tr", { "data-function": name, "data-verified": String(!!f.verified),
+      "data-level": f.level ?? "" },
       rowHead(name),
+      h("td", { title: f.level_detail ?? "" }, f.level ? LEVEL_WORDS[f.level] ?? f.level : "–"),
       h("td", {}, h("span", { class: `badge ${f.verified ? "st-completed" : "st-failed"}` }, f.mode)),
-      h("td", {}, f.verified_by ?? "–"), num(f.batches_audited ?? 0), num(f.batched_requests ?? 0),
-      h("td", {}, mismatch(f)))),
-    [3, 4]));
+      h("td", {}, f.verified_by ?? "–"),
+      num(isNum(f.run_batches) ? `${f.run_batches_audited ?? 0} of ${f.run_batches}` : f.batches_audited ?? 0),
+      num(f.batched_requests ?? 0), h("td", {}, mismatch(f)))),
+    [4, 5]));
 }
 
 function graphBlock(graph) {

@@ -4,7 +4,7 @@ import { runHref } from "./api.js";
 import { h, statusBadge } from "./dom.js";
 import { fmtNum, fmtTime } from "./format.js";
 import {
-  allEpisodesEnded, etaText, healthBadge, progressBox, runActions, setProgress, shownStatus, successText,
+  allEpisodesEnded, etaText, healthBadge, progressBox, runActions, setProgress, shownStatus, successDetail, successText,
 } from "./run_summary.js";
 
 export const DIFF_PREFIX = "diff:";
@@ -53,7 +53,10 @@ const RUN_COLUMNS = {
     fill: (td, s) => { td.textContent = s.config?.worker_count ?? s.worker_count ?? ""; } },
   progress: { head: "Episodes", build: () => progressBox(),
     fill: (td, s, source) => setProgress(td.firstChild, s, source) },
-  success: { head: "Success", num: true, fill: (td, s) => { td.textContent = successText(s); } },
+  success: { head: "Success", num: true, fill: (td, s) => {
+    td.textContent = successText(s);
+    td.title = successDetail(s);
+  } },
   eta: { head: "ETA", num: true, fill: (td, s) => { td.textContent = etaText(s); } },
   started: { head: "Started", fill: (td, s) => { td.textContent = fmtTime(s.timings?.started_at); } },
   priority: { head: "Priority", num: true, fill: (td, s) => { td.textContent = s.priority ?? 0; } },

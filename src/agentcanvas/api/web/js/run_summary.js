@@ -95,11 +95,23 @@ export function successRate(summary) {
   return isNum(agg?.mean) ? agg.mean : summary.success_rate;
 }
 
+// Success over the scored episodes, and beside it what the errors could change; the title
+// (successDetail) adds the rate with errors as failures and the worst/best cases.
 export function successText(summary) {
   const agg = summary.aggregate_metrics?.success;
   const rate = successRate(summary);
   if (!isNum(rate)) return errorCount(summary) ? "– (no verdicts)" : "–";
-  return agg ? `${fmtPct(rate)} (${coverageText(agg.n, summary)})` : fmtPct(rate);
+  if (!agg) return fmtPct(rate);
+  const planned = isNum(agg.n_planned) ? agg.n_planned : summary.episodes_total;
+  const text = `${fmtPct(rate)} (${coverageText(agg.n, { episodes_total: planned })})`;
+  return agg.n_errors ? `${text} · ${agg.n_errors} errors not scored` : text;
+}
+
+export function successDetail(summary) {
+  const agg = summary.aggregate_metrics?.success;
+  if (!agg || !agg.n_errors) return "";
+  return `${fmtPct(agg.errors_as_failures)} with errors as failures; `
+    + `worst–best ${fmtPct(agg.worst)}–${fmtPct(agg.best)} over every planned episode`;
 }
 
 export function etaText(summary) {
