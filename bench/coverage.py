@@ -14,7 +14,13 @@ grid), as a markdown table:
 - betting: seeded Monte Carlo, Beta(4 mu, 4 (1 - mu)) and Bernoulli(mu) data;
 - t: seeded Monte Carlo, normal data (sd 0.1); a lognormal(0, 1) row is reported apart;
 - mover: seeded Monte Carlo, the equal-weight mean of three strata of n Bernoulli episodes
-  each (rates p - s, p, p + s, s = min(p, 1 - p) / 2), Wilson per stratum.
+  each (rates p - s, p, p + s, s = min(p, 1 - p) / 2), Wilson per stratum;
+- mover-newcombe (stratified paired difference, as ``comparison._stratified`` computes it):
+  seeded Monte Carlo, three strata of n pairs each with marginals p_A in (p - s, p, p + s) and
+  p_B = p_A + d, d in {0, 0.1, -0.2} where every p_B is in (0, 1), within-pair correlation 0
+  and 0.5 (as for newcombe; a configuration is left out where a stratum cannot have it);
+  the mean of the per-stratum differences, MOVER over the per-stratum Newcombe intervals
+  with weights 1/3; the truth is the mean over the strata of p_B - p_A.
 
 ``--quick`` uses the tests' three true values per region and fewer replications (< 1 min).
 """
@@ -49,7 +55,7 @@ FULL_REGIONS: dict[str, tuple[float, ...]] = {
     "middle": (0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7),
     "near 1": (0.9, 0.91, 0.92, 0.93, 0.94, 0.95, 0.96, 0.97, 0.98, 0.99),
 }
-METHODS = ("wilson", "clopper-pearson", "newcombe", "betting", "t", "mover")
+METHODS = ("wilson", "clopper-pearson", "newcombe", "betting", "t", "mover", "mover-newcombe")
 
 FloatArray = npt.NDArray[np.float64]
 # One measurement: (coverage, mean width) at one true value / configuration.
@@ -71,6 +77,14 @@ def binary_points(method: str, n: int, ps: tuple[float, ...]) -> list[Point]:
     return out
 
 
+def paired_cells(p_a: float, p_b: float, rho: float) -> FloatArray | None:
+    """Cell probabilities [both, a_only, b_only, neither] of pairs with marginals p_A, p_B
+    and within-pair correlation rho; None where no such table exists."""
+    both = p_a * p_b + rho * math.sqrt(p_a * (1 - p_a) * p_b * (1 - p_b))
+    cells = np.array([both, p_a - both, p_b - both, 1 - p_a - p_b + both])
+    return np.clip(cells, 0.0, 1.0) if (cells >= -1e-12).all() else None
+
+
 def paired_configs(ps: tuple[float, ...]) -> Iterator[tuple[float, FloatArray]]:
     """(true p_B - p_A, cell probabilities [both, a_only, b_only, neither])."""
     for p_a in ps:
@@ -79,10 +93,9 @@ def paired_configs(ps: tuple[float, ...]) -> Iterator[tuple[float, FloatArray]]:
             if not 0.0 < p_b < 1.0:
                 continue
             for rho in (0.0, 0.5):
-                both = p_a * p_b + rho * math.sqrt(p_a * (1 - p_a) * p_b * (1 - p_b))
-                cells = np.array([both, p_a - both, p_b - both, 1 - p_a - p_b + both])
-                if (cells >= -1e-12).all():
-                    yield p_b - p_a, np.clip(cells, 0.0, 1.0)
+                cells = paired_cells(p_a, p_b, rho)
+                if cells is not None:
+                    yield p_b - p_a, cells
 
 
 def newcombe_points(
@@ -167,12 +180,53 @@ def mover_points(n: int, ps: tuple[float, ...], reps: int, rng: np.random.Genera
     return out
 
 
+def stratified_paired_configs(
+    ps: tuple[float, ...],
+) -> Iterator[tuple[float, list[FloatArray]]]:
+    """(true stratified p_B - p_A, the cells of each of three strata): p_A of the strata
+    around p as for mover, p_B = p_A + delta in every stratum, the same rho in each."""
+    for p in ps:
+        strata_a = _mover_strata(p)
+        for delta in (0.0, 0.1, -0.2):
+            strata_b = [round(p_a + delta, 10) for p_a in strata_a]
+            if not all(0.0 < p_b < 1.0 for p_b in strata_b):
+                continue
+            for rho in (0.0, 0.5):
+                cells = [paired_cells(a, b, rho) for a, b in zip(strata_a, strata_b, strict=True)]
+                strata = [c for c in cells if c is not None]
+                if len(strata) == len(cells):
+                    diffs = [b - a for a, b in zip(strata_a, strata_b, strict=True)]
+                    yield sum(diffs) / len(diffs), strata
+
+
+def mover_newcombe_points(
+    n: int, ps: tuple[float, ...], reps: int, rng: np.random.Generator
+) -> list[Point]:
+    """The stratified paired difference of ``comparison._stratified``: the equal-weight mean
+    of the per-stratum differences, MOVER over the per-stratum Newcombe intervals."""
+    out: list[Point] = []
+    for truth, strata in stratified_paired_configs(ps):
+        weights = [1.0 / len(strata)] * len(strata)
+        draws = [rng.multinomial(n, cells, size=reps).tolist() for cells in strata]
+        hits, width = 0, 0.0
+        for tables in zip(*draws, strict=True):
+            low, high = mover_sum(
+                [(g - f) / n for _, f, g, _ in tables],
+                [newcombe_paired(e, f, g, h) for e, f, g, h in tables],
+                weights,
+            )
+            hits += low <= truth + 1e-12 and truth - 1e-12 <= high
+            width += high - low
+        out.append((hits / reps, width / reps))
+    return out
+
+
 def reps_for(method: str, n: int, quick: bool) -> int:
     if method == "betting":
         table = {5: 300, 10: 300, 30: 200, 100: 100, 1000: 25}
         full = {5: 1000, 10: 1000, 30: 1000, 100: 500, 1000: 100}
         return table[n] if quick else full[n]
-    if method in ("t", "mover"):
+    if method in ("t", "mover", "mover-newcombe"):
         return (1000 if n < 1000 else 500) if quick else (4000 if n < 1000 else 2000)
     return 1000 if quick else 4000  # newcombe at n = 1000
 
@@ -189,6 +243,8 @@ def measure(
         return betting_points(n, ps, reps, rng)
     if method == "t":
         return t_points(n, ps, reps, rng)
+    if method == "mover-newcombe":
+        return mover_newcombe_points(n, ps, reps, rng)
     return mover_points(n, ps, reps, rng)
 
 

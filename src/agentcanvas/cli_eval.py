@@ -292,6 +292,9 @@ def print_summary(run: EvalRun, where: str) -> None:
         f"health {run.health.verdict} ({run.health.error_count} errors)"
     )
     stderr.print(metrics_table(run.aggregate_metrics, title))
+    for name, agg in run.aggregate_metrics.items():
+        if agg.note:
+            stderr.print(f"  {name}: {agg.note}", style="yellow", markup=False)
     stderr.print(task_table(run.aggregate_by_task))
     stderr.print(f"status counts: {run.status_counts}")
     health = run.health

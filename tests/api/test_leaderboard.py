@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from agentcanvas.eval.intervals import newcombe_paired
 from agentcanvas.eval.metrics import wilson_interval
 from support.backend import Backend
 from support.cli import run_cli
@@ -94,8 +95,13 @@ def test_compare_of_two_of_them_gives_the_overall_paired_difference(
     assert overall["n"] == len(a) == len(b)
     assert overall["delta"] == pytest.approx((sum(b) - sum(a)) / len(a))
     assert overall["delta"] < 0  # the tight budget fails episodes the graph's budget solves
-    excludes_zero = overall["delta_lo"] > 0 or overall["delta_hi"] < 0
-    assert excludes_zero == (result["mcnemar"]["p_value"] < 0.05)
+    # Newcombe's interval (method 10) on the runs' own 2x2 table of paired outcomes.
+    pairs = list(zip(a, b, strict=True))
+    table = [
+        sum(1 for x, y in pairs if (x, y) == cell) for cell in ((1, 1), (1, 0), (0, 1), (0, 0))
+    ]
+    assert (overall["delta_lo"], overall["delta_hi"]) == pytest.approx(newcombe_paired(*table))
+    assert overall["delta_lo"] < overall["delta"] < overall["delta_hi"]
     assert overall["p_value"] == result["mcnemar"]["p_value"]
 
 

@@ -395,3 +395,14 @@ def test_metric_aggregate_is_frozen_and_survives_a_disk_round_trip(tmp_path: Pat
 
 def test_the_record_type_satisfies_the_protocol() -> None:
     assert _as_episode_like(Ep(0, "t")).index == 0
+
+
+def test_wilson_says_where_its_coverage_falls_short() -> None:
+    """Near 0 or 1 at small n Wilson under-covers for some true rates (bench/coverage.py):
+    the aggregate says so and names the exact alternative; in the middle it says nothing."""
+    edge = aggregate_metrics([Ep(i, "t", metrics={"success": i == 0}) for i in range(20)])
+    assert edge["success"].note is not None and "clopper-pearson" in edge["success"].note
+    middle = aggregate_metrics([Ep(i, "t", metrics={"success": i % 2 == 0}) for i in range(20)])
+    assert middle["success"].note is None
+    large = aggregate_metrics([Ep(i, "t", metrics={"success": i == 0}) for i in range(500)])
+    assert large["success"].note is None

@@ -107,7 +107,7 @@ def test_a_run_whose_every_episode_raised_looks_unhealthy(
     open_route(page, backend, f"#/run/{clean}")
     page.locator("#header-health [data-verdict=clean]").wait_for()
     assert page.locator(".run-header.unhealthy").count() == 0
-    row_n = page.locator("#aggregate-table tr[data-metric=success] td").nth(2).inner_text()
+    row_n = page.locator("#aggregate-table tr[data-metric=success] td").nth(3).inner_text()
     assert row_n == "n = 3 of 3"
 
 
@@ -366,7 +366,7 @@ def test_a_run_cancelled_early_shows_cancellations_apart_from_errors_and_its_cov
     not_run = total - completed - in_flight
     assert page.locator(".stat.not-run strong").inner_text() == str(not_run)
     assert f"({coverage})" in page.locator(".stat.success").inner_text()
-    row_n = page.locator("#aggregate-table tr[data-metric=success] td").nth(2).inner_text()
+    row_n = page.locator("#aggregate-table tr[data-metric=success] td").nth(3).inner_text()
     assert row_n == coverage
     assert page.locator("#episode-table tbody tr[data-outcome=error]").count() == 0
     if in_flight:  # its record says why it stopped, not in an error's red

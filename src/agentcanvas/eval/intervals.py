@@ -15,8 +15,8 @@ slow to import, and most processes that import this module never call them.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import Final
+from collections.abc import Callable, Sequence
+from typing import Any, Final
 
 import numpy as np
 
@@ -48,7 +48,12 @@ METHOD_NAMES: Final[dict[str, str]] = {
 
 # betting_interval: candidate means per unit of the (rescaled) range, the truncation c of the
 # bets and the weight θ of the upward bet in the hedged capital process.
-_BETTING_GRID: Final = 1000
+# A coarse grid of candidate means, then each bound narrowed twice on a grid of 50 steps:
+# a resolution of 1 / (200 · 50 · 50) = 2e-6 of the range for ~400 evaluations per value.
+_BETTING_GRID: Final = 200
+_BETTING_FINE: Final = 50
+_BETTING_REFINE: Final = 2
+_BETTING_MAX_CELLS: Final = 4_000_000
 _BETTING_TRUNCATION: Final = 0.5
 _BETTING_THETA: Final = 0.5
 
@@ -110,21 +115,23 @@ def betting_interval(
     (Waudby-Smith & Ramdas 2024, "Estimating means of bounded random variables by betting",
     JRSS-B 86:1, Theorem 3 and the hedged capital CI of section 4).
 
-    The values are rescaled to [0, 1]. For each candidate mean ``m`` on a grid of 1001 points
+    The values are rescaled to [0, 1]. For each candidate mean ``m`` on a grid of 201 points
     the hedged capital ``max(θ K⁺_t(m), (1-θ) K⁻_t(m))``, θ = 1/2, is built from
     ``K^±_t(m) = Π_{i<=t} (1 ± λ^±_i(m) (x_i - m))`` with the predictable plug-in bets tuned
     to the sample size n, ``λ_i = sqrt(2 log(2/α) / (n σ̂²_{i-1}))`` (σ̂² the regularised
     running variance, prior mean 1/2, prior variance 1/4), truncated at ``c/m`` (``K⁺``) and
     ``c/(1-m)`` (``K⁻``), c = 1/2. ``m`` is rejected when that capital reaches ``1/α`` at any
     time t <= n: the *running intersection*, valid by Ville's inequality and never wider
-    than the final-time set. The result is the smallest and largest grid points not
-    rejected, each widened outward by one grid step (so a mean between a rejected and an
-    accepted grid point is never excluded), mapped back and clipped to ``[lo, hi]``.
+    than the final-time set. Each bound is then bracketed between its outermost kept grid
+    point and the rejected one beyond it, and the bracket narrowed twice on a grid of 50
+    steps; the rejected end of the last bracket is the bound (so a mean between a rejected
+    and a kept point is never excluded): a resolution of 2e-6 of the range. Memory stays
+    near 4 M floats whatever n is (the grid is taken in blocks).
 
     The bets are predictable, so the interval depends on the ORDER of the values: callers
     pass them in a fixed order (sorted by episode index) to get a deterministic result.
     Valid (coverage >= confidence) for any distribution on ``[lo, hi]``, n = 1 included
-    (the interval is then wide). About 15 ms at n = 1000.
+    (the interval is then wide). About 10 ms at n = 1000.
     """
     alpha = _check_confidence("betting_interval", confidence)
     if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
@@ -147,36 +154,75 @@ def betting_interval(
     sigma2_prev = np.concatenate(([0.25], sigma2[:-1]))
     lam = np.sqrt(2.0 * math.log(2.0 / alpha) / (n * sigma2_prev))
 
-    grid = np.linspace(0.0, 1.0, _BETTING_GRID + 1)
-    c = _BETTING_TRUNCATION
-    with np.errstate(divide="ignore"):
-        cap_up = c / grid  # inf at m = 0: the bet is then λ itself
-        cap_down = c / (1.0 - grid)
-    diff = z[None, :] - grid[:, None]
-    # With θ = 1/2 both sides carry the same weight: θ K ≥ 1/α ⇔ log K ≥ log(1 / (θ α)).
     threshold = math.log(1.0 / (_BETTING_THETA * alpha))
-    # Each factor is >= 1 - c > 0 (|λ (x - m)| <= c), so log1p never sees -1.
-    up = np.minimum(lam[None, :], cap_up[:, None])
-    up *= diff
-    np.log1p(up, out=up)
-    np.cumsum(up, axis=1, out=up)
-    rejected = up.max(axis=1) >= threshold
-    down = np.minimum(lam[None, :], cap_down[:, None])
-    down *= diff
-    np.negative(down, out=down)
-    np.log1p(down, out=down)
-    np.cumsum(down, axis=1, out=down)
-    rejected |= down.max(axis=1) >= threshold
 
-    kept = np.flatnonzero(~rejected)
-    step = 1.0 / _BETTING_GRID
+    def rejected(grid: np.ndarray[Any, np.dtype[np.float64]]) -> np.ndarray[Any, Any]:
+        return _betting_rejected(z, lam, grid, threshold)
+
+    coarse = np.linspace(0.0, 1.0, _BETTING_GRID + 1)
+    kept = np.flatnonzero(~rejected(coarse))
     if kept.size == 0:  # cannot happen at the sample mean in practice; stay conservative
-        low01, high01 = 0.0, 1.0
-    else:
-        low01 = max(0.0, float(grid[kept[0]]) - step)
-        high01 = min(1.0, float(grid[kept[-1]]) + step)
+        return lo, hi
+    low01 = _refine(rejected, coarse, int(kept[0]), -1)
+    high01 = _refine(rejected, coarse, int(kept[-1]), +1)
     width = hi - lo
     return max(lo, lo + low01 * width), min(hi, lo + high01 * width)
+
+
+def _betting_rejected(
+    z: np.ndarray[Any, np.dtype[np.float64]],
+    lam: np.ndarray[Any, np.dtype[np.float64]],
+    grid: np.ndarray[Any, np.dtype[np.float64]],
+    threshold: float,
+) -> np.ndarray[Any, Any]:
+    """Which candidate means the hedged capital rejects at some t <= n; the grid is taken in
+    row blocks so that memory stays near ``_BETTING_MAX_CELLS`` floats whatever n is."""
+    c = _BETTING_TRUNCATION
+    out = np.empty(grid.size, dtype=bool)
+    rows = max(1, _BETTING_MAX_CELLS // max(z.size, 1))
+    for start in range(0, grid.size, rows):
+        m = grid[start : start + rows]
+        with np.errstate(divide="ignore"):
+            cap_up = c / m  # inf at m = 0: the bet is then λ itself
+            cap_down = c / (1.0 - m)
+        diff = z[None, :] - m[:, None]
+        # Each factor is >= 1 - c > 0 (|λ (x - m)| <= c), so log1p never sees -1.
+        up = np.minimum(lam[None, :], cap_up[:, None])
+        up *= diff
+        np.log1p(up, out=up)
+        np.cumsum(up, axis=1, out=up)
+        hit = up.max(axis=1) >= threshold
+        down = np.minimum(lam[None, :], cap_down[:, None])
+        down *= diff
+        np.negative(down, out=down)
+        np.log1p(down, out=down)
+        np.cumsum(down, axis=1, out=down)
+        hit |= down.max(axis=1) >= threshold
+        out[start : start + rows] = hit
+    return out
+
+
+def _refine(
+    rejected: Callable[[np.ndarray[Any, np.dtype[np.float64]]], np.ndarray[Any, Any]],
+    grid: np.ndarray[Any, np.dtype[np.float64]],
+    kept: int,
+    outward: int,
+) -> float:
+    """The bound beyond the outermost kept grid point ``kept``: the bracket between it and
+    its rejected outer neighbour is narrowed ``_BETTING_REFINE`` times on a finer grid, and
+    the rejected end of the last bracket is returned (so a mean between a rejected and a kept
+    point is never excluded)."""
+    outer = kept + outward
+    if outer < 0 or outer >= grid.size:
+        return float(grid[kept])  # the kept point is 0 or 1 itself
+    inside, outside = float(grid[kept]), float(grid[outer])
+    for _ in range(_BETTING_REFINE):
+        fine = np.linspace(outside, inside, _BETTING_FINE + 1)  # fine[0] rejected, fine[-1] kept
+        first_kept = int(np.argmax(~rejected(fine)))
+        if first_kept == 0:  # not monotone here: keep the bracket we have
+            break
+        outside, inside = float(fine[first_kept - 1]), float(fine[first_kept])
+    return outside
 
 
 def t_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float]:

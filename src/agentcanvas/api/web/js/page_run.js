@@ -95,7 +95,8 @@ function aggregateTable(summary, names) {
       num(fmtNum(a.mean)), num(fmtInterval(a.lo, a.hi)), num(coverageText(a.n, planned)),
       num(a.n_errors ?? "–"), num(fmtNum(a.errors_as_failures)),
       num(isNum(a.worst) ? `${fmtNum(a.worst)}–${fmtNum(a.best)}` : "–"), num(a.n_missing ?? 0),
-      h("td", { title: a.note ?? "" }, a.method_name || a.method));
+      h("td", { title: a.note ?? "" }, a.method_name || a.method,
+        a.note ? h("span", { class: "ci method-note" }, ` — ${a.note}`) : null));
   }), [2, 3, 4, 5, 6, 7, 8]);
 }
 
