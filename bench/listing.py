@@ -9,6 +9,10 @@ Then every run still active is cancelled, and once nothing runs the same listing
 runs in it) is requested as many times again: the idle figures. Both come from the same
 backend in the same run; the table prints p50/p95 side by side and loaded / idle.
 
+First, on the idle backend, the median latency of a small response (GET /api/graphs) on one
+keep-alive connection beside a new connection per request (a listener without TCP_NODELAY
+makes the keep-alive one wait ~40 ms for a delayed ACK).
+
 Also printed: the 1-minute load average at the end of the loaded phase and the most runs seen
 running at once (GET /api/eval/v2/queue), i.e. what admission let in. ``--serve-arg`` passes
 an argument to ``serve`` (repeatable), e.g. ``--serve-arg=--cpu-oversubscription=1.0``.
@@ -94,6 +98,29 @@ def listing_latency(backend: Backend) -> float:
     return elapsed
 
 
+KEEPALIVE_PATH = "/api/graphs"
+KEEPALIVE_REQUESTS = 60
+
+
+def keepalive_latency(backend: Backend) -> tuple[list[float], list[float]]:
+    """Small responses on one keep-alive connection, and each on a new connection: a
+    listener without TCP_NODELAY makes the first wait for the client's delayed ACK."""
+    kept: list[float] = []
+    fresh: list[float] = []
+    base = str(backend.http.base_url)
+    with httpx.Client(base_url=base, timeout=30.0) as client:
+        client.get(KEEPALIVE_PATH).raise_for_status()  # the connection, opened once
+        for _ in range(KEEPALIVE_REQUESTS):
+            started = time.perf_counter()
+            client.get(KEEPALIVE_PATH).raise_for_status()
+            kept.append(time.perf_counter() - started)
+    for _ in range(KEEPALIVE_REQUESTS):
+        started = time.perf_counter()
+        httpx.get(base + KEEPALIVE_PATH, timeout=30.0).raise_for_status()
+        fresh.append(time.perf_counter() - started)
+    return kept, fresh
+
+
 def load_shared(backend: Backend, graph: str) -> None:
     """Load the graph's shared node sets first, so that no run pays for it."""
     nodes = backend.http.get(f"/api/graphs/{graph}").json()["nodes"]
@@ -144,6 +171,15 @@ def percentile(samples: list[float], q: int) -> float:
     return statistics.quantiles(samples, n=100, method="inclusive")[q - 1]
 
 
+def report_keepalive(kept: list[float], fresh: list[float]) -> None:
+    k, f = statistics.median(kept), statistics.median(fresh)
+    print(
+        f"GET {KEEPALIVE_PATH}, {len(kept)} requests each, idle backend: median "
+        f"{k * 1e3:.1f} ms on one keep-alive connection | {f * 1e3:.1f} ms on a new connection "
+        f"each | keep-alive/new {k / f:.2f}x (a delayed ACK would show as ~40 ms kept)"
+    )
+
+
 def report(
     idle: list[float],
     loaded: list[float],
@@ -183,12 +219,14 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-listing-") as tmp:
         backend = Backend(Path(tmp), args.serve_arg)
         try:
+            kept, fresh = keepalive_latency(backend)
             load_shared(backend, args.graph)
             loaded, most_running, load1 = loaded_phase(backend, args)
             settle(backend)
             idle = [listing_latency(backend) for _ in range(max(len(loaded), 20))]
         finally:
             backend.close()
+    report_keepalive(kept, fresh)
     report(idle, loaded, most_running, load1, args)
     return 0
 

@@ -14,7 +14,7 @@ import psutil
 import uvicorn
 
 from agentcanvas import exit_codes
-from agentcanvas.api.security import is_loopback
+from agentcanvas.api.security import TOKEN_RULE, is_loopback, token_problem
 from agentcanvas.cli_common import (
     FRAMES_HELP,
     add_meta_arguments,
@@ -34,21 +34,16 @@ FOLLOW_POLL_S = 1.0
 def cmd_serve(args: argparse.Namespace) -> int:
     from agentcanvas.api.app import create_app
 
-    token = args.token or os.environ.get("AGENTCANVAS_TOKEN")
+    token = args.token if args.token is not None else (os.environ.get("AGENTCANVAS_TOKEN") or None)
+    source = "--token" if args.token is not None else "AGENTCANVAS_TOKEN"
+    if token is not None and (problem := token_problem(token)) is not None:
+        raise ConfigError(f"{source}: refused, {problem}; a token must be {TOKEN_RULE}")
     if not is_loopback(args.host) and not token:
         raise ConfigError(
             f"--host {args.host}: binding off loopback needs --token (or AGENTCANVAS_TOKEN)"
         )
     admission = AdmissionSettings.resolve(args.cpu_oversubscription, args.vram_capacity_mb)
-    sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((args.host, args.port))
-    except OSError as exc:
-        sock.close()
-        raise ConfigError(
-            f"--port {args.port}: cannot bind {args.host}:{args.port} ({exc.strerror})"
-        ) from exc
+    sock = listening_socket(args.host, args.port)
     port = sock.getsockname()[1]
     url = f"http://{args.host}:{port}"
     hosts = allowed_hosts(args.host, args.allow_host or [])
@@ -59,6 +54,25 @@ def cmd_serve(args: argparse.Namespace) -> int:
     config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=10)
     uvicorn.Server(config).run(sockets=[sock])
     return 0
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """The backend's bound TCP socket; a ConfigError naming --port when it cannot bind.
+
+    Its protocol is named IPPROTO_TCP: asyncio sets TCP_NODELAY on accepted connections only
+    for a socket whose protocol says TCP, and without it every small response on a
+    keep-alive connection waits for the client's delayed ACK. Set on the listener as well
+    (accepted sockets inherit it on Linux)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"--port {port}: cannot bind {host}:{port} ({exc.strerror})") from exc
+    return sock
 
 
 def allowed_hosts(host: str, extra: list[str]) -> set[str]:
@@ -201,7 +215,11 @@ def extend_parser(sub: Any) -> None:
     p = sub.add_parser("serve", help="run the backend (API, WebSocket, web page)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8765)
-    p.add_argument("--token", help="required when binding off loopback")
+    p.add_argument(
+        "--token",
+        help="required when binding off loopback (or AGENTCANVAS_TOKEN): at least 12 "
+        "printable ASCII characters without spaces",
+    )
     p.add_argument(
         "--allow-host",
         action="append",

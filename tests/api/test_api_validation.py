@@ -307,3 +307,58 @@ def test_serve_off_loopback_with_a_token(tmp_path: Path) -> None:
                 "GET", path, headers={**bearer, "Host": f"{address}:{off_loopback.port}"}
             )
             assert status == 200, body
+
+
+@pytest.mark.parametrize(
+    ("flags", "env_token", "why"),
+    [
+        (["--token", "   "], None, "it has 3 characters"),
+        (["--token", "short"], None, "it has 5 characters"),
+        (["--token", "twelve chars long"], None, "' '"),
+        ([], "            ", "AGENTCANVAS_TOKEN"),
+    ],
+)
+def test_a_blank_short_or_spaced_token_is_refused(
+    tmp_path: Path, flags: list[str], env_token: str | None, why: str
+) -> None:
+    """A token of spaces would make ``?token=+++`` (spaces, once decoded) a valid key."""
+    env = {k: v for k, v in os.environ.items() if k != "AGENTCANVAS_TOKEN"}
+    if env_token is not None:
+        env["AGENTCANVAS_TOKEN"] = env_token
+    done = subprocess.run(
+        [*COMMAND, "serve", "--host", "0.0.0.0", "--port", "0", *flags],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1, done
+    assert why in done.stderr and "at least 12 characters" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+
+
+async def test_the_backend_socket_gives_accepted_connections_tcp_nodelay() -> None:
+    """asyncio sets TCP_NODELAY on accepted connections only when the listener's protocol
+    says TCP; without it small keep-alive responses wait for a delayed ACK (bench/listing.py
+    measures the latency)."""
+    import asyncio
+
+    from agentcanvas.cli_backend import listening_socket
+
+    sock = listening_socket("127.0.0.1", 0)
+    seen: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted = writer.get_extra_info("socket")
+        seen.set_result(accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+        writer.close()
+
+    server = await asyncio.start_server(handle, sock=sock)
+    async with server:
+        _, writer = await asyncio.open_connection(*sock.getsockname()[:2])
+        assert await asyncio.wait_for(seen, 10) != 0
+        writer.close()
+    plain = socket.socket(socket.AF_INET)  # the old listener: protocol 0
+    assert plain.proto == 0 and sock.proto == socket.IPPROTO_TCP
+    plain.close()

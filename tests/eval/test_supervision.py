@@ -9,6 +9,7 @@ step latency so that a kill lands in the middle of an episode.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import time
@@ -170,3 +171,41 @@ async def test_server_dead_before_the_episode_starts_is_restarted_too(
     hit = assert_recovered(summary, baseline, range(N_EPISODES // N_WORKERS))
     assert hit.index == 0
     assert registry.server_alive("tenv#0")
+
+
+async def test_a_stopped_server_is_killed_at_once_and_the_episode_retried(
+    registry: WorkspaceComponentRegistry, baseline: EvalRun, tmp_path: Path
+) -> None:
+    """A SIGSTOPped server misses its deadline and cannot answer /health; it cannot use a
+    SIGTERM grace period either, so it is SIGKILLed at once: the episode is retried within
+    about the deadline plus the one-second health check, not deadline + 5 s + 5 s."""
+    deadline_s = 2.0
+    config = EvalConfig(
+        graph_name="supervised",
+        episode_count=N_EPISODES,
+        worker_count=N_WORKERS,
+        max_attempts=2,
+        per_step_timeout_s=deadline_s,
+    )
+    runner = BatchEvalRunner(
+        registry, make_graph(30.0), config, RunDir(tmp_path), run_id="20260101_000000"
+    )
+    victim = server_pid(registry, "tenv#0")
+    execution = asyncio.ensure_future(asyncio.wait_for(runner.execute(), RUN_DEADLINE_S))
+    try:
+        await wait_for_firings(runner.run_dir.episode_log_path(0), 3, POLL_DEADLINE_S, 0.002)
+        stopped_at = time.monotonic()
+        os.kill(victim, signal.SIGSTOP)
+        await wait_dead(registry, "tenv#0")  # killed, not waited for
+        killed_after_s = time.monotonic() - stopped_at
+        summary = await execution
+    finally:
+        execution.cancel()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(victim, signal.SIGKILL)
+
+    hit = assert_recovered(summary, baseline, range(N_EPISODES // N_WORKERS))
+    assert hit.index == 0 and server_pid(registry, "tenv#0") != victim
+    # Deadline, then at most the health check; the old path added a 5 s health timeout and a
+    # 5 s SIGTERM grace (12 s in all for a 2 s deadline).
+    assert killed_after_s < deadline_s + 1.0 + 2.5, killed_after_s

@@ -10,6 +10,22 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
+MIN_TOKEN_LENGTH = 12
+TOKEN_RULE = (
+    f"at least {MIN_TOKEN_LENGTH} characters, printable ASCII without spaces "
+    "(e.g. `python -c 'import secrets; print(secrets.token_urlsafe(24))'`)"
+)
+
+
+def token_problem(token: str) -> str | None:
+    """Why ``token`` cannot guard the API (``TOKEN_RULE``), or None when it can: a blank or
+    short token, or one with spaces (``?token=+++`` decodes to spaces), is refused."""
+    if len(token) < MIN_TOKEN_LENGTH:
+        return f"it has {len(token)} characters"
+    bad = sorted({c for c in token if not ("!" <= c <= "~")})
+    if bad:
+        return f"it contains {', '.join(repr(c) for c in bad)}"
+    return None
 
 
 def is_loopback(host: str) -> bool:

@@ -77,6 +77,7 @@ LIVE_AGGREGATE_DUTY = 0.03  # and take at most this share of the run's wall time
 LIVE_SAVE_MIN_INTERVAL_S = 0.2  # a recording rewrites the live summary.json at most this often
 log = logging.getLogger(__name__)
 RETRYABLE = ("error", "exception", "timeout")
+HEALTH_AFTER_FAILURE_S = 1.0  # the health check that decides whether a server is dead
 MAX_RECORDINGS_IN_FLIGHT = 2  # per worker: episodes written while the next ones run
 
 
@@ -382,10 +383,13 @@ class BatchEvalRunner:
             if attempt >= self.config.max_attempts:
                 return result
             try:
-                dead = await pool.dead_servers(handle)
+                # A live server answers /health in milliseconds; one that cannot within
+                # this (a stopped process) is killed at once: it could not use a grace period.
+                health_s = min(HEALTH_AFTER_FAILURE_S, self.config.per_step_timeout_s)
+                dead = await pool.dead_servers(handle, health_s)
                 if not dead:
                     return result  # the episode failed on its own: no retry
-                await pool.restart(handle, dead)
+                await pool.restart(handle, dead, kill=True)
             except Exception as exc:  # the run goes on; this episode keeps its failure
                 result.error = f"{result.error}; server restart failed: {exc}"
                 return result

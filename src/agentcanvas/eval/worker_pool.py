@@ -95,7 +95,9 @@ class EnvWorkerPool:
     def servers_alive(self, handle: WorkerHandle) -> bool:
         return all(self._registry.server_alive(key) for key in handle.server_keys())
 
-    async def dead_servers(self, handle: WorkerHandle) -> list[str]:
+    async def dead_servers(
+        self, handle: WorkerHandle, timeout_s: float | None = None
+    ) -> list[str]:
         """This slot's servers that have exited or no longer answer ``/health``.
 
         A SIGKILLed server resets its connections a moment before its exit can be seen, so
@@ -103,19 +105,22 @@ class EnvWorkerPool:
         """
         dead = []
         for key in handle.server_keys():
-            if not self._registry.server_alive(key) or not await self._answers(key):
+            if not self._registry.server_alive(key) or not await self._answers(key, timeout_s):
                 dead.append(key)
         return dead
 
-    async def _answers(self, key: str) -> bool:
-        return await self._registry.server_answers(key)
+    async def _answers(self, key: str, timeout_s: float | None = None) -> bool:
+        return await self._registry.server_answers(key, timeout_s)
 
-    async def restart(self, handle: WorkerHandle, keys: Sequence[str] | None = None) -> None:
-        """Restart this slot's dead servers (``keys``; default: those that exited), re-wire."""
+    async def restart(
+        self, handle: WorkerHandle, keys: Sequence[str] | None = None, *, kill: bool = False
+    ) -> None:
+        """Restart this slot's dead servers (``keys``; default: those that exited), re-wire;
+        ``kill``: SIGKILL them at once (they exited or do not answer: no grace to give)."""
         if keys is None:
             keys = [k for k in handle.server_keys() if not self._registry.server_alive(k)]
         for key in keys:
-            await self._registry.restart_server(key)
+            await self._registry.restart_server(key, kill=kill)
         handle.env_panel_overrides.clear()
         handle.server_url_overrides.clear()
         self._wire(handle)

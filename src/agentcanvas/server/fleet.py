@@ -50,10 +50,10 @@ class ServerRecord:
     def is_alive(self) -> bool:
         return self.server.is_alive() if self.server is not None else True
 
-    async def stop(self) -> None:
+    async def stop(self, *, kill: bool = False) -> None:
         await self.handle.close()
         if self.server is not None:  # borrowed: the shim's stop is a no-op
-            await self.server.stop()
+            await self.server.stop(kill=kill)
 
 
 @dataclass(frozen=True)
@@ -87,13 +87,16 @@ class ServerFleet:
         record = self.records.get(key)
         return record is not None and record.is_alive()
 
-    async def answers(self, key: str) -> bool:
-        """Whether the server of ``key`` answers ``/health`` now."""
+    async def answers(self, key: str, timeout_s: float | None = None) -> bool:
+        """Whether the server of ``key`` answers ``/health`` now (within ``timeout_s``)."""
         record = self.records.get(key)
         if record is None:
             return False
         try:
-            await record.handle.health()
+            if timeout_s is None:
+                await record.handle.health()
+            else:
+                await record.handle.health(timeout_s)
         except ServerError:
             return False
         return True
@@ -184,12 +187,13 @@ class ServerFleet:
         self.records[nodeset] = record
         return record
 
-    async def restart(self, key: str) -> ServerRecord:
-        """Stop (if needed) and relaunch an owned server; the record keeps its key."""
+    async def restart(self, key: str, *, kill: bool = False) -> ServerRecord:
+        """Stop (if needed; ``kill``: SIGKILL at once) and relaunch an owned server; the
+        record keeps its key."""
         old = self.records[key]
         if not old.owned:
             raise NodeSetError(f"{key} is borrowed; only its owner can restart it")
-        await old.stop()
+        await old.stop(kill=kill)
         server = await self.launcher.launch(old.nodeset, old.tag)
         old.server, old.url = server, server.url
         old.handle = self._handle(key, old.nodeset, server)

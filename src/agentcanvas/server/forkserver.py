@@ -46,6 +46,7 @@ __all__ = ["ForkTemplate", "ForkedServer"]
 
 _REQUEST_TIMEOUT_S = 5.0
 _KILL_WAIT_S = 5.0
+_TERM_TIMEOUT_S = 5.0  # a forked server's grace period after SIGTERM
 _POLL_S = 0.01
 
 
@@ -66,8 +67,10 @@ class ForkedServer:
         readable, _, _ = select.select([self._pidfd], [], [], 0)
         return not readable  # a pidfd turns readable when its process exits
 
-    async def stop(self, term_timeout_s: float = 5.0) -> None:
-        """SIGTERM, wait, SIGKILL, wait until gone (the template reaps it)."""
+    async def stop(self, *, kill: bool = False) -> None:
+        """SIGTERM, wait, SIGKILL, wait until gone (the template reaps it); ``kill``: no
+        grace period."""
+        term_timeout_s = 0.0 if kill else _TERM_TIMEOUT_S
         if self._pidfd < 0:
             return
         try:

@@ -42,7 +42,10 @@ class LaunchedServer(Protocol):
 
     def is_alive(self) -> bool: ...
 
-    async def stop(self) -> None: ...
+    async def stop(self, *, kill: bool = False) -> None:
+        """SIGTERM with a grace period, then SIGKILL; ``kill``: SIGKILL at once (a server
+        that no longer answers, e.g. a stopped process, cannot use a grace period)."""
+        ...
 
 
 class ServerLauncher(Protocol):
@@ -63,8 +66,8 @@ class ProcessServer:
     def is_alive(self) -> bool:
         return self.child.is_alive()
 
-    async def stop(self) -> None:
-        await self.child.aclose(STOP_TIMEOUT_S)
+    async def stop(self, *, kill: bool = False) -> None:
+        await self.child.aclose(0.0 if kill else STOP_TIMEOUT_S)
 
 
 class LocalProcessLauncher:

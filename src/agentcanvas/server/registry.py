@@ -176,15 +176,15 @@ class WorkspaceComponentRegistry:
             )
         return record.handle
 
-    async def restart_server(self, key: str) -> NodeSetHandle:
-        return (await self.fleet.restart(key)).handle
+    async def restart_server(self, key: str, *, kill: bool = False) -> NodeSetHandle:
+        return (await self.fleet.restart(key, kill=kill)).handle
 
     def server_alive(self, key: str) -> bool:
         return self.fleet.alive(key)
 
-    async def server_answers(self, key: str) -> bool:
+    async def server_answers(self, key: str, timeout_s: float | None = None) -> bool:
         """Whether the server of ``key`` is known and answers ``/health`` now."""
-        return await self.fleet.answers(key)
+        return await self.fleet.answers(key, timeout_s)
 
     def server_status(self) -> dict[str, ServerStatus]:
         return self.fleet.status()
