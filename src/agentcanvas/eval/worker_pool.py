@@ -95,9 +95,7 @@ class EnvWorkerPool:
     def servers_alive(self, handle: WorkerHandle) -> bool:
         return all(self._registry.server_alive(key) for key in handle.server_keys())
 
-    async def dead_servers(
-        self, handle: WorkerHandle, timeout_s: float | None = None
-    ) -> list[str]:
+    async def dead_servers(self, handle: WorkerHandle, timeout_s: float | None = None) -> list[str]:
         """This slot's servers that have exited or no longer answer ``/health``.
 
         A SIGKILLed server resets its connections a moment before its exit can be seen, so
