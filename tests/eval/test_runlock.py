@@ -68,6 +68,14 @@ def test_the_lock_has_one_holder_and_dies_with_it(
     assert holder_pid(run_dir) == holder.pid
     with pytest.raises(RunLockedError, match=f"written by process {holder.pid}"):
         RunLock(run_dir).acquire(wait_s=0.2)
+    # Unlinking the pid file takes nothing from the holder: the lock is on the folder itself
+    # (a new _LOCK would be a new inode that anyone could lock).
+    (run_dir.root / "_LOCK").unlink()
+    assert is_locked(run_dir)
+    with pytest.raises(RunLockedError, match="written by another process"):
+        RunLock(run_dir).acquire(wait_s=0.2)
+    assert not (run_dir.root / "_LOCK").exists()  # a refused writer wrote nothing
+    (run_dir.root / "_LOCK").write_text(f"{holder.pid}\n")  # as before, for the checks below
 
     holder.send_signal(signal.SIGKILL)
     holder.wait(30)
@@ -150,11 +158,15 @@ def test_a_foreground_eval_holds_its_folder_for_its_whole_life(
 
     run_dir = poll_until(running_folder, "the foreground run to record episodes", DEADLINE_S)
     assert holder_pid(run_dir) == cli.pid
-    # A backend starting now must not take the living run for a dead one.
+    # A backend starting now must not take the living run for a dead one, even with the
+    # folder's _LOCK file deleted under it.
+    (run_dir.root / "_LOCK").unlink()
     monkeypatch.setattr(restart, "RECOVER_LOCK_WAIT_S", 0.3)
     scheduler = scheduler_for(runs_dir)
     assert scheduler.recover() == []
     assert read_json(run_dir.summary_path)["status"] == "running"
+    with pytest.raises(StateError, match="being written by"):
+        scheduler.resume(run_dir.root.name, {}, [])
 
     os.killpg(cli.pid, signal.SIGKILL)
     cli.wait(30)

@@ -1,4 +1,4 @@
-"""One writer per run folder: an OS lock (``flock``) on the folder's ``_LOCK`` file.
+"""One writer per run folder: an OS lock (``flock``) on the run folder itself.
 
 The eval process (the scheduler's subprocess, or the CLI's foreground eval) takes the lock
 before its first write and holds it until it exits; the scheduler takes it briefly around its
@@ -6,9 +6,12 @@ own writes (submit, cancel of a queued run, spawn, reap, resume, recover). Whoev
 it must not write: it refuses (:class:`~agentcanvas.errors.RunLockedError`, a StateError: HTTP
 409, CLI exit 1) or waits for it with a deadline.
 
-The kernel drops a flock when the process holding it dies (its file descriptions close), so a
-held lock always has a living holder: a lock is never stale. The pid written in the file is
-only for messages. The descriptor is close-on-exec, so servers the holder spawns do not
+The lock is on the folder's own inode, not on a file in it: a lock file can be unlinked under
+a living holder, and a new file of the same name is a new inode anyone could lock (two writers
+in one folder). The folder cannot be replaced while it holds the run. The kernel drops a flock
+when the process holding it dies (its file descriptions close), so a held lock always has a
+living holder: a lock is never stale. The holder writes its pid in ``_LOCK``, only for
+messages (a deleted ``_LOCK`` loses the pid, never the lock). The descriptor is close-on-exec, so servers the holder spawns do not
 inherit it. Two descriptors of the same file exclude each other even within one process, so
 the lock is not re-entrant: take it once per writer.
 """
@@ -54,10 +57,11 @@ class RunLock:
         """Take the lock, waiting up to ``wait_s`` seconds; RunLockedError when it stays held."""
         if self._fd is not None:
             raise RunLockedError(f"{self.path} is already held by this RunLock")
+        root = self.run_dir.root
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+            fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError as exc:
-            raise RunError(f"cannot open {str(self.path)!r}: {exc.strerror or exc}") from exc
+            raise RunError(f"cannot open {str(root)!r}: {exc.strerror or exc}") from exc
         deadline = time.monotonic() + wait_s
         while not _try_flock(fd):
             if time.monotonic() >= deadline:
@@ -66,8 +70,11 @@ class RunLock:
             time.sleep(_POLL_S)
         self._fd = fd
         with contextlib.suppress(OSError):  # the pid is for messages only
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            pid_fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+            try:
+                os.write(pid_fd, f"{os.getpid()}\n".encode())
+            finally:
+                os.close(pid_fd)
         return self
 
     def release(self) -> None:
@@ -118,9 +125,9 @@ def _try_flock(fd: int) -> bool:
 
 
 def is_locked(run_dir: RunDir) -> bool:
-    """Whether a living process holds the run folder's lock now (never creates the file)."""
+    """Whether a living process holds the run folder's lock now (creates nothing)."""
     try:
-        fd = os.open(_lock_path(run_dir), os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(run_dir.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
         return False
     try:
