@@ -11,9 +11,10 @@ a living holder, and a new file of the same name is a new inode anyone could loc
 in one folder). The folder cannot be replaced while it holds the run. The kernel drops a flock
 when the process holding it dies (its file descriptions close), so a held lock always has a
 living holder: a lock is never stale. The holder writes its pid in ``_LOCK``, only for
-messages (a deleted ``_LOCK`` loses the pid, never the lock). The descriptor is close-on-exec, so servers the holder spawns do not
-inherit it. Two descriptors of the same file exclude each other even within one process, so
-the lock is not re-entrant: take it once per writer.
+messages (a deleted ``_LOCK`` loses the pid, never the lock). The descriptor is
+close-on-exec, so servers the holder spawns do not inherit it. Two descriptors of the same
+folder exclude each other even within one process, so the lock is not re-entrant: take it
+once per writer.
 """
 
 from __future__ import annotations
