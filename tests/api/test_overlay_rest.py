@@ -101,3 +101,13 @@ def test_a_graph_and_node_set_only_in_the_overlay_run(backend: Backend) -> None:
 
     (episode,) = summary["episodes"]
     assert episode["status"] == "completed" and episode["metrics"]["tag"] == 7, episode
+
+
+def test_an_overlay_inside_the_outputs_folder_is_refused(backend: Backend) -> None:
+    """Run folders are written by runs: an overlay there would import whatever a run wrote."""
+    runs = backend.workspace / "outputs" / "eval_runs"
+    runs.mkdir(parents=True, exist_ok=True)
+    for folder in ("outputs", "outputs/eval_runs"):
+        status, body = _start(backend, "mini", active_workspace_dir=folder)
+        assert status == 400, body
+        assert "active_workspace_dir" in body["detail"] and "outputs/" in body["detail"]

@@ -31,6 +31,12 @@ def check_overlay(workspace: Path, folder: str) -> Path:
         ) from exc
     if not is_dir:
         raise UserInputError(f"active_workspace_dir: {folder!r} is not a folder")
+    outputs = (workspace / "outputs").resolve()
+    if path == outputs or outputs in path.parents:
+        raise UserInputError(
+            f"active_workspace_dir: {folder[:200]!r} is inside the workspace's outputs/ (run "
+            "folders, written by runs): give a folder of graphs/ and graph_nodes/ instead"
+        )
     return path
 
 

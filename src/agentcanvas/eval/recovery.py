@@ -11,6 +11,7 @@ naming the bad field).
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 
 from pydantic import ValidationError
@@ -31,6 +32,7 @@ __all__ = [
     "episodes_planned",
     "reconcile_summary",
     "refresh_counts",
+    "remove_stale_temp_files",
 ]
 
 
@@ -63,15 +65,33 @@ def refresh_counts(run: EvalRun, results: dict[int, EpisodeResult]) -> None:
     """
     ordered = [results[i] for i in sorted(results)]
     run.episodes = ordered
+    run.episodes_complete = True  # every record the folders hold: the rebuilt summary has all
+    run.episodes_aggregated = len(ordered)
     run.episodes_done = sum(1 for r in ordered if r.status != "cancelled")
     run.status_counts = metrics.status_counts(ordered)
     run.aggregate_metrics = metrics.aggregate_metrics(ordered, run.metric_rules)
     run.aggregate_by_task = metrics.aggregate_by_task(ordered, run.metric_rules)
 
 
+def remove_stale_temp_files(run_dir: RunDir) -> list[str]:
+    """Delete the temp files of atomic writes a killed writer left behind (``.NAME.*.tmp``
+    in the folder and its episode folders); only under the run's lock, when no writer can
+    be mid-write. The names removed, relative to the folder."""
+    removed = []
+    folders = [run_dir.root, *sorted(run_dir.episodes_dir.glob("ep*"))]
+    for folder in folders:
+        for stale in folder.glob(".*.tmp"):
+            with contextlib.suppress(OSError):
+                stale.unlink()
+                removed.append(str(stale.relative_to(run_dir.root)))
+    return removed
+
+
 def reconcile_summary(run_dir: RunDir) -> EvalRun:
     """summary.json's run with its episodes, counts and aggregates taken from the episode
-    folders (the caller sets the status, writes it, and holds the run's lock)."""
+    folders (the caller sets the status, writes it, and holds the run's lock). Temp files
+    of writes a killed writer never finished are removed first."""
+    remove_stale_temp_files(run_dir)
     try:
         run = EvalRun.model_validate(read_json(run_dir.summary_path))
     except (RunError, ValidationError):

@@ -68,6 +68,9 @@ def settle_exited(run_dir: RunDir, cancelled: bool, returncode: int | None) -> s
     """The final status of a run whose eval process has exited (lock held): its own, or
     ``cancelled``/``aborted`` with the summary rebuilt when it could not write it."""
     status = read_status(run_dir)
+    if not run_dir.is_done() and _final_summary_written(run_dir):
+        run_dir.touch_done()  # killed between its final summary and _DONE: it had ended
+        return status
     if not run_dir.is_done():
         status = "cancelled" if cancelled else "aborted"
         mark_ended(run_dir, status, f"the eval process exited ({returncode}) before the run ended")
@@ -77,6 +80,19 @@ def settle_exited(run_dir: RunDir, cancelled: bool, returncode: int | None) -> s
         status = "failed"
         set_status(run_dir, status, error="the eval process ended without a final status")
     return status
+
+
+def _final_summary_written(run_dir: RunDir) -> bool:
+    """Whether summary.json is a run's final word: a terminal status that is not resumable
+    (aborted is), with every record (``episodes_complete``)."""
+    try:
+        summary = read_json(run_dir.summary_path)
+    except RunError:
+        return False
+    if not isinstance(summary, dict):
+        return False
+    final = summary.get("status") in ("completed", "failed", "cancelled")
+    return final and summary.get("episodes_complete") is True
 
 
 def settle_at_shutdown(run_dir: RunDir, cancelled: bool) -> None:
