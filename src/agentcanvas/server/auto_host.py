@@ -390,11 +390,21 @@ async def serve(
     )
     server = _Server(config)
     loop = asyncio.get_running_loop()
+    record: Path | None = None
+
+    def on_signal(signum: int) -> None:
+        if _orphaned():  # our parent died (the kernel's parent-death SIGTERM): nobody to
+            # answer, nothing to hand over; a graceful stop (a model's close) would only
+            # outlive it
+            if record is not None:
+                remove_record(record)
+            os._exit(0)
+        server.handle_exit(signum, None)
+
     for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, server.handle_exit, signum, None)
+        loop.add_signal_handler(signum, on_signal, signum)
     serving = asyncio.ensure_future(server.serve(sockets=[sock]))
     answering = asyncio.ensure_future(calls.serve())
-    record: Path | None = None
     try:
         await _until_started(server, serving)
         if record_dir is not None:
@@ -411,6 +421,12 @@ async def serve(
         if record is not None:
             remove_record(record)
         await instance.close()
+
+
+def _orphaned() -> bool:
+    """Whether the parent that started us (``PARENT_PID_ENV``) is gone."""
+    expected = os.environ.get(procs.PARENT_PID_ENV)
+    return expected is not None and expected.isdigit() and os.getppid() != int(expected)
 
 
 def _announce(nodeset: str, url: str, port: int, call_endpoint: str) -> None:
