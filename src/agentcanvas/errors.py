@@ -13,7 +13,9 @@
     │   │   ├── EpisodeNotFoundError  the run has no episode of that index (yet)
     │   │   └── AssetNotFoundError    the episode has no asset of that name
     │   ├── UnsafeNameError       a name that would become a path fails the pattern/containment
-    │   └── ConfigError           an eval config or spec field is invalid
+    │   ├── ConfigError           an eval config or spec field is invalid
+    │   └── DamagedRunError       a run folder's file is unreadable, too large or off its
+    │                             model (names the file and the field; HTTP 422)
     ├── NodeSetError              a node set failed to load or to start
     ├── ServerError               a node-set server is unreachable, hung or died
     │   ├── ServerDiedError       the server process is gone (supervision restarts it)
@@ -79,6 +81,12 @@ class UnsafeNameError(UserInputError):
 
 class ConfigError(UserInputError):
     """An eval configuration or run spec is invalid."""
+
+
+class DamagedRunError(UserInputError):
+    """A file of a run folder (summary.json, episode.json, spec.json, ...) is not what its
+    typed model says: garbage bytes, the wrong JSON type, a field of the wrong type, missing
+    or too large to read. The message names the file and the field."""
 
 
 class NodeSetError(AgentCanvasError):

@@ -34,10 +34,9 @@ from typing import TYPE_CHECKING, Any, Literal, TextIO
 from agentcanvas import jsontext
 from agentcanvas.errors import RunNotFoundError, UserInputError
 from agentcanvas.eval import health
-from agentcanvas.eval.records import episode_records
+from agentcanvas.eval.records import episode_records, read_summary
 from agentcanvas.eval.run_index import RunIndex
 from agentcanvas.eval.store import RunDir
-from agentcanvas.fileio import read_json
 from agentcanvas.paths import runs_dir, safe_child
 
 if TYPE_CHECKING:
@@ -113,7 +112,9 @@ def _workspace_runs(workspace: str | Path | None) -> Path:
 def read_run(runs: Path, run_id: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The summary of run ``run_id`` under ``runs`` and its records (the one rule).
 
-    UserInputError naming ``run_id`` when there is no such run or it has no summary yet.
+    UserInputError naming ``run_id`` when there is no such run or it has no summary yet;
+    DamagedRunError naming the file and the field when its summary is off ``EvalRun`` (the
+    records of a live run's index that are no valid record are skipped).
     """
     folder = safe_child(runs, "run_id", run_id, field="run_id")
     run_dir = RunDir(folder)
@@ -124,7 +125,7 @@ def read_run(runs: Path, run_id: str) -> tuple[dict[str, Any], list[dict[str, An
             f"run_id: run {run_id!r} {what} in {str(runs)!r} (give a run id listed there, "
             "or run from the workspace that holds it / set AGENTCANVAS_HOME to it)"
         )
-    summary = read_json(run_dir.summary_path)
+    summary = read_summary(run_dir.summary_path, f"run {run_id}: summary.json")
     return summary, episode_records(run_dir, summary)
 
 

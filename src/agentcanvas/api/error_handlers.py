@@ -1,9 +1,9 @@
 """How refusals are answered: one JSON shape (:class:`~.models.ErrorBody`) for every 4xx.
 
-Errors from agentcanvas's tree map by class (:data:`STATUS_BY_TYPE`: not found → 404, bad
-input → 400, wrong state → 409, a node-set server out of protocol → 502); anything else is a
-real bug and stays a 500. Validation errors name the field with its location
-(``body.episode_count: Input should be a valid integer``).
+Errors from agentcanvas's tree map by class (:data:`STATUS_BY_TYPE`: not found → 404, a
+damaged run-folder file → 422, bad input → 400, wrong state → 409, a node-set server out of
+protocol → 502); anything else is a real bug and stays a 500. Validation errors name the
+field with its location (``body.episode_count: Input should be a valid integer``).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse
 
 from agentcanvas.errors import (
     AgentCanvasError,
+    DamagedRunError,
     NotFoundError,
     ProtocolError,
     StateError,
@@ -30,6 +31,7 @@ _NOT_AN_OBJECT = frozenset({"missing", "model_attributes_type", "dict_type", "mo
 
 STATUS_BY_TYPE: Final[tuple[tuple[type[AgentCanvasError], int], ...]] = (
     (NotFoundError, 404),  # before its base, UserInputError
+    (DamagedRunError, 422),  # a run folder's file off its model; before UserInputError
     (UserInputError, 400),
     (StateError, 409),
     (ProtocolError, 502),  # a node-set server answered out of protocol (or another version)

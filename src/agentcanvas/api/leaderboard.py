@@ -16,6 +16,7 @@ from agentcanvas.eval.comparison import leaderboard
 from agentcanvas.paths import NAME_PATTERNS
 
 from .models import error_responses
+from .runs import comparable
 
 router = APIRouter(prefix="/api/eval/v2", tags=["eval"], responses=error_responses(400, 403, 422))
 
@@ -50,5 +51,5 @@ async def run_leaderboard(runs: RunList, request: Request) -> dict[str, Any]:
     """N runs ranked by overall success rate (over the tasks they all have), with per-task
     rates and Wilson 95 % intervals; ``methods`` names how each number is computed."""
     cache = request.app.state.services.runs
-    summaries = [cache.summary(run_id) for run_id in parse_run_list(runs)]
+    summaries = [comparable(cache.summary(run_id)) for run_id in parse_run_list(runs)]
     return leaderboard(summaries)

@@ -1,7 +1,8 @@
 """Routes about one run beyond its summary: its name/tags/note and its episodes' distributions.
 
 ``GET/PATCH /runs/{run_id}/meta`` read and edit ``meta.json`` (strict JSON body, unknown
-fields refused, a 422 naming the field). ``GET /runs/{run_id}/distributions`` answers
+fields refused, a 422 naming the field; a damaged meta.json is a 422 naming it, and an edit
+replaces it). ``GET /runs/{run_id}/distributions`` answers
 histograms of each task's steps and return, and the step budgets the episodes ran under (the
 effective budget, also when the config left it to the graph or the env).
 """
@@ -13,7 +14,9 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from agentcanvas.eval.run_meta import MetaPatch, RunMeta, read_meta, update_meta, write_meta
+from agentcanvas.errors import DamagedRunError
+from agentcanvas.eval.run_index import read_checked_meta
+from agentcanvas.eval.run_meta import MetaPatch, RunMeta, update_meta, write_meta
 
 from .episode_stats import distributions
 from .models import RunId, error_responses
@@ -33,14 +36,22 @@ def save_start_meta(
 
 @router.get("/runs/{run_id}/meta", response_model=RunMeta, responses=error_responses(404))
 async def get_meta(run_id: RunId, request: Request) -> RunMeta:
-    """The run's name, tags and note (empty when none were set)."""
-    return read_meta(request.app.state.services.runs.run_dir(run_id).root)
+    """The run's name, tags and note (empty when none were set); 422 naming the field when
+    meta.json is damaged."""
+    root = request.app.state.services.runs.run_dir(run_id).root
+    return read_checked_meta(root, f"run {run_id}: meta.json")
 
 
 @router.patch("/runs/{run_id}/meta", response_model=RunMeta, responses=error_responses(404))
 async def patch_meta(run_id: RunId, body: MetaPatch, request: Request) -> RunMeta:
-    """Replace the fields given (``null`` clears one); the run's spec is never rewritten."""
-    return update_meta(request.app.state.services.runs.run_dir(run_id).root, body)
+    """Replace the fields given (``null`` clears one); the run's spec is never rewritten. A
+    damaged meta.json is replaced (the edit starts from an empty meta)."""
+    root = request.app.state.services.runs.run_dir(run_id).root
+    try:
+        read_checked_meta(root)
+    except DamagedRunError:
+        write_meta(root, RunMeta())
+    return update_meta(root, body)
 
 
 @router.get("/runs/{run_id}/distributions", responses=error_responses(404))

@@ -3,6 +3,12 @@
 A run's per-episode records come from its final summary once it has ended, and from its
 ``episodes.jsonl`` index while it runs (agentcanvas.eval.records); the cache follows a live
 index incrementally, so a page of a 10,000-episode run costs what the new lines cost.
+
+Every file read here is validated against its typed model (:mod:`agentcanvas.eval.records`:
+summary.json as ``EvalRun``, episode.json as ``EpisodeResult``, index lines as records;
+spec.json as ``RunSpec``); a file off its model is a ``DamagedRunError`` (422) naming the
+run, the file and the field. :func:`served` checks the JSON files the routes read through
+it (episode.json, spec.json, graph.json) before they are parsed.
 """
 
 from __future__ import annotations
@@ -13,19 +19,31 @@ from typing import Any, Literal
 
 from agentcanvas.errors import (
     AssetNotFoundError,
+    DamagedRunError,
     EpisodeNotFoundError,
+    NotFoundError,
     RunNotFoundError,
     UserInputError,
 )
-from agentcanvas.eval.comparison import compare_runs as compare_runs  # the compare route
+from agentcanvas.eval import comparison
 from agentcanvas.eval.comparison import success_of
-from agentcanvas.eval.records import IndexTail, summary_is_complete
+from agentcanvas.eval.records import (
+    IndexTail,
+    model_problem,
+    read_episode,
+    read_json_object,
+    read_summary,
+    summary_is_complete,
+)
 from agentcanvas.eval.run_index import RunIndex, RunQuery, compact_row
+from agentcanvas.eval.run_spec import RunSpec
 from agentcanvas.eval.store import RunDir
-from agentcanvas.fileio import read_json, read_jsonl
+from agentcanvas.fileio import read_jsonl
 from agentcanvas.paths import check_name, contained, safe_child
 
 LOG_TAIL_BYTES = 200_000
+MAX_SPEC_BYTES = 16 * 1024 * 1024  # a spec holds its frozen graph
+MAX_LOG_BYTES = 64 * 1024 * 1024  # an episode's firing log served whole
 Outcome = Literal["success", "failure", "error", "cancelled"]
 
 
@@ -55,11 +73,11 @@ class RunCache:
         try:
             stat = path.stat()
         except OSError as exc:
-            raise UserInputError(f"run_id: run {run_id!r} has no summary.json") from exc
+            raise DamagedRunError(f"run {run_id}: summary.json: missing") from exc
         key = (stat.st_mtime_ns, stat.st_size)
         cached = self._cache.get(run_id)
         if cached is None or cached[0] != key:
-            cached = (key, read_json(path))
+            cached = (key, read_summary(path, f"run {run_id}: summary.json"))
             self._cache[run_id] = cached
         return cached[1]
 
@@ -79,6 +97,27 @@ class RunCache:
     ) -> dict[str, Any]:
         """Newest first; compact rows (no per-episode records), from the run index."""
         return self._index.page(offset, limit, status, query)
+
+
+PAIRING_FIELDS = ("task", "episode_index")  # what comparison pairs records by
+
+
+def comparable(summary: dict[str, Any]) -> dict[str, Any]:
+    """``summary`` when each record names its task and episode index (what comparison pairs
+    by); DamagedRunError naming the run, the file and the field of the first that does not."""
+    for position, episode in enumerate(summary.get("episodes", [])):
+        for key in PAIRING_FIELDS:
+            if key not in episode:
+                raise DamagedRunError(
+                    f"run {summary.get('run_id')}: summary.json (or episodes.jsonl): field "
+                    f"'episodes.{position}.{key}': missing, so the run cannot be compared"
+                )
+    return summary
+
+
+def compare_runs(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """The compare route: :func:`agentcanvas.eval.comparison.compare_runs` of two runs."""
+    return comparison.compare_runs(comparable(a), comparable(b))
 
 
 def compact(summary: dict[str, Any]) -> dict[str, Any]:
@@ -122,8 +161,48 @@ def _outcome(episode: dict[str, Any]) -> Outcome | None:
 
 def served(run_dir: RunDir, path: Path) -> Path:
     """The real path of a file of the run folder about to be served; refused if a link
-    (anywhere on the way) leads out of the run folder."""
-    return contained(run_dir.root, path, field=f"run {run_dir.root.name}")
+    (anywhere on the way) leads out of the run folder. An episode.json, spec.json or
+    graph.json is validated first (:func:`check_json_file`)."""
+    real = contained(run_dir.root, path, field=f"run {run_dir.root.name}")
+    if path.name in _CHECKED:
+        check_json_file(run_dir, path, real)
+    return real
+
+
+_CHECKED = frozenset({"episode.json", "spec.json", "graph.json"})
+
+
+def check_json_file(run_dir: RunDir, path: Path, real: Path) -> dict[str, Any]:
+    """A run folder's episode.json (``EpisodeResult``, bounded), spec.json (``RunSpec``)
+    or graph.json (an object), validated; DamagedRunError naming the file and the field.
+    A missing episode.json is left to its route (404); a missing spec is a 404."""
+    name = f"run {run_dir.root.name}: {path.relative_to(run_dir.root)}"
+    if path.name == "episode.json":
+        if not real.exists():
+            return {}
+        return read_episode(real, name)
+    if not real.exists():
+        raise NotFoundError(f"{name} does not exist")
+    data = read_json_object(real, name, MAX_SPEC_BYTES)
+    if path.name == "spec.json":
+        problem = model_problem(RunSpec, data)
+        if problem is not None:
+            raise DamagedRunError(f"{name}: {problem}")
+    return data
+
+
+def read_episode_record(run_dir: RunDir, index: int) -> dict[str, Any]:
+    """Episode ``index``'s episode.json, validated, with its ``assets`` (the episode route's
+    answer; 404 when the episode has no record yet)."""
+    episode_folder(run_dir, index)
+    path = run_dir.episode_json_path(index)
+    real = contained(run_dir.root, path, field=f"run {run_dir.root.name}")
+    if not real.exists():
+        raise EpisodeNotFoundError(
+            f"episode {index} of run {run_dir.root.name}: episode.json does not exist"
+        )
+    record = check_json_file(run_dir, path, real)
+    return {**record, "assets": episode_assets(run_dir, index)}
 
 
 def episode_folder(run_dir: RunDir, index: int) -> Path:
@@ -138,6 +217,11 @@ def episode_log(run_dir: RunDir, index: int) -> dict[str, Any]:
     path = served(run_dir, run_dir.episode_log_path(index))
     if not path.exists():
         return {"records": [], "torn_lines": 0}
+    if path.stat().st_size > MAX_LOG_BYTES:
+        name = (
+            f"run {run_dir.root.name}: {run_dir.episode_log_path(index).relative_to(run_dir.root)}"
+        )
+        raise DamagedRunError(f"{name}: larger than {MAX_LOG_BYTES} bytes, not read")
     read = read_jsonl(path)
     return {"records": list(read.records), "torn_lines": read.torn_lines}
 

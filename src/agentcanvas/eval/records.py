@@ -18,6 +18,12 @@ Where a run's per-episode records live (issue 13: flat cost per episode at any r
   complete, else the index. A summary without the field (older runs, pending runs) is
   complete.
 
+Every read of a record file validates it against its typed model: :func:`read_summary`
+(``EvalRun``), :func:`read_episode` (``EpisodeResult``, at most :data:`MAX_RECORD_BYTES`
+read), and the index keeps only lines that are valid records (the rest count as torn). A
+file off its model is a :class:`~agentcanvas.errors.DamagedRunError` naming the file and
+the field, so a tampered run folder answers a 4xx and never breaks another run's reads.
+
 Resume rebuilds its results from the episode folders (:func:`recorded_results`), which are
 the truth even when a crash tore the index or the summary; :class:`IndexTail` follows a
 live index cheaply (each poll parses only what was appended since the last).
@@ -25,17 +31,18 @@ live index cheaply (each poll parses only what was appended since the last).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
-from agentcanvas.errors import RunError
-from agentcanvas.eval.config import EpisodeResult
+from agentcanvas.errors import DamagedRunError, RunError
+from agentcanvas.eval.config import EpisodeResult, EvalRun
 from agentcanvas.eval.store import RunDir
 from agentcanvas.fileio import (
     append_jsonl_bytes,
@@ -46,19 +53,128 @@ from agentcanvas.fileio import (
 )
 
 __all__ = [
+    "MAX_RECORD_BYTES",
     "IndexRead",
     "IndexTail",
     "append_line",
     "append_record",
     "episode_records",
+    "field_problem",
     "index_line",
+    "model_problem",
+    "read_episode",
     "read_index",
+    "read_json_object",
+    "read_summary",
     "recorded_results",
     "start_index",
     "summary_is_complete",
+    "summary_problem",
 ]
 
 log = logging.getLogger(__name__)
+
+MAX_RECORD_BYTES: Final = 4 * 1024 * 1024
+"""An episode.json larger than this is damaged and not read (a record is a few kB)."""
+
+
+# -- validating readers ------------------------------------------------------------------------
+
+
+MAX_PROBLEMS_SHOWN: Final = 3
+KEY_FIELDS: Final = frozenset({"run_id", "index"})
+"""Fields a reader may not do without; any other field a file leaves out is tolerated (older
+formats, records written by hand), but a field present with the wrong type is damage. A
+``status`` word this version does not know is a word still (readers compare it), not damage."""
+
+
+def _counts(error: Mapping[str, Any]) -> bool:
+    loc = error["loc"]
+    if error["type"] == "missing":
+        return bool(loc) and loc[-1] in KEY_FIELDS
+    if error["type"] == "literal_error" and loc and loc[-1] == "status":
+        return not isinstance(error.get("input"), str)
+    return True
+
+
+def field_problem(exc: ValidationError) -> str:
+    """``field 'a.b': message`` of the first few errors, ``; ``-joined (and how many more)."""
+    return _joined([dict(e) for e in exc.errors()])
+
+
+def _joined(errors: list[dict[str, Any]]) -> str:
+    if not errors:
+        return "does not fit its model"
+    shown = []
+    for error in errors[:MAX_PROBLEMS_SHOWN]:
+        where = ".".join(str(p) for p in error["loc"]) or "(the whole file)"
+        shown.append(f"field {where!r}: {error['msg']}")
+    more = len(errors) - MAX_PROBLEMS_SHOWN
+    return "; ".join(shown) + (f" (and {more} more)" if more > 0 else "")
+
+
+def model_problem(model: type[BaseModel], data: Mapping[str, Any]) -> str | None:
+    """Why ``data`` does not fit ``model`` (``field 'status': ...``), or None when it does;
+    a missing field counts only when it is one of KEY_FIELDS (see there)."""
+    try:
+        model.model_validate(data)
+    except ValidationError as exc:
+        errors = [dict(e) for e in exc.errors() if _counts(e)]
+        return _joined(errors) if errors else None
+    return None
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def read_json_object(path: Path, name: str, limit: int | None = None) -> dict[str, Any]:
+    """The JSON object in ``path``; DamagedRunError naming ``name`` when it is missing,
+    unreadable, larger than ``limit`` bytes (not read then), not strict JSON or no object."""
+    try:
+        with path.open("rb") as handle:
+            data = handle.read() if limit is None else handle.read(limit + 1)
+    except FileNotFoundError as exc:
+        raise DamagedRunError(f"{name}: missing") from exc
+    except OSError as exc:
+        raise DamagedRunError(f"{name}: cannot be read: {exc.strerror or exc}") from exc
+    if limit is not None and len(data) > limit:
+        raise DamagedRunError(f"{name}: larger than {limit} bytes, not read")
+    try:
+        value = json.loads(data, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError
+        raise DamagedRunError(f"{name}: not valid JSON: {str(exc)[:200]}") from exc
+    if not isinstance(value, dict):
+        raise DamagedRunError(f"{name}: expected a JSON object, got {type(value).__name__}")
+    return value
+
+
+def summary_problem(fields: Mapping[str, Any]) -> str | None:
+    """Why a summary's fields do not fit ``EvalRun`` (``field 'status': ...``), or None."""
+    return model_problem(EvalRun, fields)
+
+
+def read_summary(path: Path, name: str = "summary.json") -> dict[str, Any]:
+    """summary.json as written (extra keys kept), validated against ``EvalRun``;
+    DamagedRunError naming ``name`` and the field when it is off the model."""
+    data = read_json_object(path, name)
+    problem = summary_problem(data)
+    if problem is not None:
+        raise DamagedRunError(f"{name}: {problem}")
+    return data
+
+
+def read_episode(path: Path, name: str = "episode.json") -> dict[str, Any]:
+    """One episode.json (at most MAX_RECORD_BYTES), validated against ``EpisodeResult``."""
+    data = read_json_object(path, name, MAX_RECORD_BYTES)
+    problem = model_problem(EpisodeResult, data)
+    if problem is not None:
+        raise DamagedRunError(f"{name}: {problem}")
+    return data
+
+
+def _valid_record(record: Mapping[str, Any]) -> bool:
+    return model_problem(EpisodeResult, record) is None
 
 
 def start_index(run_dir: RunDir, results: Iterable[EpisodeResult]) -> None:
@@ -143,7 +259,7 @@ class IndexTail:
                 continue
             record = parse_jsonl_line(raw)
             index = None if record is None else _valid_index(record)
-            if record is None or index is None:
+            if record is None or index is None or not _valid_record(record):
                 self.torn_lines += 1
                 continue
             self._by_index[index] = record

@@ -6,6 +6,11 @@ inode) changed since the last request; a re-read skips the per-episode records w
 building them (msgspec keeps them as raw bytes, never parsed), so a listing costs the same
 whatever the runs' size and however many of them are running.
 
+A summary that is not what ``EvalRun`` says (garbage, a list, a field of the wrong type),
+or a folder with a spec.json but no summary, is still listed, by its id, as a row marked
+``damaged`` (``"summary.json: field 'status': ..."``) with the status ``damaged``; nothing
+one folder holds can break the listing or a search of the others.
+
 A row also carries the run's name, tags and note (``meta.json``, part of the cache key), its
 health verdict, and ``config_diff``: the config fields whose values differ between the listed
 runs of the same graph, so two runs that differ in step budget do not look alike.
@@ -19,13 +24,33 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+from pydantic import ValidationError
 
-from agentcanvas.errors import UnsafeNameError
+from agentcanvas.errors import DamagedRunError, UnsafeNameError
 from agentcanvas.eval import health
-from agentcanvas.eval.run_meta import META_FILE, read_meta
+from agentcanvas.eval.records import (
+    field_problem,
+    model_problem,
+    read_json_object,
+    summary_problem,
+)
+from agentcanvas.eval.run_meta import META_FILE, RunMeta
 from agentcanvas.paths import check_name
 
-__all__ = ["RunIndex", "RunQuery", "compact_row", "config_differences_by_graph"]
+__all__ = [
+    "DAMAGED",
+    "RunIndex",
+    "RunQuery",
+    "compact_row",
+    "config_differences_by_graph",
+    "damaged_row",
+    "read_checked_meta",
+]
+
+MAX_META_BYTES = 1024 * 1024  # a name, a few tags and a note
+
+DAMAGED = "damaged"
+"""The status of a listed run whose summary.json cannot be read as a summary."""
 
 _RawSummary = dict[str, msgspec.Raw]
 _StatKey = tuple[int, int, int, int, int]
@@ -66,6 +91,25 @@ def config_differences_by_graph(rows: list[dict[str, Any]]) -> dict[str, list[st
         if len(configs) > 1 and diff:
             differing[graph] = diff
     return differing
+
+
+def damaged_row(run_id: str, problem: str) -> dict[str, Any]:
+    """The row of a run whose summary.json is off its model: its id, ``damaged`` (the file
+    and the field) and the listing's keys, empty."""
+    row: dict[str, Any] = {
+        "run_id": run_id,
+        "status": DAMAGED,
+        "damaged": problem,
+        "graph_name": None,
+        "config": None,
+        "episodes_total": None,
+        "episodes_done": None,
+        "success_rate": None,
+        "health": None,
+    }
+    for key in ("n", "n_planned", "n_errors", "errors_as_failures", "lo", "hi"):
+        row[f"success_{key}"] = None
+    return row
 
 
 def compact_row(fields: dict[str, Any]) -> dict[str, Any]:
@@ -113,7 +157,7 @@ class RunIndex:
         return {"total": len(rows), "runs": shown, "tags": tags}
 
     def rows(self) -> list[dict[str, Any]]:
-        """Every readable run's row, newest (largest run id) first."""
+        """Every run's row (a damaged one marked), newest (largest run id) first."""
         seen: dict[str, tuple[_StatKey, dict[str, Any]]] = {}
         for run_id in self._run_ids():
             entry = self._refresh(run_id)
@@ -138,21 +182,54 @@ class RunIndex:
         return ids
 
     def _refresh(self, run_id: str) -> tuple[_StatKey, dict[str, Any]] | None:
-        path = self.runs_dir / run_id / "summary.json"
+        folder = self.runs_dir / run_id
+        path = folder / "summary.json"
+        meta_stat = _meta_stat(folder)
         try:
             stat = path.stat()
         except OSError:
-            return None
-        meta_stat = _meta_stat(self.runs_dir / run_id)
+            if not (folder / "spec.json").exists():
+                return None  # an empty folder: a run being created
+            row = damaged_row(run_id, "summary.json: missing (the folder holds only a spec)")
+            return (0, -1, 0, *meta_stat), _with_meta(row, folder)
         key = (stat.st_mtime_ns, stat.st_size, stat.st_ino, *meta_stat)
         cached = self._rows.get(run_id)
         if cached is not None and cached[0] == key:
             return cached
-        row = _read_row(path)
-        if row is None:  # unreadable now (a run being created): the last row, if any
-            return cached
-        row.update(read_meta(path.parent).model_dump())
-        return key, row
+        row = _read_row(run_id, path)
+        if row.get("damaged") and cached is not None and not cached[1].get("damaged"):
+            # Summaries are replaced atomically, so this is damage, not a torn write: the
+            # last good row stays, marked.
+            row = {**cached[1], "damaged": row["damaged"]}
+        return key, _with_meta(row, folder)
+
+
+def read_checked_meta(folder: Path, name: str = "meta.json") -> RunMeta:
+    """The run's meta.json validated against ``RunMeta`` (an empty one when there is none);
+    DamagedRunError naming ``name`` and the field when it is off the model."""
+    path = folder / META_FILE
+    if not path.exists():
+        return RunMeta()
+    data = read_json_object(path, name, MAX_META_BYTES)
+    problem = model_problem(RunMeta, data)
+    if problem is not None:
+        raise DamagedRunError(f"{name}: {problem}")
+    try:
+        return RunMeta.model_validate(data)
+    except ValidationError as exc:  # a missing field of RunMeta has a default: not reached
+        raise DamagedRunError(f"{name}: {field_problem(exc)}") from exc
+
+
+def _with_meta(row: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """The row with the run's name, tags and note; a damaged meta.json hides nothing else
+    of the run (empty meta, and the row says so in ``damaged`` unless its summary does)."""
+    try:
+        meta = read_checked_meta(folder)
+    except DamagedRunError as exc:
+        meta = RunMeta()
+        row["damaged"] = row.get("damaged") or str(exc)
+    row.update(meta.model_dump())
+    return row
 
 
 def _meta_stat(folder: Path) -> tuple[int, int]:
@@ -163,10 +240,18 @@ def _meta_stat(folder: Path) -> tuple[int, int]:
     return (stat.st_mtime_ns, stat.st_ino)
 
 
-def _read_row(path: Path) -> dict[str, Any] | None:
+def _read_row(run_id: str, path: Path) -> dict[str, Any]:
+    """The compact row of a summary.json, or its damaged row naming the field."""
     try:
         raw = msgspec.json.decode(path.read_bytes(), type=_RawSummary)
         fields = {k: msgspec.json.decode(v) for k, v in raw.items() if k != "episodes"}
-    except (OSError, msgspec.DecodeError, msgspec.ValidationError):
-        return None
+    except OSError as exc:
+        return damaged_row(run_id, f"summary.json: cannot be read: {exc.strerror or exc}")
+    except msgspec.ValidationError:
+        return damaged_row(run_id, "summary.json: expected a JSON object")
+    except (msgspec.DecodeError, RecursionError) as exc:
+        return damaged_row(run_id, f"summary.json: not valid JSON: {str(exc)[:200]}")
+    problem = summary_problem({**fields, "episodes": []})
+    if problem is not None:
+        return damaged_row(run_id, f"summary.json: {problem}")
     return compact_row(fields)
