@@ -1,5 +1,6 @@
 """What a writer killed at the wrong moment leaves behind, cleaned up by the next writer:
-temp files of an atomic write it never finished, and a run killed between its final summary and ``_DONE`` (it had ended: not ``aborted``)."""
+temp files of an atomic write it never finished, and a run killed between its final summary
+and ``_DONE`` (it had ended: not ``aborted``)."""
 
 from __future__ import annotations
 
