@@ -213,7 +213,7 @@ def _num(value: float | None, digits: int = 4) -> str:
 def _kind(agg: MetricAggregate) -> str:
     kind: str = agg.kind or "?"
     if agg.range is not None and agg.kind == "bounded":
-        kind += f" [{agg.range[0]:g}, {agg.range[1]:g}]"
+        kind += f" [{agg.range[0]:g},{agg.range[1]:g}]"
     return kind + (" (inferred)" if agg.kind_source == "inferred" else "")
 
 
@@ -226,62 +226,76 @@ def _with_errors(agg: MetricAggregate) -> tuple[str, str]:
     """The mean with errors counted as failures, and the worst–best range."""
     if agg.worst is None or agg.best is None:
         return "-", "-"
-    spread = f"{agg.worst:.4f}–{agg.best:.4f}"
-    return _num(agg.errors_as_failures), spread
+    spread = f"{agg.worst:.3f}–{agg.best:.3f}"
+    return _num(agg.errors_as_failures, 3), spread
+
+
+SHORT_METHOD = {
+    "wilson": "Wilson",
+    "clopper-pearson": "Clopper-Pearson",
+    "betting": "betting",
+    "t": "t",
+    "bootstrap": "bootstrap",
+    "none": "-",
+}
 
 
 def metrics_table(aggregates: Mapping[str, MetricAggregate], title: str) -> Table:
     """Each metric: kind, mean over scored episodes with its interval and method, how many
-    planned episodes it covers, its errors, and the rate with errors as failures."""
+    planned episodes it covers; when any episode errored, its errors, the rate with errors
+    as failures and the worst-best range (a clean run keeps the table narrow)."""
+    errors = any(agg.n_errors for agg in aggregates.values())
     table = Table(title=title)
-    for col in (
-        "metric", "kind", "mean", "95% interval", "scored/planned", "errors",
-        "errors as failures", "worst–best", "interval method",
-    ):  # fmt: skip
+    columns = ["metric", "kind", "mean", "95% interval", "scored/planned"]
+    columns += ["errors", "errors as failures", "worst–best"] if errors else []
+    for col in [*columns, "method"]:
         table.add_column(col)
     for name, agg in aggregates.items():
-        as_failures, spread = _with_errors(agg)
-        table.add_row(
+        row = [
             name,
             _kind(agg),
-            _num(agg.mean),
-            "-" if agg.method == "none" else f"[{agg.lo:.4f}, {agg.hi:.4f}]",
+            _num(agg.mean, 3),
+            "-" if agg.method == "none" else f"[{agg.lo:.3f}, {agg.hi:.3f}]",
             _coverage(agg),
-            f"[red]{agg.n_errors}" if agg.n_errors else "0",
-            as_failures,
-            spread,
-            agg.method_name or agg.method,
-        )
+        ]
+        if errors:
+            row += [f"[red]{agg.n_errors}" if agg.n_errors else "0", *_with_errors(agg)]
+        table.add_row(*row, SHORT_METHOD.get(agg.method, agg.method))
     return table
 
 
+def method_legend(aggregates: Mapping[str, MetricAggregate]) -> list[str]:
+    """Each interval method used, once, with its reference."""
+    used = {agg.method: agg.method_name for agg in aggregates.values() if agg.method != "none"}
+    return [f"{SHORT_METHOD.get(m, m)}: {name}" for m, name in sorted(used.items()) if name]
+
+
 def task_table(by_task: Mapping[str, Mapping[str, MetricAggregate]]) -> Table:
-    """Success per task with its interval, coverage and errors; every task is listed."""
+    """Success per task with its interval and coverage (and errors, when any); every task is
+    listed."""
+    errors = any(a.n_errors for aggs in by_task.values() for a in aggs.values())
     table = Table(title="per task (success over scored episodes; errors are not scored)")
-    for col in (
-        "task", "success", "95% interval", "scored/planned", "errors",
-        "errors as failures", "worst–best", "spl/return",
-    ):  # fmt: skip
+    columns = ["task", "success", "95% interval", "scored/planned"]
+    columns += ["errors", "errors as failures", "worst–best"] if errors else []
+    for col in [*columns, "spl/return"]:
         table.add_column(col)
     for task, aggs in by_task.items():
         success = aggs.get("success")
         second = aggs.get("spl") or aggs.get("return")
+        tail = _num(second.mean if second else None, 3)
         if success is None:
-            table.add_row(
-                task, "-", "-", "-", "-", "-", "-", _num(second.mean if second else None, 3)
-            )
+            table.add_row(task, *["-"] * (len(columns) - 1), tail)
             continue
-        as_failures, spread = _with_errors(success)
-        table.add_row(
+        row = [
             task,
             _num(success.mean, 3),
             "-" if success.method == "none" else f"[{success.lo:.3f}, {success.hi:.3f}]",
             _coverage(success),
-            f"[red]{success.n_errors}" if success.n_errors else "0",
-            as_failures,
-            spread,
-            _num(second.mean if second else None, 3),
-        )
+        ]
+        if errors:
+            row += [f"[red]{success.n_errors}" if success.n_errors else "0"]
+            row += list(_with_errors(success))
+        table.add_row(*row, tail)
     return table
 
 
@@ -292,6 +306,8 @@ def print_summary(run: EvalRun, where: str) -> None:
         f"health {run.health.verdict} ({run.health.error_count} errors)"
     )
     stderr.print(metrics_table(run.aggregate_metrics, title))
+    for line in method_legend(run.aggregate_metrics):
+        stderr.print(f"  {line}", markup=False)
     for name, agg in run.aggregate_metrics.items():
         if agg.note:
             stderr.print(f"  {name}: {agg.note}", style="yellow", markup=False)
@@ -365,23 +381,11 @@ def cmd_verify(args: argparse.Namespace) -> int:
 @command("demo")
 def cmd_demo(args: argparse.Namespace) -> int:
     """The main job on built-in defaults: a 2-worker batch eval of babyai_oracle."""
-    demo_args = argparse.Namespace(
-        graph="babyai_oracle",
-        episodes=10,
-        tasks=None,
-        start_index=0,
-        step_budget=None,
-        seed=0,
-        per_step_timeout=10.0,
-        episode_timeout=None,
-        max_errors=None,
-        save_frames=True,
-        frames=None,
-        engine="local",
-        ray_address=None,
-        workers=2,
-        json=False,
-    )
+    # The eval command's own parser, so the demo's options can never drift from eval's.
+    parser = argparse.ArgumentParser(prog="agentcanvas demo", add_help=False)
+    add_eval_arguments(parser)
+    demo_args = parser.parse_args(["babyai_oracle", "-n", "10", "--save-frames"])
+    demo_args.workers, demo_args.json = 2, False
     stderr.print("demo: batch eval of babyai_oracle, 10 episodes x 2 tasks on 2 workers")
     result = _run(demo_args, 2, "demo")
     print_summary(result.summary, str(result.run_dir.root))

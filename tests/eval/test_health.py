@@ -93,3 +93,13 @@ def test_a_summary_written_without_a_verdict_gets_one() -> None:
     written_by_scheduler = {"status": "cancelled", "episodes_total": 0, "error": None}
     assert of_summary(written_by_scheduler).verdict == "cancelled"
     assert of_summary({"status": "queued"}).verdict == "in_progress"
+
+
+def test_a_whole_float_max_errors_is_a_count_zero_included() -> None:
+    """JSON Schema calls 0.0 and 3.0 integers: the start body's schema accepts them as counts,
+    so the config must too (schemathesis found 0.0 refused as a fraction)."""
+    from agentcanvas.eval.config import EvalConfig
+
+    for given, count in ((0.0, 0), (3.0, 3)):
+        value = EvalConfig(graph_name="g", max_errors=given).max_errors
+        assert value == count and isinstance(value, int)

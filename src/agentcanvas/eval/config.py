@@ -37,8 +37,8 @@ def _max_errors_not_bool(value: Any) -> Any:
 
 
 def _max_errors_range(value: int | float | None) -> int | float | None:
-    if isinstance(value, float) and value >= 1.0 and value.is_integer():
-        value = int(value)  # 3.0 is a count (JSON Schema calls it an integer)
+    if isinstance(value, float) and value >= 0.0 and value.is_integer():
+        value = int(value)  # 3.0 and 0.0 are counts (JSON Schema calls them integers)
     if isinstance(value, float) and not 0.0 < value < 1.0:
         raise ValueError(
             f"max_errors {value!r}: a fraction must be between 0 and 1 (exclusive); "
