@@ -106,7 +106,7 @@ def test_wilson_interval_edges_are_exact_and_bad_input_is_refused() -> None:
     assert wilson_interval(0, 10)[0] == 0.0
     assert wilson_interval(10, 10)[1] == 1.0
     for k, n in [(0, 0), (-1, 5), (6, 5)]:
-        with pytest.raises(ValueError, match="wilson_interval"):
+        with pytest.raises(ValueError, match="wilson"):
             wilson_interval(k, n)
 
 

@@ -80,9 +80,8 @@ def _z(alpha: float) -> float:
 def wilson(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
     """Wilson score interval for ``k`` successes in ``n`` trials (Wilson 1927, JASA 22:209).
 
-    At ``k == 0`` the lower bound is exactly 0.0, at ``k == n`` the upper exactly 1.0. At the
-    default 95 % it equals ``agentcanvas.eval.metrics.wilson_interval`` to within 1e-12 (the
-    same formula; the quantile comes from ``scipy.special.ndtri`` here).
+    At ``k == 0`` the lower bound is exactly 0.0, at ``k == n`` the upper exactly 1.0; the
+    quantile comes from ``scipy.special.ndtri``.
     """
     _check_counts("wilson", k, n)
     z = _z(_check_confidence("wilson", confidence))

@@ -53,7 +53,6 @@ __all__ = [
 ]
 
 COMPLETED: Final = "completed"
-Z_95: Final = 1.959963984540054  # standard normal quantile at 0.975
 WILSON_CAVEAT_MAX_N: Final = 100  # up to here Wilson's minimum coverage near 0 or 1 is < 93 %
 IntervalMethod = Literal["wilson", "clopper-pearson", "betting", "t", "bootstrap", "none"]
 KindSource = Literal["declared", "inferred"]
@@ -135,18 +134,9 @@ class MetricAggregate(BaseModel):
         return math.nan if value is None else value
 
 
-def wilson_interval(k: int, n: int, z: float = Z_95) -> tuple[float, float]:
-    """Wilson score interval for ``k`` successes in ``n`` trials (default: 95 %)."""
-    if n <= 0 or not 0 <= k <= n:
-        raise ValueError(f"wilson_interval needs 0 <= k <= n and n > 0, got k={k}, n={n}")
-    z2 = z * z
-    denom = n + z2
-    center = (k + z2 / 2) / denom
-    half = (z / denom) * math.sqrt(k * (n - k) / n + z2 / 4)
-    # At k == 0 (k == n) the bound is exactly 0 (1); rounding would leave ~1e-17 instead.
-    lo = 0.0 if k == 0 else max(0.0, center - half)
-    hi = 1.0 if k == n else min(1.0, center + half)
-    return lo, hi
+def wilson_interval(k: int, n: int) -> tuple[float, float]:
+    """The 95 % Wilson score interval of ``k`` in ``n`` (``intervals.wilson``)."""
+    return intervals.wilson(k, n)
 
 
 def mcnemar(b: int, c: int) -> float:

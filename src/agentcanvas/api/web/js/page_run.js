@@ -216,7 +216,8 @@ function configBlock(config, budgets) {
 const LEVEL_WORDS = { certified: "certified", sampled: "sampled (not proven)", unverified: "unverified",
   broken: "BROKEN" };
 const LEVEL_CLASS = { certified: "st-completed", sampled: "st-running", unverified: "st-failed", broken: "st-failed" };
-const level = (info) => info.level ?? (info.guaranteed ? "sampled" : "unverified");
+// A summary written before levels has none: said so, not guessed here.
+const level = (info) => info.level ?? "not recorded";
 
 function determinismBlock(info) {
   if (!info) return notice("No determinism record.");
@@ -224,7 +225,7 @@ function determinismBlock(info) {
   return h("div", { class: "determinism", id: "determinism" },
     h("p", { id: "determinism-level", dataset: { level: level(info) } },
       h("span", { class: `badge ${LEVEL_CLASS[level(info)] ?? "st-failed"}` }, LEVEL_WORDS[level(info)] ?? level(info)),
-      ` ${info.level_detail ?? (info.guaranteed ? "results independent of the worker count" : "")}`),
+      ` ${info.level_detail ?? "(a summary written before determinism levels)"}`),
     keyValues([["seed function", h("code", {}, info.seed_function ?? "–")],
       ["shared servers", modes.map(([name, mode]) => `${name}: ${mode}`).join(" · ") || "none"]]),
     batchedFunctions(info.batched_functions),
