@@ -140,6 +140,12 @@ class RunError(AgentCanvasError):
     """A run could not be set up, persisted or resumed."""
 
 
+class DiskFullError(RunError):
+    """A write found its disk full (ENOSPC) or its quota spent (EDQUOT). The message names
+    the file, the disk (the mount point holding it) and its free space; the backend answers
+    507. A run that meets one ends ``aborted``: resumable once space is freed."""
+
+
 def describe(exc: BaseException) -> str:
     """``Type: message`` for an episode record — the type once, also when the message
     already starts with it (an error relayed from a node-set server carries its type)."""

@@ -5,14 +5,18 @@ the folder, so a reader sees the old file or the new one, never half of one (``d
 skips both syncs, for files rebuilt from durable ones). JSON is written
 without NaN/Infinity (which strict JSON parsers reject): non-finite floats become ``null``.
 JSONL logs are append-only and their reader skips a torn or garbled line instead of failing.
-Filesystem errors are translated into :class:`~agentcanvas.errors.RunError` naming the file.
+Filesystem errors are translated into :class:`~agentcanvas.errors.RunError` naming the file;
+a full disk (or a spent quota) into its subclass :class:`~agentcanvas.errors.DiskFullError`,
+which also names the disk and its free space (:func:`write_error`).
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import secrets
+import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,24 +25,59 @@ from typing import Any
 import msgspec
 
 from agentcanvas import jsontext
-from agentcanvas.errors import RunError
+from agentcanvas.errors import DiskFullError, RunError
 
 __all__ = [
+    "DISK_FULL_ERRNOS",
     "JsonlRead",
     "append_jsonl",
     "append_jsonl_bytes",
     "atomic_write_bytes",
     "atomic_write_json",
+    "disk_of",
     "encode_json",
     "encode_jsonl_line",
     "make_dirs",
     "parse_jsonl_line",
     "read_json",
     "read_jsonl",
+    "write_error",
 ]
 
 
 _datasync = getattr(os, "fdatasync", os.fsync)  # macOS has no fdatasync
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def disk_of(path: Path) -> tuple[Path, int]:
+    """The mount point holding ``path`` (or its nearest existing parent) and its free bytes
+    (-1 when it cannot be measured)."""
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    mount = probe.resolve()
+    while not os.path.ismount(mount) and mount != mount.parent:
+        mount = mount.parent
+    try:
+        free = shutil.disk_usage(probe).free
+    except OSError:
+        free = -1
+    return mount, free
+
+
+def write_error(path: Path, exc: OSError, verb: str = "write") -> RunError:
+    """The RunError for a failed write of ``path``: a DiskFullError naming the disk and its
+    free space when the disk is full (or the quota spent)."""
+    if exc.errno in DISK_FULL_ERRNOS:
+        mount, free = disk_of(path)
+        space = f"{free} bytes free" if free >= 0 else "free space unknown"
+        return DiskFullError(
+            f"disk full: cannot {verb} {str(path)!r}: {exc.strerror or exc} (the disk "
+            f"mounted at {str(mount)!r} has {space}); free space there, then resume the run"
+        )
+    return RunError(f"cannot {verb} {str(path)!r}: {exc.strerror or exc}")
+
+
 _LINES = msgspec.json.Encoder()  # plain JSON values, non-finite floats as null
 
 
@@ -76,7 +115,7 @@ def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = True) -> None
     try:
         fd, tmp = _create_temp(path)
     except OSError as exc:
-        raise RunError(f"cannot write {str(path)!r}: {exc.strerror or exc}") from exc
+        raise write_error(path, exc) from exc
     try:
         try:
             _write_all(fd, data)
@@ -90,7 +129,7 @@ def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = True) -> None
     except BaseException as exc:
         tmp.unlink(missing_ok=True)
         if isinstance(exc, OSError):
-            raise RunError(f"cannot write {str(path)!r}: {exc.strerror or exc}") from exc
+            raise write_error(path, exc) from exc
         raise
 
 
@@ -166,14 +205,14 @@ def append_jsonl_bytes(path: Path, line: bytes) -> None:
     try:
         fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o666)
     except OSError as exc:
-        raise RunError(f"cannot append to {str(path)!r}: {exc.strerror or exc}") from exc
+        raise write_error(path, exc, "append to") from exc
     try:
         size = os.fstat(fd).st_size
         if size and os.pread(fd, 1, size - 1) != b"\n":
             line = b"\n" + line
         _write_all(fd, line)
     except OSError as exc:
-        raise RunError(f"cannot append to {str(path)!r}: {exc.strerror or exc}") from exc
+        raise write_error(path, exc, "append to") from exc
     finally:
         os.close(fd)
 
@@ -223,4 +262,4 @@ def make_dirs(folder: Path) -> None:
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise RunError(f"cannot create {str(folder)!r}: {exc.strerror or exc}") from exc
+        raise write_error(folder, exc, "create") from exc

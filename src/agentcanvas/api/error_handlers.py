@@ -2,8 +2,9 @@
 
 Errors from agentcanvas's tree map by class (:data:`STATUS_BY_TYPE`: not found → 404, a
 damaged run-folder file → 422, bad input → 400, wrong state → 409, a node-set server out of
-protocol → 502); anything else is a real bug and stays a 500. Validation errors name the
-field with its location (``body.episode_count: Input should be a valid integer``).
+protocol → 502, a full outputs disk → 507); anything else is a real bug and stays a 500.
+Validation errors name the field with its location
+(``body.episode_count: Input should be a valid integer``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from fastapi.responses import JSONResponse
 from agentcanvas.errors import (
     AgentCanvasError,
     DamagedRunError,
+    DiskFullError,
     NotFoundError,
     ProtocolError,
     StateError,
@@ -35,6 +37,7 @@ STATUS_BY_TYPE: Final[tuple[tuple[type[AgentCanvasError], int], ...]] = (
     (UserInputError, 400),
     (StateError, 409),
     (ProtocolError, 502),  # a node-set server answered out of protocol (or another version)
+    (DiskFullError, 507),  # Insufficient Storage: the outputs disk is full; nothing was written
 )
 """The status of each branch of the exception tree, most specific first; the rest is a 500."""
 

@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from agentcanvas import envsettings
 from agentcanvas.cluster import select_engine
-from agentcanvas.errors import ConfigError, EpisodeNotFoundError, StateError
+from agentcanvas.errors import AgentCanvasError, ConfigError, EpisodeNotFoundError, StateError
 from agentcanvas.eval import health
 from agentcanvas.eval.config import (
     RAY_ADDRESS_PATTERN,
@@ -28,6 +28,7 @@ from agentcanvas.eval.run_index import RunQuery
 from agentcanvas.eval.run_meta import RunName, RunNote, RunTags
 from agentcanvas.eval.run_setup import new_run_dir, run_registry, scanned_catalogue
 from agentcanvas.eval.run_spec import RunSpec, SpecScheduling
+from agentcanvas.eval.store import check_disk_space
 from agentcanvas.eval.tasks import check_tasks
 from agentcanvas.fileio import read_json
 from agentcanvas.graph.model import Graph
@@ -109,7 +110,7 @@ def services(request: Request) -> ProcessServices:
     return svc
 
 
-@router.post("/start", response_model=StartResponse, responses=error_responses(404, 409, 413))
+@router.post("/start", response_model=StartResponse, responses=error_responses(404, 409, 413, 507))
 async def start_eval_v2(body: StartRequest, request: Request) -> StartResponse:
     """Queue a run (default) or, with via_subprocess false, run it inside the backend."""
     svc = services(request)
@@ -127,6 +128,7 @@ async def start_eval_v2(body: StartRequest, request: Request) -> StartResponse:
         raise RequestValidationError(errors) from exc
     use_subprocess = body.via_subprocess and envsettings.EVAL_SUBPROCESS.get() == "1"
     if not use_subprocess:
+        check_disk_space(svc.scheduler.runs_dir, "start a run")
         run_id = await _start_in_process(svc, graph, config, overlay)
         save_start_meta(svc.runs.run_dir(run_id).root, body.name, body.tags, body.note)
         return StartResponse(run_id=run_id, status="running", via_subprocess=False)
@@ -145,8 +147,13 @@ async def start_eval_v2(body: StartRequest, request: Request) -> StartResponse:
         shared_nodesets=sorted(urls),
         active_workspace_dir=None if overlay is None else str(overlay),
     )
-    run_id = svc.scheduler.submit(spec, urls)
-    save_start_meta(svc.runs.run_dir(run_id).root, body.name, body.tags, body.note)
+    try:
+        run_id = svc.scheduler.submit(
+            spec, urls, lambda folder: save_start_meta(folder, body.name, body.tags, body.note)
+        )
+    except AgentCanvasError:
+        svc.registry.release_shared_nodesets(sorted(urls))
+        raise
     svc.request_tick()
     return StartResponse(run_id=run_id, status="queued", via_subprocess=True)
 
@@ -227,7 +234,7 @@ async def cancel(run_id: RunId, request: Request) -> dict[str, str]:
     return {"run_id": run_id, "status": result}
 
 
-@router.post("/resume/{run_id}", responses=error_responses(404, 409))
+@router.post("/resume/{run_id}", responses=error_responses(404, 409, 507))
 async def resume(run_id: RunId, request: Request) -> dict[str, str]:
     """Re-queue a run to execute only its missing episodes into the same folder."""
     svc = services(request)

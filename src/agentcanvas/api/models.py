@@ -84,6 +84,8 @@ _WHAT: Final[dict[int, str]] = {
     409: "The request conflicts with the current state (e.g. a run already finished).",
     413: "The request body is larger than the limit.",
     422: "The request does not match its schema (the detail names each field).",
+    507: "The outputs disk is full (the detail names the disk and its free space); nothing "
+    "was written. Free space there and try again.",
 }
 
 

@@ -13,6 +13,7 @@ it (episode.json, spec.json, graph.json) before they are parsed.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -35,7 +36,7 @@ from agentcanvas.eval.records import (
     read_summary,
     summary_is_complete,
 )
-from agentcanvas.eval.run_index import RunIndex, RunQuery, compact_row
+from agentcanvas.eval.run_index import RunIndex, RunQuery, compact_row, with_state
 from agentcanvas.eval.run_spec import RunSpec
 from agentcanvas.eval.store import RunDir
 from agentcanvas.fileio import read_jsonl
@@ -53,12 +54,15 @@ class RunCache:
     of a live run from its index, followed incrementally."""
 
     runs_dir: Path
+    unwritten: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """The scheduler's state of runs whose end the disk could not take yet: shown over
+    their summary.json (status, error, health) by every read here."""
     _cache: dict[str, tuple[tuple[int, int], dict[str, Any]]] = field(default_factory=dict)
     _tails: dict[str, IndexTail] = field(default_factory=dict)
     _index: RunIndex = field(init=False)
 
     def __post_init__(self) -> None:
-        self._index = RunIndex(self.runs_dir)
+        self._index = RunIndex(self.runs_dir, self.unwritten)
 
     def run_dir(self, run_id: str) -> RunDir:
         folder = safe_child(self.runs_dir, "run_id", run_id, field="run_id")
@@ -79,7 +83,7 @@ class RunCache:
         if cached is None or cached[0] != key:
             cached = (key, read_summary(path, f"run {run_id}: summary.json"))
             self._cache[run_id] = cached
-        return cached[1]
+        return with_state(cached[1], self.unwritten.get(run_id))
 
     def summary(self, run_id: str) -> dict[str, Any]:
         """The summary with every episode record sorted by index, also while the run goes."""

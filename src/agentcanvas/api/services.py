@@ -69,7 +69,7 @@ class ProcessServices:
     """Runs started with ``via_subprocess: false``, by run id."""
 
     def __post_init__(self) -> None:
-        self.runs = RunCache(self.scheduler.runs_dir)
+        self.runs = RunCache(self.scheduler.runs_dir, self.scheduler.unwritten)
         self.progress = ProgressRelay(self.scheduler.runs_dir, self.broadcast)
 
     def broadcast(self, event: LiveEvent) -> None:

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from agentcanvas.errors import ServerDiedError
+from agentcanvas.errors import DiskFullError, ServerDiedError
 from agentcanvas.eval.config import EvalConfig, EvalRun
 from agentcanvas.eval.engine import Engine, LocalEngine
 from agentcanvas.eval.events import Broadcast
@@ -100,7 +100,10 @@ def record_failure(
     error = f"{type(cause).__name__}: {cause}"
     if runner is not None:
         lost = isinstance(cause, ServerDiedError)
-        if runner.aborted or lost:
+        if isinstance(cause, DiskFullError):  # resumable once space is freed
+            runner.disk_full = runner.disk_full or cause
+            runner.run.status, runner.run.error = "aborted", str(runner.disk_full)
+        elif runner.aborted or lost:
             runner.run.status = "aborted"
             runner.run.error = f"a node-set server was lost in mid-run: {cause}" if lost else error
         else:
@@ -146,7 +149,10 @@ async def finalise_run(
         finally:
             await registry.shutdown_all()
     finally:
-        if runner is not None:
-            runner.save()
-        if runner is None or runner.run.status != "aborted":
-            run_dir.touch_done()
+        try:
+            if runner is not None:
+                runner.save()
+            if runner is None or runner.run.status != "aborted":
+                run_dir.touch_done()
+        finally:
+            run_dir.release_reserve()

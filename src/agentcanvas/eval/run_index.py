@@ -19,6 +19,7 @@ runs of the same graph, so two runs that differ in step budget do not look alike
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,7 @@ __all__ = [
     "config_differences_by_graph",
     "damaged_row",
     "read_checked_meta",
+    "with_state",
 ]
 
 MAX_META_BYTES = 1024 * 1024  # a name, a few tags and a note
@@ -126,11 +128,23 @@ def compact_row(fields: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
+def with_state(summary: dict[str, Any], state: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``summary`` (or a row) with the state a backend holds for its run in memory, not on
+    disk yet (a run that ended on a full disk: its status and error), its health recomputed."""
+    if not state:
+        return summary
+    merged = {**summary, **state}
+    merged["health"] = health.of_summary(merged).model_dump(mode="json")
+    return merged
+
+
 @dataclass
 class RunIndex:
-    """Compact rows of the runs under ``runs_dir``, newest first."""
+    """Compact rows of the runs under ``runs_dir``, newest first; ``unwritten``: the state
+    of runs whose end the disk could not take yet (the scheduler's), shown over their files."""
 
     runs_dir: Path
+    unwritten: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     _rows: dict[str, tuple[_StatKey, dict[str, Any]]] = field(default_factory=dict)
 
     def page(
@@ -164,7 +178,10 @@ class RunIndex:
             if entry is not None:
                 seen[run_id] = entry
         self._rows = seen  # forgets folders that vanished
-        return [seen[run_id][1] for run_id in sorted(seen, reverse=True)]
+        return [
+            with_state(seen[run_id][1], self.unwritten.get(run_id))
+            for run_id in sorted(seen, reverse=True)
+        ]
 
     def _run_ids(self) -> list[str]:
         try:

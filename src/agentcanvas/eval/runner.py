@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from agentcanvas.errors import ConfigError, RunError, ServerDiedError, ServerError
+from agentcanvas.errors import ConfigError, DiskFullError, RunError, ServerDiedError, ServerError
 from agentcanvas.eval import health, media, metrics, records
 from agentcanvas.eval.config import (
     TERMINAL_RUN_STATUSES,
@@ -67,6 +67,7 @@ from agentcanvas.fileio import (
     encode_json,
     encode_jsonl_line,
     make_dirs,
+    write_error,
 )
 from agentcanvas.graph.executor import ExecutionPrinciples, opening_firing
 from agentcanvas.graph.model import Graph
@@ -128,11 +129,16 @@ class _EpisodeLog:
         self._failure: RunError | None = None
 
     def record(self, entry: dict[str, Any]) -> None:
+        if isinstance(self._failure, DiskFullError):  # the record's write reports it, and
+            return  # the episode is left missing (resume runs it): no error of its own
         if self._failure is not None:  # a timed flush failed: the episode learns it here
             raise self._failure
         self._lines += encode_jsonl_line(self.path, entry)
         if len(self._lines) >= self.FLUSH_BYTES:
-            self._flush()
+            try:
+                self._flush()
+            except DiskFullError as exc:
+                self._failure = exc
         elif self._timer is None:
             self._timer = asyncio.get_running_loop().call_later(self.FLUSH_AFTER_S, self._timed)
 
@@ -156,7 +162,7 @@ class _EpisodeLog:
             while line:
                 line = line[os.write(self._fd, line) :]
         except OSError as exc:
-            raise RunError(f"cannot append to {str(self.path)!r}: {exc.strerror or exc}") from exc
+            raise write_error(self.path, exc, "append to") from exc
 
     def finish(self) -> None:
         """The episode ended (on the loop's thread): no timed flush any more; from here on
@@ -228,6 +234,8 @@ class BatchEvalRunner:
         self.cancel_event = asyncio.Event()
         self.aborted = False
         self.stop_reason: str | None = None  # set when the error budget (max_errors) is spent
+        self.disk_full: DiskFullError | None = None  # the first write that found no space
+        self._last_word = False  # the bounded summary of a disk-full end is written
         self._errors = sum(r.status in health.ERROR_STATUSES for r in previous)
         self._status_counts: dict[str, int] = {}
         self._timeouts: set[int] = set()
@@ -257,11 +265,16 @@ class BatchEvalRunner:
         self.cancel_event.set()
 
     async def execute(self) -> EvalRun:
-        """Run the missing episodes on ``worker_count`` workers; returns the final summary."""
+        """Run the missing episodes on ``worker_count`` workers; returns the final summary.
+
+        A full disk stops the run after the episodes in flight (`_on_disk_full`): it ends
+        ``aborted`` with the reason, resumable once space is freed."""
         todo = [s.index for s in self.specs if s.index not in self.results]
         self.run.status = "running"
         self.run.episodes_complete = False
         self.run.timings["started_at"] = time.time()
+        if not self.run_dir.reserve_space():
+            log.warning("run %s: no disk space to reserve for its last word", self.run.run_id)
         # Before the first episode: a --certify run has its shared servers recompute every
         # batched row of it alone.
         await start_determinism(
@@ -293,6 +306,8 @@ class BatchEvalRunner:
         )
         if self.stop_reason is not None:
             self.run.status, self.run.error = "failed", self.stop_reason
+        elif self.disk_full is not None:
+            self.run.status, self.run.error = "aborted", str(self.disk_full)
         elif self.cancel_event.is_set() and not finished:
             self.run.status = "aborted" if self.aborted else "cancelled"
         else:  # also when cancelled after its last episode finished
@@ -486,8 +501,20 @@ class BatchEvalRunner:
         # longer encoded; its own CPU is ~30 µs).
         encoded = self._encode(result)
         loop = asyncio.get_running_loop()
-        await asyncio.to_thread(self._record_in_thread, result, encoded, loop)
+        try:
+            await asyncio.to_thread(self._record_in_thread, result, encoded, loop)
+        except DiskFullError as exc:  # its record (or the index line after it) is not written
+            self._on_disk_full(exc)
         self._new_results.set()
+
+    def _on_disk_full(self, exc: DiskFullError) -> None:
+        """A write found the disk full: the run stops after the episodes in flight and ends
+        ``aborted`` naming the disk (on the loop). An episode whose record could not be
+        written is left missing: a resume, once space is freed, runs it again."""
+        if self.disk_full is None:
+            self.disk_full = exc
+            log.error("run %s stops: %s", self.run.run_id, exc)
+        self.cancel(aborted=True)
 
     def _encode(self, result: EpisodeResult) -> _EncodedRecord:
         """The bytes of ``result``'s episode.json and of its index line."""
@@ -576,7 +603,10 @@ class BatchEvalRunner:
             await self._new_results.wait()
             self._new_results.clear()
             started = time.monotonic()
-            await asyncio.to_thread(self._refresh_aggregates)
+            try:
+                await asyncio.to_thread(self._refresh_aggregates)
+            except DiskFullError as exc:
+                self._on_disk_full(exc)
             cost = time.monotonic() - started
             period = max(LIVE_AGGREGATE_MIN_INTERVAL_S, cost / LIVE_AGGREGATE_DUTY)
             await asyncio.sleep(period - cost)
@@ -623,17 +653,46 @@ class BatchEvalRunner:
         self._final_for = self._stored
 
     def save(self) -> None:
-        """Write summary.json: complete once the run's status is terminal, else bounded."""
+        """Write summary.json: complete once the run's status is terminal, else bounded.
+
+        A live save on a full disk raises DiskFullError (its caller, on the loop, stops the
+        run). The final one falls back to `_write_last_word`."""
         with self._state_lock:  # execute saves in a thread, finalise again, recordings too
-            if self.run.status in TERMINAL_RUN_STATUSES:
+            final = self.run.status in TERMINAL_RUN_STATUSES
+            if final and self.disk_full is not None:
+                self._write_last_word()
+                return
+            if final:
                 self._complete()
-            data = self.run.model_dump(mode="json", exclude={"episodes"})
-            episodes = self._episodes_json if self.run.episodes_complete else []
-            # Only the final summary must survive a machine crash: a live one is progress,
-            # rebuilt from the (durable) episode folders by recover.
-            durable = self.run.status in TERMINAL_RUN_STATUSES
-            path = self.run_dir.summary_path
-            atomic_write_json(path, _in_field_order(data, episodes), durable=durable)
+            try:
+                # Only the final summary must survive a machine crash: a live one is
+                # progress, rebuilt from the (durable) episode folders by recover.
+                self._write_summary(durable=final)
+            except DiskFullError as exc:
+                if not final:
+                    raise
+                self.disk_full = exc
+                self._write_last_word()
+
+    def _write_summary(self, durable: bool) -> None:
+        data = self.run.model_dump(mode="json", exclude={"episodes"})
+        episodes = self._episodes_json if self.run.episodes_complete else []
+        path = self.run_dir.summary_path
+        atomic_write_json(path, _in_field_order(data, episodes), durable=durable)
+
+    def _write_last_word(self) -> None:
+        """The disk is full: the run ends ``aborted`` with the reason, in a bounded summary
+        (no per-episode records: a resume rebuilds them from the episode folders) written
+        in the space ``_RESERVE`` held; once. DiskFullError when even that does not fit
+        (the caller says so; the backend keeps the state until the disk can take it)."""
+        if self._last_word:
+            return
+        self.run.status, self.run.error = "aborted", str(self.disk_full)
+        self._complete()  # every aggregate, in memory: only the records are left out
+        self.run.episodes_complete = False
+        self.run_dir.release_reserve()
+        self._write_summary(durable=True)
+        self._last_word = True
 
 
 def _aggregates(

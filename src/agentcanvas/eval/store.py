@@ -4,12 +4,17 @@
 
     outputs/eval_runs/{run_id}/
       spec.json  shared_urls.json  summary.json  graph.json  stdout.log  stderr.log  _DONE
+      _RESERVE                             (space held while the run is written; see below)
       episodes.jsonl                       (per-episode records, appended; see eval.records)
       episodes/ep{idx:04d}/  log.jsonl  assets/  episode.json
 
 ``assets/`` exists when the episode saved any (frames): an empty folder per episode would
 cost a file creation each, which on some filesystems costs more CPU than a short episode
 (issue 13). Files are written with the atomic helpers of :mod:`agentcanvas.fileio`.
+
+``_RESERVE`` is disk space held while a run is written (:meth:`RunDir.reserve_space`): when
+the disk fills up, the run gives it back (:meth:`RunDir.release_reserve`) and so can still
+write its last word, ``aborted`` with the reason, on a disk that had no byte left.
 """
 
 from __future__ import annotations
@@ -20,13 +25,36 @@ from datetime import datetime
 from pathlib import Path
 from typing import Final
 
-from agentcanvas.errors import RunError, UnsafeNameError
-from agentcanvas.fileio import atomic_write_bytes, make_dirs
+from agentcanvas.errors import DiskFullError, RunError, UnsafeNameError
+from agentcanvas.fileio import (
+    DISK_FULL_ERRNOS,
+    atomic_write_bytes,
+    disk_of,
+    make_dirs,
+    write_error,
+)
 from agentcanvas.paths import check_name
 
-__all__ = ["RunDir", "new_run_id"]
+__all__ = ["MIN_FREE_BYTES", "RESERVE_BYTES", "RunDir", "check_disk_space", "new_run_id"]
 
 _MAX_RUN_ID_SUFFIX: Final = 10_000
+RESERVE_BYTES: Final = 1024 * 1024
+"""Space a run holds back (``_RESERVE``): what its final bounded summary needs, many times."""
+MIN_FREE_BYTES: Final = 4 * RESERVE_BYTES
+"""Free space below which no run is submitted, resumed or started: its reserve and first
+records would not fit."""
+
+
+def check_disk_space(runs_dir: Path, action: str, need: int = MIN_FREE_BYTES) -> None:
+    """DiskFullError naming the disk and its free space when the disk holding ``runs_dir``
+    has less than ``need`` bytes free (``action``: what is refused, e.g. "submit a run")."""
+    mount, free = disk_of(runs_dir)
+    if 0 <= free < need:
+        raise DiskFullError(
+            f"disk full: cannot {action}: the disk mounted at {str(mount)!r} (outputs folder "
+            f"{str(runs_dir)!r}) has {free} bytes free, a run needs {need}; free space there "
+            "and try again"
+        )
 
 
 @dataclass(frozen=True)
@@ -76,6 +104,11 @@ class RunDir:
         return self.root / "_DONE"
 
     @property
+    def reserve_path(self) -> Path:
+        """``_RESERVE``: disk space held for the run's last word on a full disk."""
+        return self.root / "_RESERVE"
+
+    @property
     def episodes_dir(self) -> Path:
         """``episodes/``: one self-contained sub-folder per episode."""
         return self.root / "episodes"
@@ -117,6 +150,50 @@ class RunDir:
         """Whether the ``_DONE`` marker exists."""
         return self.done_path.exists()
 
+    def reserve_space(self, size: int = RESERVE_BYTES) -> bool:
+        """Hold ``size`` bytes of disk in ``_RESERVE`` (allocated, not sparse); False when the
+        disk cannot give them (the run goes on without). Other errors are RunErrors."""
+        try:
+            fd = os.open(self.reserve_path, os.O_WRONLY | os.O_CREAT, 0o666)
+        except OSError as exc:
+            if exc.errno in DISK_FULL_ERRNOS:
+                return False
+            raise write_error(self.reserve_path, exc) from exc
+        try:
+            _allocate(fd, size)
+        except OSError as exc:
+            os.close(fd)
+            self.reserve_path.unlink(missing_ok=True)
+            if exc.errno in DISK_FULL_ERRNOS:
+                return False
+            raise write_error(self.reserve_path, exc) from exc
+        os.close(fd)
+        return True
+
+    def release_reserve(self) -> bool:
+        """Give the held space back; whether there was any."""
+        try:
+            self.reserve_path.unlink()
+        except FileNotFoundError:
+            return False
+        except OSError:  # a folder in its place (tampered): nothing held
+            return False
+        return True
+
+
+def _allocate(fd: int, size: int) -> None:
+    """Blocks for ``size`` bytes of ``fd``: posix_fallocate, else zeros written."""
+    try:
+        os.posix_fallocate(fd, 0, size)
+        return
+    except OSError as exc:
+        if exc.errno in DISK_FULL_ERRNOS:
+            raise
+    chunk = bytes(64 * 1024)
+    written = 0
+    while written < size:
+        written += os.write(fd, chunk[: size - written])
+
 
 def new_run_id(runs_dir: Path, now: datetime | None = None) -> str:
     """Reserve a fresh run id under ``runs_dir`` and create its folder.
@@ -134,6 +211,6 @@ def new_run_id(runs_dir: Path, now: datetime | None = None) -> str:
         except FileExistsError:
             continue
         except OSError as exc:
-            raise RunError(f"cannot create run folder under {str(runs_dir)!r}: {exc}") from exc
+            raise write_error(runs_dir / run_id, exc, "create run folder") from exc
         return run_id
     raise RunError(f"no free run id for {stamp} under {str(runs_dir)!r}")

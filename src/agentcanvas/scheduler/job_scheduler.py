@@ -21,10 +21,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,12 +33,12 @@ from typing import Any
 import psutil
 
 from agentcanvas.cluster.reservations import ClusterReservations
-from agentcanvas.errors import RunError, RunLockedError, StateError
+from agentcanvas.errors import DiskFullError, RunError, RunLockedError, StateError
 from agentcanvas.eval.config import TERMINAL_RUN_STATUSES, EvalRun
 from agentcanvas.eval.recovery import drop_cancelled_episodes, episodes_planned
 from agentcanvas.eval.run_spec import RunSpec
 from agentcanvas.eval.runlock import hold
-from agentcanvas.eval.store import RunDir, new_run_id
+from agentcanvas.eval.store import RunDir, check_disk_space, new_run_id
 from agentcanvas.fileio import atomic_write_json, read_json
 from agentcanvas.paths import safe_child
 from agentcanvas.scheduler.admission import HELD_RESOURCES, JobDemand, RunningLoad, decide
@@ -80,14 +81,42 @@ class JobScheduler:
     waiting_reasons: dict[str, str] = field(default_factory=dict)
     queued_estimates: dict[str, dict[str, Estimate]] = field(default_factory=dict)
     cluster: ClusterReservations = field(default_factory=ClusterReservations)
+    unwritten: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Runs that ended on a full disk before their end could be written: ``{status, error}``
+    by run id, served over their files (``api.runs.RunCache``) and written by a later tick."""
 
     # -- submit / cancel / resume ----------------------------------------------------------
-    def submit(self, spec: RunSpec, shared_urls: dict[str, str]) -> str:
-        """Create the run folder and queue the run; never spawns."""
+    def submit(
+        self,
+        spec: RunSpec,
+        shared_urls: dict[str, str],
+        before_queued: Callable[[Path], None] | None = None,
+    ) -> str:
+        """Create the run folder and queue the run; never spawns. ``before_queued(folder)``
+        writes more of the folder (its meta.json) before the run is queued.
+
+        DiskFullError (507) when the outputs disk is (nearly) full: nothing is left behind."""
         config = spec.config
         total = episodes_planned(config, spec.graph_model(source="spec graph"))
+        check_disk_space(self.runs_dir, "submit a run")
         run_id = new_run_id(self.runs_dir)
         run_dir = RunDir(self.runs_dir / run_id)
+        try:
+            self._create_queued(run_dir, spec, shared_urls, total, before_queued)
+        except DiskFullError:  # half a folder would be recovered as a queued run: remove it
+            shutil.rmtree(run_dir.root, ignore_errors=True)
+            raise
+        return run_id
+
+    def _create_queued(
+        self,
+        run_dir: RunDir,
+        spec: RunSpec,
+        shared_urls: dict[str, str],
+        total: int,
+        before_queued: Callable[[Path], None] | None,
+    ) -> None:
+        run_id, config = run_dir.root.name, spec.config
         run_dir.create()
         submitted_at = spec.scheduling.submitted_at or time.time()
         scheduling = spec.scheduling.model_copy(update={"submitted_at": submitted_at})
@@ -103,8 +132,9 @@ class JobScheduler:
                 status="pending",
             )
             atomic_write_json(run_dir.summary_path, summary.model_dump(mode="json"))
+            if before_queued is not None:
+                before_queued(run_dir.root)
             self._enqueue(run_dir, spec)
-        return run_id
 
     def _enqueue(self, run_dir: RunDir, spec: RunSpec) -> QueuedJob:
         """Queue a validated spec (the caller holds the run's lock)."""
@@ -124,8 +154,8 @@ class JobScheduler:
         for job in self.queue:
             if job.run_id == run_id:
                 with hold(job.run_dir):
+                    set_status(job.run_dir, "cancelled")  # on a full disk: still queued
                     self.queue.remove(job)
-                    set_status(job.run_dir, "cancelled")
                     job.run_dir.touch_done()
                 self.hooks.release_shared(job.shared_nodesets)
                 self.cluster.release(run_id)  # its placement group, placed or not
@@ -145,6 +175,7 @@ class JobScheduler:
         run_dir = self.run_dir(run_id)
         if run_id in self.running or any(j.run_id == run_id for j in self.queue):
             raise StateError(f"run {run_id} is already queued or running")
+        check_disk_space(self.runs_dir, f"resume run {run_id}")
         with hold(run_dir):
             summary = read_json(run_dir.summary_path)
             if summary.get("status") == "completed":
@@ -158,6 +189,7 @@ class JobScheduler:
             run_dir.done_path.unlink(missing_ok=True)
             drop_cancelled_episodes(run_dir)  # run again: no stale record may outlive it
             mark_ended(run_dir, "queued", None)  # the summary agrees with the episode folders
+            self.unwritten.pop(run_id, None)  # an end the disk could not take: superseded
             self._enqueue(run_dir, spec)
 
     def finishing(self, run_id: str) -> bool:
@@ -167,7 +199,10 @@ class JobScheduler:
 
     # -- the tick --------------------------------------------------------------------------
     def tick(self) -> None:
-        """_reap → _admit → _drain_pending_unloads."""
+        """_write_unwritten → _reap → _admit → _drain_pending_unloads."""
+        for run_id in list(self.unwritten):
+            with contextlib.suppress(RunLockedError), hold(self.run_dir(run_id)):
+                self._write_unwritten(run_id)
         self._reap()
         self._admit()
         self.hooks.drain_unloads()
@@ -196,6 +231,8 @@ class JobScheduler:
         except RunLockedError as exc:  # another process writes it now: not ours to touch
             log.error("run %s: %s", job.job.run_id, exc)
             status = read_status(run_dir)
+        except DiskFullError as exc:
+            status = self._ended_on_full_disk(run_dir, exc)
         self._relay_progress(job, force=True)
         self.hooks.on_finished(job.job.run_id, status)
         peaks = {k: v for k, v in job.monitor.peaks_mb().items() if k in CALIBRATED}
@@ -207,6 +244,38 @@ class JobScheduler:
         self.cluster.release(job.job.run_id)  # its eval process removed it; if killed, we do
         log.info("run %s finished: %s (exit %s)", job.job.run_id, status, job.child.returncode)
 
+    def _ended_on_full_disk(self, run_dir: RunDir, exc: DiskFullError) -> str:
+        """A run's end could not be written for a full disk: ``aborted`` (resumable once
+        space is freed). The eval process's own last word (``aborted`` with the reason,
+        written in the space its ``_RESERVE`` held) stands; else its status is rewritten
+        in that space; else the state is kept here (`unwritten`: status and listing show
+        it) and written by a later tick, when the disk can take it."""
+        run_id = run_dir.root.name
+        log.error("run %s: %s", run_id, exc)
+        if read_status(run_dir) == "aborted":
+            return "aborted"
+        state = {"status": "aborted", "error": f"the run ended on a full disk: {exc}"}
+        with hold(run_dir):
+            run_dir.release_reserve()
+            try:
+                set_status(run_dir, state["status"], error=state["error"])
+            except RunError:
+                self.unwritten[run_id] = state
+        return "aborted"
+
+    def _write_unwritten(self, run_id: str) -> None:
+        """Write a held end (the lock is held): the summary rebuilt from the episode
+        folders with that status. Still a full disk: kept for the next tick."""
+        state = self.unwritten.get(run_id)
+        if state is None:
+            return
+        try:
+            mark_ended(self.run_dir(run_id), state["status"], state["error"])
+        except DiskFullError:
+            return
+        del self.unwritten[run_id]
+        log.warning("run %s: its end is written (%s)", run_id, state["status"])
+
     def _admit(self) -> None:
         self._fail_unreservable()
         free: dict[str, float | None] = {}
@@ -217,6 +286,14 @@ class JobScheduler:
             if sample and sampler.resource in HELD_RESOURCES:  # clamps noisy rate readings
                 capacity.setdefault(sampler.resource, sample.total_mb)
         self.queued_estimates = {j.run_id: self._estimates(j) for j in self.queue}
+        if self.queue:
+            try:
+                check_disk_space(self.runs_dir, "start a run")
+            except DiskFullError as exc:  # queued runs wait for space: none fails for it
+                self.waiting_reasons = {
+                    j.run_id: f"waiting for disk space: {exc}" for j in self.queue
+                }
+                return
         decision = decide(
             [self._demand(j) for j in self.queue],
             [self._load(r) for r in self.running.values()],
@@ -282,6 +359,10 @@ class JobScheduler:
         try:
             with hold(job.run_dir):  # "running" before the eval process takes the lock
                 set_status(job.run_dir, "running")
+        except DiskFullError as exc:  # it stays queued, waiting for space
+            self.queue.insert(0, job)
+            self.waiting_reasons[job.run_id] = f"waiting for disk space: {exc}"
+            return
         except RunLockedError as exc:
             log.error("run %s not started: %s", job.run_id, exc)
             self.hooks.release_shared(job.shared_nodesets)
