@@ -187,7 +187,7 @@ def test_an_overlong_overlay_path_is_a_4xx(server: Server, workspace: Path) -> N
     deep = "/".join(["a" * 250] * 4)  # within the field's limit; each part is a legal name
     refused(
         server.post_json(START, {**ORACLE, "active_workspace_dir": deep}),
-        400,
+        404,
         "active_workspace_dir",
     )
     assert_nothing_queued(server, workspace)

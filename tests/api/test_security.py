@@ -105,5 +105,22 @@ def test_an_overlay_outside_the_workspace_is_refused(
     )
     answer = server.post_json(START, {**ORACLE, "active_workspace_dir": folder})
 
+    # The schema's pattern says it: a path relative to the workspace, no name starting "."
+    assert_refused(answer, 422, "body.active_workspace_dir", "does not match the pattern")
+    assert_nothing_queued(server, workspace)
+
+
+def test_an_overlay_that_leads_out_of_the_workspace_is_refused(
+    server: Server, workspace: Path
+) -> None:
+    outside = workspace.parent / "elsewhere-folder"
+    outside.mkdir(exist_ok=True)
+    link = workspace / "leads-out"
+    if not link.exists():
+        link.symlink_to(outside, target_is_directory=True)
+    answer = server.post_json(START, {**ORACLE, "active_workspace_dir": "leads-out"})
+
     assert_refused(answer, 400, "active_workspace_dir", "must be a folder inside the workspace")
+    missing = server.post_json(START, {**ORACLE, "active_workspace_dir": "no-such-folder"})
+    assert_refused(missing, 404, "active_workspace_dir", "no folder")
     assert_nothing_queued(server, workspace)

@@ -48,7 +48,7 @@ from .models import (
     StepBudget,
     error_responses,
 )
-from .overlay import borrow_shared, check_overlay, overlay_registry
+from .overlay import OVERLAY_PATTERN, borrow_shared, check_overlay, overlay_registry
 from .run_detail import save_start_meta
 from .services import ProcessServices
 
@@ -93,7 +93,17 @@ class StartRequest(RequestModel):
     priority: JsonInt = Field(default=0, ge=-100, le=100)
     marginal_vram_mb: float = Field(default=0.0, ge=0, le=1e9)
     exclusive_gpu: bool = False
-    active_workspace_dir: str | None = Field(default=None, min_length=1, max_length=1024)
+    active_workspace_dir: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=1024,
+        pattern=OVERLAY_PATTERN,
+        description=(
+            "A folder of graphs/ and graph_nodes/ inside the workspace, relative to it "
+            "(names of letters, digits, '_', '-', '.', not starting with '.'; not outputs/): "
+            "404 when there is no such folder."
+        ),
+    )
     name: RunName | None = Field(default=None, description="A short name for the run.")
     tags: RunTags | None = Field(default=None, description="Labels to filter runs by.")
     note: RunNote | None = Field(default=None, description="Free text about the run.")

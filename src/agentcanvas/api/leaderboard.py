@@ -22,27 +22,26 @@ router = APIRouter(prefix="/api/eval/v2", tags=["eval"], responses=error_respons
 
 MAX_RUNS = 20
 _ONE_ID = NAME_PATTERNS["run_id"].strip("^$")
-RUN_LIST_PATTERN = f"^{_ONE_ID}(,{_ONE_ID})*$"
+RUN_LIST_PATTERN = f"^{_ONE_ID}(,{_ONE_ID}){{1,{MAX_RUNS - 1}}}$"
 RunList = Annotated[
     str,
     Query(
         min_length=1,
         max_length=MAX_RUNS * 24,
         pattern=RUN_LIST_PATTERN,
-        description=f"Comma-separated run ids, 2 to {MAX_RUNS}, each once.",
+        description=f"Comma-separated run ids, 2 to {MAX_RUNS}; a repeated id counts once.",
         examples=["20261201_050254,20261201_051010"],
     ),
 ]
 
 
 def parse_run_list(text: str) -> list[str]:
-    """The run ids of ``runs=`` (the pattern already checked each; a malformed list is a
-    422); a 400 naming ``runs`` and the fix when there are too few, too many or repeats."""
-    ids = text.split(",")
-    if not 2 <= len(ids) <= MAX_RUNS:
+    """The run ids of ``runs=``, each once, in their order. The schema's pattern says what
+    is accepted (2 to MAX_RUNS ids; a malformed list is a 422 naming ``runs``): whatever it
+    lets through is answered, so a repeated id counts once (a leaderboard of one run too)."""
+    ids = list(dict.fromkeys(text.split(",")))
+    if not 1 <= len(ids) <= MAX_RUNS:  # the pattern's rule, for callers that skip it
         raise UserInputError(f"runs: give 2 to {MAX_RUNS} comma-separated run ids, got {len(ids)}")
-    if len(set(ids)) != len(ids):
-        raise UserInputError("runs: a run id is listed twice; list each run once")
     return ids
 
 

@@ -11,12 +11,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agentcanvas.errors import UnsafeNameError, UserInputError
+from agentcanvas.errors import NotFoundError, UnsafeNameError, UserInputError
 from agentcanvas.graph.model import Graph
 from agentcanvas.paths import resolve_within
 from agentcanvas.server.registry import WorkspaceComponentRegistry
 
-__all__ = ["borrow_shared", "check_overlay", "overlay_registry"]
+__all__ = ["OVERLAY_PATTERN", "borrow_shared", "check_overlay", "overlay_registry"]
+
+_SEGMENT = "[A-Za-z0-9_-][A-Za-z0-9_.-]{0,254}"
+OVERLAY_PATTERN = f"^{_SEGMENT}(/{_SEGMENT})*$"
+"""What a start's ``active_workspace_dir`` may be: a path relative to the workspace whose
+names do not start with a dot (so no ``..``) and fit a file system's name limit."""
 
 
 def check_overlay(workspace: Path, folder: str) -> Path:
@@ -30,7 +35,7 @@ def check_overlay(workspace: Path, folder: str) -> Path:
             f"{workspace}"
         ) from exc
     if not is_dir:
-        raise UserInputError(f"active_workspace_dir: {folder!r} is not a folder")
+        raise NotFoundError(f"active_workspace_dir: no folder {folder[:200]!r} in the workspace")
     outputs = (workspace / "outputs").resolve()
     if path == outputs or outputs in path.parents:
         raise UserInputError(
