@@ -13,6 +13,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from agentcanvas.eval.runlock import hold
+from agentcanvas.eval.store import RunDir
 from support.backend import Backend
 from support.export_runs import LIVE_DONE, ExportRuns, make_runs
 
@@ -26,11 +28,13 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> ExportRuns:
 
 @pytest.fixture(scope="module")
 def backend(runs: ExportRuns) -> Iterator[Backend]:
-    server = Backend(runs.workspace)
-    try:
-        yield server
-    finally:
-        server.close()
+    # The live run's writer: its lock held, so the backend's recovery leaves it live.
+    with hold(RunDir(runs.runs / runs.live_id)):
+        server = Backend(runs.workspace)
+        try:
+            yield server
+        finally:
+            server.close()
 
 
 def test_summary_json_downloads_with_every_record(runs: ExportRuns, backend: Backend) -> None:

@@ -57,6 +57,17 @@ def test_stale_temp_files_are_removed_when_the_summary_is_rebuilt(
     assert not any(path.exists() for path in stale)
     assert [e.index for e in run.episodes] == list(range(N))
     assert run.episodes_aggregated == N
+    assert run.episodes_complete is True  # it holds every record the folders hold
+
+
+def test_a_rebuilt_summary_on_disk_says_it_holds_every_record(tmp_path: Path) -> None:
+    run_dir = _run_folder(tmp_path, "running", complete=False)
+    with hold(run_dir):
+        status = settle_exited(run_dir, cancelled=False, returncode=-9)
+    summary = read_json(run_dir.summary_path)
+    assert status == summary["status"] == "aborted"
+    assert summary["episodes_complete"] is True
+    assert [e["index"] for e in summary["episodes"]] == list(range(N))
 
 
 def test_a_run_killed_after_its_final_summary_keeps_its_status(tmp_path: Path) -> None:

@@ -53,10 +53,14 @@ def make_runs(workspace: Path) -> ExportRuns:
 
 def _live_copy(source: RunDir, live: RunDir) -> None:
     """A copy of ``source`` as its writer left it mid-run: counts only in summary.json, the
-    first LIVE_DONE records in episodes.jsonl, no _DONE."""
+    first LIVE_DONE records in episodes.jsonl and episode folders, no _DONE. A backend
+    started on it sees a live run only while someone holds its lock (`hold`); else it
+    recovers it as aborted, its summary rebuilt with every record."""
     shutil.copytree(source.root, live.root)
     live.done_path.unlink()
     records = read_index(live).records[:LIVE_DONE]
+    for folder in sorted(live.episodes_dir.glob("ep*"))[LIVE_DONE:]:  # not written yet
+        shutil.rmtree(folder)
     path = live.episodes_index_path
     atomic_write_bytes(path, b"".join(encode_jsonl_line(path, r) for r in records))
     summary = read_json(live.summary_path)

@@ -65,6 +65,7 @@ def refresh_counts(run: EvalRun, results: dict[int, EpisodeResult]) -> None:
     """
     ordered = [results[i] for i in sorted(results)]
     run.episodes = ordered
+    run.episodes_complete = True  # every record the episode folders hold
     run.episodes_aggregated = len(ordered)
     run.episodes_done = sum(1 for r in ordered if r.status != "cancelled")
     run.status_counts = metrics.status_counts(ordered)
