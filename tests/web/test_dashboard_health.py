@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from agentcanvas.eval.config import EvalConfig, EvalRun
 from support.backend import Backend
 from support.browser import CHROMIUM, NO_CHROMIUM, open_route, shot
 from support.cli import run_cli
@@ -411,3 +412,35 @@ def test_a_run_cancelled_after_its_last_episode_shows_completed(
     assert page.locator(".run-header button.resume").count() == 0
     assert page.locator("#run-health").inner_text().startswith("health: clean")
     assert page.locator(".run-header .progress-text").inner_text() == "3/3"
+
+
+def test_a_damaged_run_and_an_aborted_runs_reason_show_in_the_list(
+    backend: Backend, page: Any
+) -> None:
+    """A run folder whose summary.json is garbage is listed as damaged, naming the file; a
+    run that ended on a full disk shows why beside its status."""
+    runs_dir = backend.workspace / "outputs" / "eval_runs"
+    damaged = runs_dir / "20190101_000000"
+    damaged.mkdir(parents=True)
+    (damaged / "summary.json").write_text("{not json")
+    aborted = runs_dir / "20190101_000001"
+    aborted.mkdir()
+    reason = "disk full: cannot write 'summary.json': No space left on device"
+    summary = EvalRun(
+        run_id=aborted.name,
+        status="aborted",
+        error=reason,
+        graph_name="walk",
+        config=EvalConfig(graph_name="walk", episode_count=3),
+        episodes_total=3,
+    )
+    (aborted / "summary.json").write_text(summary.model_dump_json())
+
+    open_route(page, backend, "#/")
+    row = page.locator(f"#runs-table tr[data-run-id='{damaged.name}']")
+    row.locator(".status-why").wait_for()
+    assert "damaged" in row.locator("[data-col=status]").inner_text()
+    assert "summary.json" in row.locator(".status-why").inner_text()
+    why = page.locator(f"#runs-table tr[data-run-id='{aborted.name}'] .status-why")
+    assert why.inner_text() == reason and why.get_attribute("title") == reason
+    shot(page, "health_07_damaged_and_aborted_reasons")

@@ -2,7 +2,7 @@
 
 import { runHref } from "./api.js";
 import { h, statusBadge } from "./dom.js";
-import { fmtNum, fmtTime } from "./format.js";
+import { fmtNum, fmtTime, truncate } from "./format.js";
 import {
   allEpisodesEnded, etaText, healthBadge, progressBox, runActions, setProgress, shownStatus, successDetail, successText,
 } from "./run_summary.js";
@@ -37,6 +37,12 @@ function diffColumn(name) {
   } };
 }
 
+// Why a run is damaged (the file and field) or ended without finishing (its error).
+function statusWhy(s) {
+  const why = s.damaged || (["aborted", "failed"].includes(s.status) ? s.error : "");
+  return why ? h("small", { class: "status-why", title: why, text: truncate(why, 90) }) : "";
+}
+
 const column = (name) => (name.startsWith(DIFF_PREFIX) ? diffColumn(name) : RUN_COLUMNS[name]);
 
 // Columns of run rows: `build` makes static content once, `fill` refreshes live content.
@@ -46,7 +52,7 @@ const RUN_COLUMNS = {
     "aria-label": `pick ${s.run_id} for comparison`, onchange: on.pick,
   }) },
   run: { head: "Run", build: (s) => runLabel(s) },
-  status: { head: "Status", fill: (td, s) => td.replaceChildren(statusBadge(shownStatus(s))) },
+  status: { head: "Status", fill: (td, s) => td.replaceChildren(statusBadge(shownStatus(s)), statusWhy(s)) },
   health: { head: "Health", fill: (td, s) => td.replaceChildren(healthBadge(s)) },
   graph: { head: "Graph", fill: (td, s) => { td.textContent = s.graph_name ?? ""; } },
   workers: { head: "Workers", num: true,
