@@ -23,6 +23,7 @@ from agentcanvas.cli_common import (
     print_json,
 )
 from agentcanvas.errors import ConfigError, UserInputError
+from agentcanvas.eval.config import EvalConfig
 from agentcanvas.paths import workspace_dir
 from agentcanvas.scheduler.settings import AdmissionSettings
 
@@ -99,6 +100,9 @@ def _client(args: argparse.Namespace) -> httpx.Client:
     return httpx.Client(base_url=args.url, timeout=30.0, headers=headers)
 
 
+STOP_ALPHA_DEFAULT = EvalConfig.model_fields["stop_alpha"].default
+
+
 def _call(args: argparse.Namespace, method: str, path: str, **kwargs: Any) -> Any:
     try:
         with _client(args) as client:
@@ -138,6 +142,12 @@ def cmd_submit(args: argparse.Namespace) -> int:
         body["certify"] = True
     if args.binary_interval:
         body["binary_interval"] = args.binary_interval
+    if args.until_halfwidth is not None:
+        body["until_halfwidth"] = args.until_halfwidth
+    if args.until_decided_vs is not None:
+        body["until_decided_vs"] = args.until_decided_vs
+    if args.stop_alpha != STOP_ALPHA_DEFAULT:
+        body["stop_alpha"] = args.stop_alpha
     body.update(_meta_body(args))
     started = _call(args, "POST", "/api/eval/v2/start", json=body)
     print_json(started, indent=None)
@@ -267,6 +277,9 @@ def extend_parser(sub: Any) -> None:
         choices=("wilson", "clopper-pearson"),
         help="interval of 0/1 metrics (default wilson)",
     )
+    p.add_argument("--until-halfwidth", type=float, metavar="H", help="stop rule (eval --help)")
+    p.add_argument("--until-decided-vs", metavar="RUN", help="stop rule (see eval --help)")
+    p.add_argument("--stop-alpha", type=float, default=STOP_ALPHA_DEFAULT)
     p.add_argument("--url", default=DEFAULT_URL, help=url_help)
     add_meta_arguments(p)
     p = sub.add_parser("runs", help="list runs on the backend")

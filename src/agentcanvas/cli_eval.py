@@ -86,6 +86,26 @@ def add_eval_arguments(p: argparse.ArgumentParser) -> None:
         "certified; a second forward pass per batched row): for numbers that go in a paper",
     )
     p.add_argument(
+        "--until-halfwidth",
+        type=float,
+        metavar="H",
+        help="stop rule: end once the success rate's anytime-valid confidence sequence "
+        "(overall, all tasks pooled) is at most ±H wide; -n stays the cap",
+    )
+    p.add_argument(
+        "--until-decided-vs",
+        metavar="RUN",
+        help="stop rule: end once an anytime-valid paired test (McNemar on the discordant "
+        "pairs) says this run is better or worse than run RUN on the same episodes; at the "
+        "cap: not distinguishable",
+    )
+    p.add_argument(
+        "--stop-alpha",
+        type=float,
+        default=0.05,
+        help="error rate of the stop rules (default 0.05)",
+    )
+    p.add_argument(
         "--binary-interval",
         choices=("wilson", "clopper-pearson"),
         default="wilson",
@@ -114,6 +134,9 @@ def build_config(args: argparse.Namespace, graph_name: str, workers: int) -> Eva
             ray_address=args.ray_address,
             certify=args.certify,
             binary_interval=args.binary_interval,
+            until_halfwidth=args.until_halfwidth,
+            until_decided_vs=args.until_decided_vs,
+            stop_alpha=args.stop_alpha,
         )
     except ValidationError as exc:
         item = exc.errors()[0]
@@ -139,6 +162,9 @@ class _ProgressView:
         if isinstance(event, EvalProgress) and event.episodes_done is not None:
             sr, errors = event.success_rate, event.error_count or 0
             shown = "-" if sr is None else f"{sr:.3f} of {event.success_n} scored"
+            if event.success_cs is not None:  # valid however often one looks
+                lo, hi = event.success_cs
+                shown += f" · anytime CS [{lo:.3f}, {hi:.3f}] (n={event.success_cs_n})"
             if errors:
                 shown += f" [red]· {errors} error(s), not scored[/]"
             self.progress.update(self.task, completed=event.episodes_done, sr=shown)
@@ -329,7 +355,32 @@ def print_summary(run: EvalRun, where: str) -> None:
     stderr.print(determinism_line(run.determinism), style=style, markup=False)
     for reason in run.determinism.reasons:
         stderr.print(f"  {reason}", style="yellow", markup=False)
+    if run.stop is not None:
+        stderr.print(stop_line(run), markup=False)
     stderr.print(f"run written to {where}")
+
+
+def stop_line(run: EvalRun) -> str:
+    """The stop rule's decision in one line: what, on how many episodes, with what evidence."""
+    stop = run.stop
+    assert stop is not None
+    saved = stop.episodes_planned - stop.episodes_used
+    text = f"stop rule {stop.rule} {stop.target}: {stop.decision} after {stop.episodes_used} "
+    text += f"of {stop.episodes_planned} planned episodes"
+    text += f" ({saved} not run)" if stop.decided else ""
+    if stop.evidence is not None:
+        text += (
+            f"; e-value {stop.evidence:.3g} (threshold {stop.threshold:.3g} = 1/alpha), "
+            f"discordant pairs {stop.b_wins} for this run, {stop.a_wins} for the baseline"
+        )
+    if stop.halfwidth is not None:
+        text += f"; confidence sequence ±{stop.halfwidth:.3f}"
+    if stop.kept_apart:
+        text += f"; {stop.kept_apart} episode(s) finished past the decision, kept apart in "
+        text += f"{stop.kept_apart_folder}/"
+    return f"{text}. Method: {stop.method}, alpha {stop.alpha:g}" + (
+        f". {stop.note}" if stop.note else ""
+    )
 
 
 @command("eval")

@@ -4,9 +4,8 @@ Two run folders are written before the backend starts, through the run-folder AP
 (``agentcanvas.eval.records`` and ``eval.store``) with real ``EpisodeResult`` records:
 
 - ``LIVE``: a run stopped mid-way without its final summary (status ``running``, no
-  ``_DONE``; the backend's recovery marks it ``aborted``): summary.json holds counts only, and
-  its 10,000 records are in ``episodes.jsonl``. Records appended while the backend serves it
-  show up in the next answer.
+  ``_DONE``; the backend's recovery marks it ``aborted``, its summary rebuilt). When a writer
+  resumes it, records appended to its index show up in the next answer.
 - ``DONE``: a completed run of the same episodes whose final summary holds every record.
 
 Status, the listing, paginated episode pages and compare must answer for both; each request
@@ -25,7 +24,7 @@ from agentcanvas.eval import metrics
 from agentcanvas.eval.config import EpisodeResult, EvalConfig, EvalRun
 from agentcanvas.eval.records import append_record, start_index
 from agentcanvas.eval.store import RunDir
-from agentcanvas.fileio import atomic_write_json
+from agentcanvas.fileio import atomic_write_json, read_json
 from support.backend import Backend
 
 N = 10_000
@@ -152,6 +151,10 @@ def test_records_appended_to_a_live_index_show_up_in_the_next_answer(
     before = get(backend, f"/runs/{LIVE}/episodes", offset=N - 1, limit=100)
     assert before["total"] == N
     run_dir = RunDir(backend.run_dir(LIVE))
+    # A writer resumes it: its first save says the records are in the index again.
+    summary = read_json(run_dir.summary_path)
+    summary.update(status="running", episodes=[], episodes_complete=False)
+    atomic_write_json(run_dir.summary_path, summary)
     for index in range(N, N_TOTAL):
         append_record(run_dir, record(index))
     after = get(backend, f"/runs/{LIVE}/episodes", offset=N - 1, limit=100)

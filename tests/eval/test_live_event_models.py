@@ -51,6 +51,30 @@ WIRE: list[tuple[LiveEventBase, dict[str, Any]]] = [
         },
     ),
     (
+        EvalProgress(
+            run_id="r1",
+            episodes_done=4,
+            episodes_total=9,
+            success_rate=0.5,
+            success_n=2,
+            error_count=0,
+            success_cs=[0.1, 0.9],
+            success_cs_n=2,
+        ),
+        {
+            "type": "eval_progress",
+            "source": "eval",
+            "run_id": "r1",
+            "episodes_done": 4,
+            "episodes_total": 9,
+            "success_rate": 0.5,
+            "success_n": 2,
+            "error_count": 0,
+            "success_cs": [0.1, 0.9],
+            "success_cs_n": 2,
+        },
+    ),
+    (
         EvalProgress(run_id="r1", summary={"status": "running", "episodes_done": 0}),
         {
             "type": "eval_progress",

@@ -28,6 +28,7 @@ from agentcanvas.eval.run_index import RunQuery
 from agentcanvas.eval.run_meta import RunName, RunNote, RunTags
 from agentcanvas.eval.run_setup import new_run_dir, run_registry, scanned_catalogue
 from agentcanvas.eval.run_spec import RunSpec, SpecScheduling
+from agentcanvas.eval.stopping import load_baseline
 from agentcanvas.eval.store import check_disk_space
 from agentcanvas.eval.tasks import check_tasks
 from agentcanvas.fileio import read_json
@@ -89,6 +90,22 @@ class StartRequest(RequestModel):
     binary_interval: BinaryInterval = Field(
         default="wilson", description="Interval of 0/1 metrics: wilson or clopper-pearson."
     )
+    until_halfwidth: float | None = Field(
+        default=None,
+        gt=0,
+        lt=0.5,
+        description="Stop rule: end once the success rate's anytime-valid confidence "
+        "sequence (overall, all tasks pooled) is at most ±this wide; episode_count is the cap.",
+    )
+    until_decided_vs: str | None = Field(
+        default=None,
+        pattern=NAME_PATTERNS["run_id"],
+        description="Stop rule: a baseline run id; end once an anytime-valid paired test "
+        "decides this run is better or worse on the same episodes (404: no such run).",
+    )
+    stop_alpha: float = Field(
+        default=0.05, gt=0, lt=0.5, description="Error rate of the stop rules (alpha)."
+    )
     via_subprocess: bool = True
     priority: JsonInt = Field(default=0, ge=-100, le=100)
     marginal_vram_mb: float = Field(default=0.0, ge=0, le=1e9)
@@ -136,6 +153,7 @@ async def start_eval_v2(body: StartRequest, request: Request) -> StartResponse:
     except ValidationError as exc:  # a rule of EvalConfig that StartRequest does not repeat
         errors = [{**e, "loc": ("body", *e["loc"])} for e in exc.errors()]
         raise RequestValidationError(errors) from exc
+    load_baseline(svc.scheduler.runs_dir, config)  # 404 / 400 naming until_decided_vs
     use_subprocess = body.via_subprocess and envsettings.EVAL_SUBPROCESS.get() == "1"
     if not use_subprocess:
         check_disk_space(svc.scheduler.runs_dir, "start a run")

@@ -119,6 +119,32 @@ class EvalConfig(BaseModel):
         description="Interval of 0/1 metrics: wilson (Wilson score; near-nominal on average) "
         "or clopper-pearson (exact; never below nominal, wider).",
     )
+    until_halfwidth: float | None = Field(
+        default=None,
+        gt=0,
+        lt=0.5,
+        allow_inf_nan=False,
+        description="Stop rule: end the run once the anytime-valid confidence sequence of the "
+        "overall success rate (all tasks pooled, scored episodes) is at most ±this wide. "
+        "Decided on the episodes finished in plan order (tasks interleaved), so a run stops "
+        "after the same episodes at any worker count; episode_count stays the cap.",
+    )
+    until_decided_vs: str | None = Field(
+        default=None,
+        pattern=r"^[0-9]{8}_[0-9]{6}(_[0-9]+)?$",
+        description="Stop rule: a baseline run id; end the run once an anytime-valid paired "
+        "test (the mixture martingale on discordant pairs, an anytime-valid McNemar) says "
+        "this run is better or worse than the baseline on the same episodes (errors count "
+        "as failures), or at the cap / when the baseline's episodes run out: not "
+        "distinguishable. With until_halfwidth too, the first rule to decide stops the run.",
+    )
+    stop_alpha: float = Field(
+        default=0.05,
+        gt=0,
+        lt=0.5,
+        allow_inf_nan=False,
+        description="Error rate of the stop rules: alpha of the test, 1 - confidence of the CS.",
+    )
     engine: Literal["local", "ray"] = Field(
         default="local", description="local: servers on this host; ray: episodes in Ray actors."
     )
@@ -352,6 +378,50 @@ class WorkerStats(BaseModel):
     steals: int = Field(default=0, description="Episodes it took from another worker's chunk.")
 
 
+class LiveInterval(BaseModel):
+    """The anytime-valid confidence sequence of the success rate on the plan-order prefix of
+    finished episodes: valid however often it is looked at (unlike the fixed-n interval)."""
+
+    lo: float
+    hi: float
+    k: int = Field(description="Successes among the scored episodes of the prefix.")
+    n: int = Field(description="Scored episodes of the prefix.")
+    prefix: int = Field(description="Episodes of the prefix (plan order, tasks interleaved).")
+    confidence: float
+    method: str
+
+
+class StopReport(BaseModel):
+    """What a stop rule decided, on which episodes, with what evidence."""
+
+    rule: str = Field(description="until_halfwidth or until_decided_vs.")
+    target: str = Field(description="The rule's argument: the half-width, or the baseline run.")
+    alpha: float
+    method: str
+    decision: str = Field(
+        description="until_decided_vs: B better, B worse, not distinguishable; "
+        "until_halfwidth: narrow enough, not narrow enough at the cap."
+    )
+    decided: bool = Field(description="Whether the rule ended the run before its cap.")
+    episodes_used: int = Field(description="The plan-order prefix the decision rests on.")
+    episodes_planned: int = Field(description="The cap: every episode of the plan.")
+    evidence: float | None = Field(
+        default=None, description="until_decided_vs: the e-value (the test rejects at 1/alpha)."
+    )
+    threshold: float | None = None
+    b_wins: int | None = Field(default=None, description="Pairs only this run succeeded on.")
+    a_wins: int | None = Field(default=None, description="Pairs only the baseline succeeded on.")
+    halfwidth: float | None = Field(default=None, description="The sequence's half-width.")
+    kept_apart: int = Field(
+        default=0,
+        description="Episodes that finished past the decision: not in the records or the "
+        "aggregates (so those are the same at any worker count); their folders are in "
+        "kept_apart_folder.",
+    )
+    kept_apart_folder: str = "past_stop"
+    note: str = ""
+
+
 class EvalRun(BaseModel):
     """The run summary (summary.json)."""
 
@@ -381,6 +451,12 @@ class EvalRun(BaseModel):
     )
     timings: dict[str, float | None] = Field(default_factory=dict)
     determinism: DeterminismInfo = Field(default_factory=DeterminismInfo)
+    live_interval: LiveInterval | None = Field(
+        default=None, description="The success rate's anytime-valid sequence, so far."
+    )
+    stop: StopReport | None = Field(
+        default=None, description="The stop rule's decision (a run with a stop rule)."
+    )
     error: str | None = None
     workers: list[WorkerStats] = Field(
         default_factory=list,

@@ -76,3 +76,28 @@ class WorkStealingDispatcher:
         stats.episodes += 1
         stats.steals += stolen
         return index
+
+
+class InOrderDispatcher(WorkStealingDispatcher):
+    """Hands out episodes in one given order, to whichever worker asks first: a run with a
+    stop rule decides on the plan-order prefix of finished episodes (``eval.stopping``), so
+    its episodes start in that order and the prefix keeps up with the work."""
+
+    def __init__(self, order: Sequence[int], tasks: Mapping[int, str] | None = None) -> None:
+        super().__init__([order], tasks)
+        self._queue = self._chunks[0]
+        self._workers: int | None = None
+
+    def with_workers(self, worker_count: int) -> InOrderDispatcher:
+        """Stats for ``worker_count`` workers (they all draw from the one queue)."""
+        self._last_task = [None] * worker_count
+        self.stats = [WorkerStats(worker_id=k) for k in range(worker_count)]
+        self._workers = worker_count
+        return self
+
+    def next_for(self, worker_id: int) -> int | None:
+        if self._workers is None or not 0 <= worker_id < self._workers:
+            raise StateError(f"no worker {worker_id} (dispatcher has {self._workers})")
+        if not self._queue:
+            return None
+        return self._hand_out(worker_id, self._queue.popleft(), stolen=False)

@@ -43,7 +43,15 @@ __all__ = [
     "LiveEventBase",
 ]
 
-_COUNTS: Final = ("episodes_done", "episodes_total", "success_rate", "success_n", "error_count")
+_COUNTS: Final = (
+    "episodes_done",
+    "episodes_total",
+    "success_rate",
+    "success_n",
+    "error_count",
+    "success_cs",
+    "success_cs_n",
+)
 
 
 class LiveEventBase(BaseModel):
@@ -85,6 +93,15 @@ class EvalProgress(LiveEventBase):
         description="Episodes so far that ended in error, exception, timeout or no_verdict "
         "(never scored: not in `success_rate`).",
     )
+    success_cs: list[float] | None = Field(
+        default=None,
+        description="[lo, hi]: the success rate's anytime-valid confidence sequence on the "
+        "plan-order prefix of finished episodes (beta-binomial mixture, Howard et al. 2021): "
+        "valid however often it is looked at, unlike the final summary's fixed-n interval.",
+    )
+    success_cs_n: int | None = Field(
+        default=None, description="Scored episodes of the prefix `success_cs` rests on."
+    )
     summary: dict[str, Any] | None = Field(
         default=None, description="summary.json without `episodes` (the status-change shape)."
     )
@@ -103,6 +120,9 @@ class EvalProgress(LiveEventBase):
         data: dict[str, Any] = handler(self)
         for key in _COUNTS if self.summary is not None else ("summary",):
             data.pop(key, None)
+        if self.success_cs is None:  # before the first scored episode of the prefix
+            data.pop("success_cs", None)
+            data.pop("success_cs_n", None)
         return data
 
 

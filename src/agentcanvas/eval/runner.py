@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import shutil
 import threading
 import time
 from collections.abc import Sequence
@@ -44,7 +45,7 @@ from agentcanvas.eval.config import (
     EvalRun,
 )
 from agentcanvas.eval.determinism import finish_determinism, start_determinism
-from agentcanvas.eval.dispatch import WorkStealingDispatcher
+from agentcanvas.eval.dispatch import InOrderDispatcher, WorkStealingDispatcher
 from agentcanvas.eval.episode import (
     EpisodeOptions,
     EpisodeSpec,
@@ -59,6 +60,7 @@ from agentcanvas.eval.events import (
     LiveEvent,
 )
 from agentcanvas.eval.seeding import episode_seed
+from agentcanvas.eval.stopping import KEPT_APART_FOLDER, PrefixWatcher, load_baseline
 from agentcanvas.eval.store import RunDir
 from agentcanvas.eval.worker_pool import EnvWorkerPool, WorkerHandle, partition_contiguous
 from agentcanvas.fileio import (
@@ -245,8 +247,12 @@ class BatchEvalRunner:
         self._stored = 0  # results stored so far (a resumed one counts too)
         self._final_for: int | None = None  # _stored when the complete summary was made
         self._episodes_json: list[dict[str, Any]] = []  # the complete summary's records
+        self.stop = PrefixWatcher(
+            self.specs, config, load_baseline(run_dir.root.parent, config)
+        )  # the stop rule, and the live interval of any run
         for result in previous:
             self._store(result)
+            self.stop.observe(result)
         self.run = EvalRun(
             run_id=run_id,
             graph_name=graph.name,
@@ -283,11 +289,17 @@ class BatchEvalRunner:
         self._refresh_progress()
         self._new_results.set()  # resumed results: aggregates before the first boundary
         self.save()
-        dispatcher = WorkStealingDispatcher(
-            partition_contiguous(todo, self.config.worker_count),
-            {s.index: s.task for s in self.specs},
-            steal=self.work_stealing,
-        )
+        tasks = {s.index: s.task for s in self.specs}
+        dispatcher: WorkStealingDispatcher
+        if self.stop.rule is not None:  # decided on the plan-order prefix: started in order
+            in_order = sorted(todo, key=self.stop.position.__getitem__)
+            dispatcher = InOrderDispatcher(in_order, tasks).with_workers(self.config.worker_count)
+        else:
+            dispatcher = WorkStealingDispatcher(
+                partition_contiguous(todo, self.config.worker_count),
+                tasks,
+                steal=self.work_stealing,
+            )
         self.run.workers = dispatcher.stats  # updated in place as episodes are handed out
         try:
             async with asyncio.TaskGroup() as group:
@@ -308,10 +320,14 @@ class BatchEvalRunner:
             self.run.status, self.run.error = "failed", self.stop_reason
         elif self.disk_full is not None:
             self.run.status, self.run.error = "aborted", str(self.disk_full)
+        elif self.stop.decided:  # the stop rule ended it: completed, with its decision
+            self.run.status = "completed"
         elif self.cancel_event.is_set() and not finished:
             self.run.status = "aborted" if self.aborted else "cancelled"
         else:  # also when cancelled after its last episode finished
             self.run.status = "completed"
+        if self.run.status == "completed":
+            self.run.stop = self.stop.final()
         self.run.timings["finished_at"] = time.time()
         await asyncio.to_thread(self.save)
         self.broadcast(EvalComplete(run_id=self.run.run_id, status=self.run.status))
@@ -534,6 +550,8 @@ class BatchEvalRunner:
                 success_rate=_mean(self.run, "success"),
                 success_n=_scored(self.run, "success"),
                 error_count=self._errors,
+                success_cs=[cs.lo, cs.hi] if (cs := self.run.live_interval) else None,
+                success_cs_n=cs.n if cs else None,
             )
         )
 
@@ -566,10 +584,52 @@ class BatchEvalRunner:
         on the loop — in the order the results were stored, each with its own count."""
         self._write_episode(result.index, encoded.episode_json)
         with self._state_lock:
+            if self.stop.past_stop(result.index):  # in flight when the rule decided
+                self._keep_apart(result.index)
+                return
             self._store(result)
             self._persist(encoded.index_line)
+            if self.stop.observe(result) is not None and self.stop.decided:
+                self._stop_at_decision(loop)
             if self.broadcast is not _no_broadcast:  # nobody listens: no events to build
                 loop.call_soon_threadsafe(self._announce, result, self.run.episodes_done)
+
+    def _stop_at_decision(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The stop rule decided on the plan-order prefix (state lock held): episodes past it
+        that finished already leave the records (their folders go to ``past_stop/``, the
+        index is rewritten without them), those in flight end and follow them; no episode
+        starts any more. The run's records are then the prefix, the same at any W."""
+        for index in [i for i in self.results if self.stop.past_stop(i)]:
+            self._unstore(index)
+            self._keep_apart(index)
+        records.start_index(self.run_dir, self.results.values())
+        self._refresh_progress()
+        self.run.stop = self.stop.final()
+        log.info(
+            "run %s: %s after %d episodes",
+            self.run.run_id,
+            self.run.stop.decision if self.run.stop else "",
+            self.stop.prefix,
+        )
+        loop.call_soon_threadsafe(self.cancel_event.set)
+
+    def _keep_apart(self, index: int) -> None:
+        """Move episode ``index``'s folder to ``past_stop/`` (it finished past the decision)."""
+        source = self.run_dir.episode_dir(index)
+        target = self.run_dir.root / KEPT_APART_FOLDER / source.name
+        make_dirs(target.parent)
+        if target.exists():
+            shutil.rmtree(target)
+        if source.exists():
+            os.replace(source, target)
+        self.stop.kept_apart += 1
+
+    def _unstore(self, index: int) -> None:
+        """Take a stored result out of the run (the counts follow)."""
+        result = self.results.pop(index)
+        self._status_counts[result.status] -= 1
+        self._timeouts.discard(index)
+        self._stored += 1  # the complete summary is made again
 
     def _write_episode(self, index: int, episode_json: bytes) -> None:
         """Make the episode's folder, write the rest of its log, then its episode.json (the
@@ -621,6 +681,7 @@ class BatchEvalRunner:
                 return
             self.run.aggregate_metrics, self.run.aggregate_by_task = overall, by_task
             self.run.episodes_aggregated = len(snapshot)
+            self.run.live_interval = self.stop.live()
             self.save()  # these aggregates, the latest counts
 
     def _refresh_progress(self) -> None:
@@ -648,6 +709,9 @@ class BatchEvalRunner:
             ordered, self.run.metric_rules
         )
         self.run.episodes_aggregated = len(ordered)
+        self.run.live_interval = self.stop.live()
+        if self.run.stop is not None:
+            self.run.stop.kept_apart = self.stop.kept_apart
         self.run.episodes_complete = True
         self._episodes_json = [r.model_dump(mode="json") for r in ordered]
         self._final_for = self._stored
