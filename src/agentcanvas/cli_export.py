@@ -1,7 +1,9 @@
-"""``agentcanvas export RUN``: a run's episodes as a CSV or parquet file (one row each).
+"""Commands that read finished run folders: ``agentcanvas export RUN`` (a run's episodes as
+a CSV or parquet file, one row each) and ``agentcanvas plan RUN`` (the paired episodes a
+comparison against it needs, :mod:`agentcanvas.eval.planning`).
 
-The run is read from the workspace's run folders (``AGENTCANVAS_HOME``, else the current
-directory), also while it runs; no backend is needed. See :mod:`agentcanvas.export`.
+Runs are read from the workspace's run folders (``AGENTCANVAS_HOME``, else the current
+directory), also while they run; no backend is needed. See :mod:`agentcanvas.export`.
 """
 
 from __future__ import annotations
@@ -11,8 +13,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agentcanvas.cli_common import command
-from agentcanvas.export import FORMATS, export_run
+from agentcanvas.cli_common import command, print_json
+from agentcanvas.eval.planning import plan_comparison
+from agentcanvas.export import FORMATS, _workspace_runs, export_run, read_run
 
 
 @command("export")
@@ -29,6 +32,52 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _with_records(run_id: str) -> dict[str, Any]:
+    summary, records = read_run(_workspace_runs(None), run_id)
+    return {**summary, "episodes": records}
+
+
+@command("plan")
+def cmd_plan(args: argparse.Namespace) -> int:
+    baseline = _with_records(args.run_id)
+    other = _with_records(args.vs) if args.vs else None
+    plan = plan_comparison(
+        baseline, args.delta, power=args.power, alpha=args.alpha, workers=args.workers, other=other
+    )
+    if args.json:
+        print_json(plan, indent=1)
+        return 0
+    print(plan_text(plan))
+    return 0
+
+
+def plan_text(plan: dict[str, Any]) -> str:
+    """The plan as lines: per task and pooled, the fixed-n and anytime-valid episode counts."""
+    lines = [
+        f"plan: detect {plan['delta']:+.3f} in success against run {plan['run']} "
+        f"(power {plan['power']:g}, alpha {plan['alpha']:g}, two-sided)"
+    ]
+    for name, row in [*plan["per_task"].items(), ("all tasks pooled", plan["overall"])]:
+        if row["n"] is None:
+            lines.append(f"  {name}: {row['problem']}")
+            continue
+        seq = row["sequential_n"]
+        seq_text = f"{seq}" if seq is not None else "more than the simulated cap"
+        lines.append(
+            f"  {name}: baseline {row['p_a']:.3f} -> {row['p_b']:.3f}: {row['n']} paired "
+            f"episodes (fixed n); {seq_text} with --until-decided-vs "
+            f"(discordance {row['discordance']:.3f})"
+        )
+    eta = plan["eta_s"]
+    lines.append(
+        f"  all tasks, each at its own n: {plan['episodes_per_task_all_tasks']} episodes"
+        + (f", about {eta} s at {plan['workers']} worker(s)" if eta is not None else "")
+    )
+    for key, method in plan["methods"].items():
+        lines.append(f"  {key}: {method}")
+    return "\n".join(lines)
+
+
 def extend_parser(sub: Any) -> None:
     p = sub.add_parser("export", help="write a run's episodes (one row each) as CSV or parquet")
     p.add_argument("run_id", metavar="RUN", help="run id (a folder of outputs/eval_runs)")
@@ -40,3 +89,17 @@ def extend_parser(sub: Any) -> None:
         help="file to write (default RUN_episodes.FORMAT in the current directory; "
         "'-' writes CSV to stdout)",
     )
+    p = sub.add_parser(
+        "plan", help="paired episodes needed to detect a difference against a baseline run"
+    )
+    p.add_argument("run_id", metavar="RUN", help="the baseline run id")
+    p.add_argument(
+        "--delta", type=float, required=True, help="difference in success rate to detect"
+    )
+    p.add_argument("--power", type=float, default=0.8, help="power (default 0.8)")
+    p.add_argument("--alpha", type=float, default=0.05, help="two-sided alpha (default 0.05)")
+    p.add_argument("-w", "--workers", type=int, default=1, help="workers for the ETA")
+    p.add_argument(
+        "--vs", metavar="RUN2", help="a run of the other policy: its observed discordance"
+    )
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")

@@ -159,3 +159,23 @@ def test_the_leaderboard_never_ranks_a_run_with_errors_level_with_a_clean_one() 
     assert row["overall"]["errors_as_failures"] == pytest.approx(33 / 50)
     assert (row["overall"]["worst"], row["overall"]["best"]) == (pytest.approx(33 / 50), 1.0)
     assert "errors as failures" in board["rank_rule"].replace("_", " ")
+
+
+def test_the_sequential_verdict_says_decided_or_how_many_more_pairs() -> None:
+    from agentcanvas.eval.comparison import PairedCounts, sequential_verdict
+    from agentcanvas.eval.sequential import paired_sequential_test
+
+    decided = sequential_verdict(PairedCounts(both=10, a_only=0, b_only=9, neither=1))
+    test = paired_sequential_test(9, 0, 0.05)
+    assert decided["decided"] and decided["decision"] == "B better"
+    assert decided["evidence"] == test.evidence and decided["more_pairs"] is None
+
+    equal = sequential_verdict(PairedCounts(both=5, a_only=2, b_only=2, neither=5))
+    assert not equal["decided"] and equal["more_pairs"] is None
+    assert "agree" in equal["note"]
+
+    # The same rates with more pairs behind them: fewer more pairs needed, never negative.
+    early = sequential_verdict(PairedCounts(both=40, a_only=3, b_only=10, neither=47))
+    later = sequential_verdict(PairedCounts(both=80, a_only=6, b_only=20, neither=94))
+    assert not early["decided"] and early["more_pairs"] > 0
+    assert later["decided"] or 0 <= later["more_pairs"] < early["more_pairs"]

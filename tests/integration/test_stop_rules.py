@@ -156,7 +156,42 @@ def test_stop_rules_over_rest(workspace: Path, baseline: dict[str, Any]) -> None
             "babyai_oracle", EPISODES, 2, until_decided_vs=baseline["run_id"]
         )
         summary = backend.wait_status(run_id, "completed")
+        compared = backend.api(
+            "GET", "/api/eval/v2/compare", params={"a": baseline["run_id"], "b": run_id}
+        )
+        planned = backend.api(
+            "GET",
+            "/api/eval/v2/plan",
+            params={"run": baseline["run_id"], "delta": 0.2, "workers": 2, "vs": run_id},
+        )
     finally:
         backend.close()
+    # compare's verdict is the same test on the same pairs: decided, as the run was
+    verdict = compared["sequential"]
+    assert verdict["decided"] and verdict["decision"] == "B better"
+    assert verdict["pairs"] == summary["stop"]["episodes_used"]
+    assert verdict["evidence"] == pytest.approx(summary["stop"]["evidence"])
     assert summary["stop"]["decision"] == "B better"
     assert summary["stop"]["episodes_used"] == summary["episodes_done"] < 2 * EPISODES
+    assert planned["vs"] == run_id and set(planned["per_task"]) == {
+        "BabyAI-GoToObj-v0",
+        "BabyAI-GoToLocal-v0",
+    }
+    assert all(row["n"] >= 1 for row in planned["per_task"].values())
+    assert planned["eta_s"] is not None and "observed" in planned["methods"]["discordance"]
+
+
+def test_plan_from_the_cli(workspace: Path, baseline: dict[str, Any]) -> None:
+    done = run_cli(
+        "plan", baseline["run_id"], "--delta", "0.1", "-w", "4", "--json",
+        workspace=workspace, timeout_s=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    plan = json.loads(done.stdout)
+    pooled = plan["overall"]
+    assert pooled["n"] > 100 and pooled["sequential_n"] > pooled["n"]
+    assert "Connor 1987" in plan["methods"]["n"]
+    text = run_cli("plan", baseline["run_id"], "--delta", "0.1", workspace=workspace, timeout_s=60)
+    assert text.returncode == 0 and "paired episodes (fixed n)" in text.stdout
+    bad = run_cli("plan", baseline["run_id"], "--delta", "2", workspace=workspace, timeout_s=60)
+    assert bad.returncode == 1 and "delta" in bad.stderr and "Traceback" not in bad.stderr

@@ -24,6 +24,7 @@ from agentcanvas.eval.config import (
 )
 from agentcanvas.eval.events import EvalComplete
 from agentcanvas.eval.foreground import run_foreground
+from agentcanvas.eval.planning import plan_comparison
 from agentcanvas.eval.run_index import RunQuery
 from agentcanvas.eval.run_meta import RunName, RunNote, RunTags
 from agentcanvas.eval.run_setup import new_run_dir, run_registry, scanned_catalogue
@@ -377,4 +378,33 @@ RunIdQuery = Annotated[str, Query(pattern=NAME_PATTERNS["run_id"], max_length=64
 @router.get("/compare", responses=NOT_FOUND)
 async def compare(a: RunIdQuery, b: RunIdQuery, request: Request) -> dict[str, Any]:
     svc = services(request)
-    return runs.compare_runs(svc.runs.summary(a), svc.runs.summary(b))
+    left, right = svc.runs.summary(a), svc.runs.summary(b)
+    # in a thread: the sequential verdict's simulation may take a few hundred ms
+    return await asyncio.to_thread(runs.compare_runs, left, right)
+
+
+@router.get("/plan", responses=NOT_FOUND)
+async def plan(
+    request: Request,
+    run: RunIdQuery,
+    delta: float = Query(gt=-1, lt=1, description="Difference in success rate to detect."),
+    power: float = Query(0.8, gt=0, lt=1),
+    alpha: float = Query(0.05, gt=0, lt=0.5),
+    workers: int = Query(1, ge=1, le=64, description="Workers, for the ETA."),
+    vs: RunIdQuery | None = None,
+) -> dict[str, Any]:
+    """Paired episodes needed to detect ``delta`` against run ``run`` (Connor 1987 for a
+    fixed-n McNemar; the anytime-valid test's by simulation), per task and pooled, with an
+    ETA; the discordance observed against ``vs`` when given, else assumed (said)."""
+    svc = services(request)
+    baseline = svc.runs.summary(run)
+    other = svc.runs.summary(vs) if vs is not None else None
+    return await asyncio.to_thread(
+        plan_comparison,
+        baseline,
+        delta,
+        power=power,
+        alpha=alpha,
+        workers=workers,
+        other=other,
+    )

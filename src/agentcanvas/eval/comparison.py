@@ -30,6 +30,12 @@ from agentcanvas.errors import UserInputError
 from agentcanvas.eval import intervals
 from agentcanvas.eval.health import ERROR_STATUSES
 from agentcanvas.eval.metrics import mcnemar
+from agentcanvas.eval.sequential import (
+    SEQUENTIAL_METHOD_NAMES,
+    paired_sample_size,
+    paired_sequential_expected_n,
+    paired_sequential_test,
+)
 
 __all__ = [
     "METHODS",
@@ -236,11 +242,66 @@ def compare_runs(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
         "overall": paired_difference(overall),
         "overall_stratified": _stratified(per_task),
         "overall_errors_as_failures": paired_difference(_total(tables.with_errors.values())),
+        "sequential": sequential_verdict(_total(tables.with_errors.values())),
         "per_task": per_task,
         "seeds_differ": (a.get("config") or {}).get("seed") != (b.get("config") or {}).get("seed"),
         "config_differences": config_differences(a.get("config", {}), b.get("config", {})),
         "methods": METHODS,
     }
+
+
+SEQUENTIAL_ALPHA: Final = 0.05
+SEQUENTIAL_POWER: Final = 0.8
+SEQUENTIAL_REPS: Final = 400
+SEQUENTIAL_MAX_PAIRS: Final = 20_000  # the simulation's cap (bounds a request's cost)
+
+
+def sequential_verdict(table: PairedCounts, alpha: float = SEQUENTIAL_ALPHA) -> dict[str, Any]:
+    """Whether the comparison is decided, by the anytime-valid McNemar on the pairs (errors
+    as failures), so the answer stays valid however the runs were watched or stopped; when
+    it is not, how many more pairs would likely decide it at the observed rates (the pairs
+    by which SEQUENTIAL_POWER of simulated continuations decide, a seeded simulation)."""
+    test = paired_sequential_test(table.b_only, table.a_only, alpha)
+    decided = test.decision in ("B better", "B worse")
+    verdict: dict[str, Any] = {
+        "decided": decided,
+        "decision": test.decision if decided else "not distinguishable yet",
+        "evidence": test.evidence,
+        "threshold": test.threshold,
+        "b_wins": table.b_only,
+        "a_wins": table.a_only,
+        "pairs": table.n,
+        "alpha": alpha,
+        "method": SEQUENTIAL_METHOD_NAMES["paired-sequential"],
+        "more_pairs": None,
+        "note": "",
+    }
+    if decided or table.n == 0:
+        return verdict
+    discordance = (table.a_only + table.b_only) / table.n
+    delta = (table.b_only - table.a_only) / table.n
+    p_a = (table.both + table.a_only) / table.n
+    if delta == 0 or not 0 < p_a < 1 or not 0 < p_a + delta < 1:
+        verdict["note"] = (
+            "the runs agree on the rate so far: no number of further pairs is likely to "
+            "decide it (an equal pair of policies is never decided, by design)"
+        )
+        return verdict
+    fixed = paired_sample_size(p_a, delta, SEQUENTIAL_POWER, alpha, discordance)
+    cap = min(4 * fixed.n, SEQUENTIAL_MAX_PAIRS)
+    plan = paired_sequential_expected_n(
+        p_a, delta, SEQUENTIAL_POWER, alpha, discordance, cap=cap, reps=SEQUENTIAL_REPS, seed=0
+    )
+    if plan.n_at_power is None:
+        verdict["note"] = f"not likely decided within {plan.cap} pairs at the observed rates"
+        return verdict
+    verdict["more_pairs"] = max(0, plan.n_at_power - table.n)
+    verdict["note"] = (
+        f"at the observed rates (difference {delta:+.3f}, discordance {discordance:.3f}) "
+        f"{SEQUENTIAL_POWER:.0%} of continuations decide within {plan.n_at_power} pairs "
+        f"(seeded simulation, {SEQUENTIAL_REPS} runs): about {verdict['more_pairs']} more"
+    )
+    return verdict
 
 
 def _add_holm(per_task: dict[str, dict[str, Any]]) -> None:
