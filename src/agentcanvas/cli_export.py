@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from agentcanvas.cli_common import command, print_json
+from agentcanvas.eval.comparison import compare_runs
 from agentcanvas.eval.planning import plan_comparison
 from agentcanvas.export import FORMATS, _workspace_runs, export_run, read_run
 
@@ -78,6 +79,56 @@ def plan_text(plan: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+@command("compare")
+def cmd_compare(args: argparse.Namespace) -> int:
+    result = compare_runs(_with_records(args.a), _with_records(args.b))
+    if args.json:
+        print_json(result, indent=1)
+    else:
+        print(compare_text(result))
+    return 0
+
+
+def compare_text(result: dict[str, Any]) -> str:
+    """Two runs paired: the overall difference with its interval, McNemar, and whether the
+    anytime-valid test has decided (or about how many more pairs would)."""
+    overall, test = result["overall"], result["mcnemar"]
+    lines = [
+        f"compare {result['a']} (A) with {result['b']} (B): {result['paired']} paired episodes"
+    ]
+    if overall["n"]:
+        lines.append(
+            f"  B - A: {overall['delta'] * 100:+.1f} pp [{overall['delta_lo'] * 100:+.1f}, "
+            f"{overall['delta_hi'] * 100:+.1f}] over {overall['n']} scored pairs "
+            f"(Newcombe 1998, method 10); McNemar p = {test['p_value']:.3g} "
+            f"({test['b_only']} pairs only B succeeded, {test['a_only']} only A)"
+        )
+    errors = result["errors"]
+    if errors["pairs"]:
+        wrong = result["overall_errors_as_failures"]
+        lines.append(
+            f"  {errors['pairs']} pairs have an errored episode (A {errors['a']}, B "
+            f"{errors['b']}); with errors as failures: {wrong['delta'] * 100:+.1f} pp"
+        )
+    seq = result["sequential"]
+    if seq["decided"]:
+        lines.append(
+            f"  decided: {seq['decision']} (e-value {seq['evidence']:.3g} >= "
+            f"{seq['threshold']:.3g} = 1/alpha)"
+        )
+    else:
+        more = seq["more_pairs"]
+        lines.append(
+            "  not decided yet"
+            + (f": about {more} more paired episodes would likely decide it" if more else "")
+            + (f" ({seq['note']})" if seq["note"] else "")
+        )
+    lines.append(f"  decision method: {seq['method']}, alpha {seq['alpha']:g}")
+    if result["seeds_differ"]:
+        lines.append("  warning: the runs used different seeds; their episodes are not paired")
+    return "\n".join(lines)
+
+
 def extend_parser(sub: Any) -> None:
     p = sub.add_parser("export", help="write a run's episodes (one row each) as CSV or parquet")
     p.add_argument("run_id", metavar="RUN", help="run id (a folder of outputs/eval_runs)")
@@ -103,3 +154,7 @@ def extend_parser(sub: Any) -> None:
         "--vs", metavar="RUN2", help="a run of the other policy: its observed discordance"
     )
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    p = sub.add_parser("compare", help="pair two runs' episodes: difference, test, decision")
+    p.add_argument("a", metavar="RUN_A", help="the baseline run id")
+    p.add_argument("b", metavar="RUN_B", help="the run compared with it")
+    p.add_argument("--json", action="store_true", help="print the comparison as JSON")

@@ -195,3 +195,23 @@ def test_plan_from_the_cli(workspace: Path, baseline: dict[str, Any]) -> None:
     assert text.returncode == 0 and "paired episodes (fixed n)" in text.stdout
     bad = run_cli("plan", baseline["run_id"], "--delta", "2", workspace=workspace, timeout_s=60)
     assert bad.returncode == 1 and "delta" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_compare_from_the_cli_says_whether_it_is_decided(
+    workspace: Path, baseline: dict[str, Any]
+) -> None:
+    stopped = run_json(workspace, "-w", "2", "--until-decided-vs", baseline["run_id"])
+    done = run_cli(
+        "compare", baseline["run_id"], stopped["run_id"], workspace=workspace, timeout_s=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert "decided: B better" in done.stdout and "Newcombe 1998" in done.stdout
+    same = run_cli(
+        "compare", baseline["run_id"], baseline["run_id"], "--json",
+        workspace=workspace, timeout_s=60,
+    )  # fmt: skip
+    verdict = json.loads(same.stdout)["sequential"]
+    assert not verdict["decided"] and "agree" in verdict["note"]
+    missing = run_cli("compare", baseline["run_id"], "19990101_000000", workspace=workspace,
+                      timeout_s=60)  # fmt: skip
+    assert missing.returncode == 1 and "run_id" in missing.stderr
