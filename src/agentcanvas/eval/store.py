@@ -7,6 +7,7 @@
       _RESERVE                             (space held while the run is written; see below)
       episodes.jsonl                       (per-episode records, appended; see eval.records)
       episodes/ep{idx:04d}/  log.jsonl  assets/  episode.json
+      past_stop/ep{idx:04d}/               (a stop rule's: episodes finished past its decision)
 
 ``assets/`` exists when the episode saved any (frames): an empty folder per episode would
 cost a file creation each, which on some filesystems costs more CPU than a short episode
