@@ -86,18 +86,19 @@ class InOrderDispatcher(WorkStealingDispatcher):
     def __init__(self, order: Sequence[int], tasks: Mapping[int, str] | None = None) -> None:
         super().__init__([order], tasks)
         self._queue = self._chunks[0]
-        self._workers: int | None = None
 
     def with_workers(self, worker_count: int) -> InOrderDispatcher:
         """Stats for ``worker_count`` workers (they all draw from the one queue)."""
         self._last_task = [None] * worker_count
         self.stats = [WorkerStats(worker_id=k) for k in range(worker_count)]
-        self._workers = worker_count
         return self
 
     def next_for(self, worker_id: int) -> int | None:
-        if self._workers is None or not 0 <= worker_id < self._workers:
-            raise StateError(f"no worker {worker_id} (dispatcher has {self._workers})")
+        if worker_id < 0:
+            raise StateError(f"no worker {worker_id}")
+        while worker_id >= len(self.stats):  # a slot that joined later (an elastic cluster)
+            self._last_task.append(None)
+            self.stats.append(WorkerStats(worker_id=len(self.stats)))
         if not self._queue:
             return None
         return self._hand_out(worker_id, self._queue.popleft(), stolen=False)
