@@ -95,3 +95,12 @@ def test_the_live_interval_is_the_sequence_on_the_prefix() -> None:
     live = watcher.live()
     assert live is not None and (live.k, live.n, live.prefix) == (1, 2, 2)
     assert watcher.final() is None
+
+
+def test_a_baseline_without_a_task_of_the_run_is_refused_naming_it() -> None:
+    from agentcanvas.errors import ConfigError
+
+    baseline = {("a", i): True for i in range(N)}  # no episode of task b
+    config = EvalConfig(graph_name="g", episode_count=N, until_decided_vs="20260101_000000")
+    with pytest.raises(ConfigError, match=r"^until_decided_vs: .* task\(s\) b .*--tasks"):
+        PrefixWatcher(specs(), config, baseline)

@@ -29,7 +29,8 @@ from agentcanvas.eval.run_index import RunQuery
 from agentcanvas.eval.run_meta import RunName, RunNote, RunTags
 from agentcanvas.eval.run_setup import new_run_dir, run_registry, scanned_catalogue
 from agentcanvas.eval.run_spec import RunSpec, SpecScheduling
-from agentcanvas.eval.stopping import load_baseline
+from agentcanvas.eval.runner import episode_tasks
+from agentcanvas.eval.stopping import check_baseline_tasks, load_baseline
 from agentcanvas.eval.store import check_disk_space
 from agentcanvas.eval.tasks import check_tasks
 from agentcanvas.fileio import read_json
@@ -154,7 +155,9 @@ async def start_eval_v2(body: StartRequest, request: Request) -> StartResponse:
     except ValidationError as exc:  # a rule of EvalConfig that StartRequest does not repeat
         errors = [{**e, "loc": ("body", *e["loc"])} for e in exc.errors()]
         raise RequestValidationError(errors) from exc
-    load_baseline(svc.scheduler.runs_dir, config)  # 404 / 400 naming until_decided_vs
+    baseline = load_baseline(svc.scheduler.runs_dir, config)  # 404/400: until_decided_vs
+    if config.until_decided_vs is not None:
+        check_baseline_tasks(baseline, episode_tasks(config, graph), config.until_decided_vs)
     use_subprocess = body.via_subprocess and envsettings.EVAL_SUBPROCESS.get() == "1"
     if not use_subprocess:
         check_disk_space(svc.scheduler.runs_dir, "start a run")

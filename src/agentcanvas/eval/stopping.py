@@ -42,6 +42,7 @@ __all__ = [
     "KEPT_APART_FOLDER",
     "PairKey",
     "PrefixWatcher",
+    "check_baseline_tasks",
     "decision_order",
     "load_baseline",
     "outcome",
@@ -108,6 +109,20 @@ def load_baseline(runs_dir: Path, config: EvalConfig) -> dict[PairKey, bool]:
     return {(r.task, r.episode_index): _as_failure(r) for r in results}
 
 
+def check_baseline_tasks(
+    baseline: Mapping[PairKey, bool], tasks: Sequence[str], run_id: str
+) -> None:
+    """ConfigError naming ``until_decided_vs`` when the baseline has no episode of a task of
+    this run: a paired test needs the same episodes (give --tasks with the common ones)."""
+    theirs = {task for task, _ in baseline}
+    missing = [t for t in tasks if t not in theirs]
+    if missing:
+        raise ConfigError(
+            f"until_decided_vs: run {run_id} has no episode of task(s) {', '.join(missing)} "
+            f"(it has {', '.join(sorted(theirs))}); pair only common tasks with --tasks"
+        )
+
+
 class PrefixWatcher:
     """Follows the plan-order prefix of finished episodes; decides the run's stop rule."""
 
@@ -122,6 +137,9 @@ class PrefixWatcher:
         self.position = {index: pos for pos, index in enumerate(self.order)}
         self._keys = {s.index: (s.task, s.episode_index) for s in specs}
         self.baseline = dict(baseline or {})
+        if config.until_decided_vs is not None:
+            tasks = list(dict.fromkeys(s.task for s in specs))
+            check_baseline_tasks(self.baseline, tasks, config.until_decided_vs)
         self.halfwidth_rule = config.until_halfwidth is not None
         self.paired_rule = config.until_decided_vs is not None
         # Both given: the first to decide stops the run (its report says which).
