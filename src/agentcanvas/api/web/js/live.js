@@ -61,5 +61,12 @@ export function eventSummary(message, previous) {
   for (const key of ["episodes_done", "episodes_total", "success_rate"]) {
     if (key in message) merged[key] = message[key];
   }
+  // The success rate's anytime-valid sequence so far (its method and confidence are the
+  // summary's; the prefix and success counts the event leaves out are dropped, not kept stale).
+  if (Array.isArray(message.success_cs) && message.success_cs.length === 2) {
+    const [lo, hi] = message.success_cs;
+    const { method, confidence } = previous?.live_interval ?? {};
+    merged.live_interval = { lo, hi, n: message.success_cs_n, method, confidence };
+  }
   return merged;
 }

@@ -11,6 +11,7 @@ import { fmtInterval, fmtPct, isNum } from "./format.js";
 import { leaderboardPanel, leaderboardPicker } from "./leaderboard.js";
 import { PAGE_SIZE, pagerBar } from "./pager.js";
 import { successRate } from "./run_summary.js";
+import { sequentialVerdict, stoppedEarly } from "./stop_rules.js";
 
 function runOption(r) {
   return option(r.run_id, `${r.run_id} · ${r.graph_name} · ${r.status} · SR ${fmtPct(r.success_rate)}`);
@@ -39,18 +40,25 @@ function comparePicker(runs, a, b) {
 
 // Config fields that change what is written, never a score (worker_count is left out server-side).
 const OUTPUT_ONLY_FIELDS = new Set(["save_frames", "frames", "record_log"]);
+// A stop rule's fields decide how many episodes of the plan ran, never a paired episode's score.
+const STOP_RULE_FIELDS = new Set(["until_halfwidth", "until_decided_vs", "stop_alpha"]);
 
 function configWarning(allDifferences, configA, configB) {
   const known = (field) => field in (configA ?? {}) || field in (configB ?? {});
   const value = (config, field) => JSON.stringify(config?.[field] ?? null);
   const change = (field) => (known(field)
     ? `${value(configA, field)} → ${value(configB, field)}` : "differs");
-  const differences = allDifferences.filter((f) => !OUTPUT_ONLY_FIELDS.has(f));
+  const scoring = (f) => !OUTPUT_ONLY_FIELDS.has(f) && !STOP_RULE_FIELDS.has(f);
+  const differences = allDifferences.filter(scoring);
   const outputOnly = allDifferences.filter((f) => OUTPUT_ONLY_FIELDS.has(f));
+  const stopRule = allDifferences.filter((f) => STOP_RULE_FIELDS.has(f));
   const rows = differences.map((field) => [field, change(field)]);
   const aside = outputOnly.length ? h("p", { class: "muted" }, "Also differs, without effect on scores: ",
     outputOnly.map((f) => `${f} ${change(f)}`).join(", "), ".") : null;
-  return h("div", { class: "config-diff" }, configVerdict(differences, rows), aside);
+  const stopAside = stopRule.length ? h("p", { class: "muted", id: "config-stop-rule" },
+    "Also differs, the stop rule (how many episodes ran, not a paired episode's score): ",
+    stopRule.map((f) => `${f} ${change(f)}`).join(", "), ".") : null;
+  return h("div", { class: "config-diff" }, configVerdict(differences, rows), aside, stopAside);
 }
 
 function configVerdict(differences, rows) {
@@ -178,8 +186,10 @@ function flipsTable(data) {
 }
 
 function runCard(label, summary, runId) {
+  const stop = summary.stop;
   const facts = `${summary.graph_name} · ${summary.episodes_done}/${summary.episodes_total} episodes`
-    + ` · success ${fmtPct(successRate(summary))}`;
+    + ` · success ${fmtPct(successRate(summary))}`
+    + (stoppedEarly(summary) ? ` · ended by its stop rule (${stop.rule}): ${stop.decision}` : "");
   return h("div", { class: "run-card" }, h("strong", {}, label), " ",
     h("a", { href: runHref(runId), text: runId }), " ", statusBadge(summary.status),
     h("div", { class: "muted" }, facts));
@@ -200,6 +210,9 @@ async function compareReport(ctx, a, b, container) {
   const deltas = panel("Per-task success differences (B − A, percentage points, 95 %)", "deltas-panel");
   overall.body.append(overallBlock(data), methodsList(data.methods));
   tests.body.append(mcnemarBlock(data));
+  if (data.sequential) {
+    tests.body.append(h("h3", {}, "Anytime-valid test"), sequentialVerdict(data.sequential));
+  }
   flips.body.append(flipsTable(data));
   deltas.body.append(...perTaskDeltas(data.per_task));
   container.replaceChildren(configWarning(differences, sa.config, sb.config),

@@ -16,6 +16,7 @@ import {
   ACTIVE, allEpisodesEnded, coverageText, errorCount, etaText, healthBadge, progressBox,
   runAction, runActions, setProgress, shownStatus, shownVerdict,
 } from "./run_summary.js";
+import { liveCsLine, notNeeded, stopBlock } from "./stop_rules.js";
 
 const RUN_FLUSH_MS = 500;
 
@@ -117,7 +118,9 @@ function outcomeBlock(summary, showEpisodes) {
   const errors = Object.entries(counts).filter(([s]) => s !== "completed" && s !== "cancelled");
   const errorTotal = errors.reduce((sum, [, n]) => sum + n, 0);
   const cancelled = counts.cancelled ?? 0;
-  const notRun = ACTIVE.has(summary.status) ? 0
+  // The rest of a plan that a stop rule decided early was not needed: not "not run".
+  const skipped = notNeeded(summary);
+  const notRun = ACTIVE.has(summary.status) || skipped ? 0
     : Math.max(0, (summary.episodes_total ?? 0) - (summary.episodes_done ?? 0) - cancelled);
   // A count of 0 is grey: no red "0 errors" beside a run that simply stopped early.
   const stat = (label, value, kind, filter) => h("button", {
@@ -132,6 +135,9 @@ function outcomeBlock(summary, showEpisodes) {
     cancelled ? stat("cancelled (run stopped)", cancelled, "cancelled", "outcome:cancelled") : null,
     notRun ? h("div", { class: "stat not-run", "data-outcome": "not-run" },
       h("strong", {}, notRun), h("span", {}, "not run")) : null,
+    skipped ? h("div", { class: "stat not-needed", "data-outcome": "not-needed",
+      title: "the stop rule decided on the episodes before them (see Stop rule)" },
+    h("strong", {}, skipped), h("span", {}, "not needed (the stop rule decided)")) : null,
     errors.length ? h("p", { class: "error-breakdown" }, "errors by status: ",
       errors.map(([status, n]) => `${status} ${n}`).join(" · ")) : null,
     healthLine(summary));
@@ -266,6 +272,7 @@ function graphBlock(graph) {
 function runLayout(ctx, runId, onAction) {
   const page = {
     header: runHeader(ctx, runId, onAction),
+    stop: panel("Stop rule", "stop-report"),
     outcomes: panel("Outcomes", "outcomes-panel"),
     aggregates: panel("Aggregate metrics (95 % intervals)", "aggregates-panel"),
     tasks: panel("Per task", "tasks-panel"),
@@ -284,7 +291,9 @@ function runLayout(ctx, runId, onAction) {
     page.episodes.show(filter);
     page.episodes.el.scrollIntoView({ behavior: "smooth" });
   };
-  ctx.root.append(page.header.el, h("div", { class: "grid two" }, page.outcomes.el, page.aggregates.el),
+  page.stop.el.hidden = true;
+  ctx.root.append(page.header.el, page.stop.el,
+    h("div", { class: "grid two" }, page.outcomes.el, page.aggregates.el),
     page.tasks.el, page.histograms.el, page.episodes.el, page.graph.el,
     h("div", { class: "grid two" }, page.config.el, page.determinism.el));
   return page;
@@ -309,7 +318,11 @@ function renderRun(page, summary, source) {
   if (!names.includes(page.taskState.metric)) page.taskState.metric = names[0];
   page.header.fill(shownSummary(page, summary), source);
   put(page.outcomes.body, outcomeBlock(summary, page.showEpisodes));
-  put(page.aggregates.body, scroller(aggregateTable(summary, names)));
+  put(page.aggregates.body, scroller(aggregateTable(summary, names)),
+    liveCsLine(summary, ACTIVE.has(summary.status)));
+  const stop = stopBlock(summary);
+  page.stop.el.hidden = !stop;
+  put(page.stop.body, stop);
   renderTasks(page, summary, names);
   put(page.config.body, configBlock(summary.config, page.dist?.step_budgets));
   put(page.determinism.body, determinismBlock(summary.determinism));

@@ -4,15 +4,17 @@
 import { API, api, enc } from "./api.js";
 import { h } from "./dom.js";
 import { fmtDuration, fmtPct, isNum } from "./format.js";
+import { notNeeded } from "./stop_rules.js";
 
 const CONFIRM_MS = 3000;
 export const ACTIVE = new Set(["pending", "queued", "running"]);
 const RESUMABLE = new Set(["aborted", "cancelled", "failed"]);
 const ERROR_STATUSES = ["error", "exception", "timeout", "no_verdict"];
 
-// The <progress> stays first (for screen readers and scripts); the visible bar is segmented.
+// The <progress> stays first (for screen readers and scripts); the visible bar is segmented;
+// its last segment is the rest of a plan that a stop rule made unnecessary.
 export function progressBox() {
-  const segments = ["ok", "err", "cancel"].map((kind) => h("span", { class: `seg ${kind}` }));
+  const segments = ["ok", "err", "cancel", "skip"].map((kind) => h("span", { class: `seg ${kind}` }));
   return h("div", { class: "progress" },
     h("progress", { max: 1, value: 0, class: "sr-only" }),
     h("span", { class: "segbar", "aria-hidden": "true" }, segments),
@@ -39,13 +41,19 @@ export function setProgress(box, summary, source) {
   bar.max = Math.max(total, 1);
   bar.value = Math.min(done, bar.max);
   const pct = (n) => `${(100 * n) / Math.max(total, 1)}%`;
-  const [ok, err, cancel] = box.querySelectorAll(".seg");
+  const [ok, err, cancel, skip] = box.querySelectorAll(".seg");
+  const skipped = notNeeded(summary);
   ok.style.width = pct(done - errors);
   err.style.width = pct(errors);
   cancel.style.width = pct(Math.min(cancelled, Math.max(0, total - done)));
+  skip.style.width = pct(skipped);
   const parts = [`${done}/${total}`, errors ? `${errors} errors` : "",
-    cancelled ? `${cancelled} cancelled` : ""].filter(Boolean);
+    cancelled ? `${cancelled} cancelled` : "",
+    skipped ? `stop rule decided: ${skipped} not needed` : ""].filter(Boolean);
   box.querySelector(".progress-text").textContent = total ? parts.join(" · ") : "–";
+  box.dataset.stopped = String(skipped > 0);
+  box.title = skipped ? `${summary.stop.decision}: the stop rule decided after ${done} of ${total} `
+    + `planned episodes; the other ${skipped} were not needed` : "";
   box.dataset.status = shownStatus(summary);
   box.dataset.errors = String(errors);
   box.dataset.allErrors = String(done > 0 && errors === done);
