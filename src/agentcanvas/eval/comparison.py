@@ -287,7 +287,11 @@ def sequential_verdict(table: PairedCounts, alpha: float = SEQUENTIAL_ALPHA) -> 
             "decide it (an equal pair of policies is never decided, by design)"
         )
         return verdict
-    fixed = paired_sample_size(p_a, delta, SEQUENTIAL_POWER, alpha, discordance)
+    try:
+        fixed = paired_sample_size(p_a, delta, SEQUENTIAL_POWER, alpha, discordance)
+    except ValueError:  # every discordant pair one way: no simulation of continuations
+        verdict["note"] = "every discordant pair went one way so far: more pairs will tell"
+        return verdict
     cap = min(4 * fixed.n, SEQUENTIAL_MAX_PAIRS)
     plan = paired_sequential_expected_n(
         p_a, delta, SEQUENTIAL_POWER, alpha, discordance, cap=cap, reps=SEQUENTIAL_REPS, seed=0
