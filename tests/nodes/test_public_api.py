@@ -22,7 +22,12 @@ ROOT = Path(__file__).resolve().parents[2]
 NODESETS = ROOT / "src" / "agentcanvas" / "nodesets"
 DOCS = sorted((ROOT / "docs").glob("*.md"))
 PYTHON_BLOCK = re.compile(r"```python\n(?P<body>.*?)\n```", re.S)
-BUILTIN_LIBRARIES = ("agentcanvas.nodesets", "agentcanvas.models", "agentcanvas.gridnav")
+BUILTIN_LIBRARIES = (
+    "agentcanvas.nodesets",
+    "agentcanvas.models",
+    "agentcanvas.gridnav",
+    "agentcanvas.policy_protocol",
+)
 PUBLIC_MODULES = {"agentcanvas.nodes": agentcanvas.nodes, "agentcanvas": agentcanvas}
 
 

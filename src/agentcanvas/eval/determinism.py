@@ -37,6 +37,7 @@ from agentcanvas.server import protocol
 from agentcanvas.server.registry import WorkspaceComponentRegistry
 
 REASON_PREFIX = "batched function "
+EXTERNAL_PREFIX = "external function "
 CERTIFY_PREFIX = "--certify: "
 AUDIT_TIMEOUT_S = 10.0
 CONFIDENCE = 0.95
@@ -114,7 +115,47 @@ async def finish_determinism(
                 info.reasons.append(f"{REASON_PREFIX}{name}: {entry.level}: {entry.level_detail}")
         if final and info.certify and run_id:
             await _certify(registry, nodeset, run_id, on=False)
+    info.reasons = [r for r in info.reasons if not r.startswith(EXTERNAL_PREFIX)]
+    for name, entry in (await external_functions(registry, graph)).items():
+        info.batched_functions[name] = entry
+        info.reasons.append(f"{EXTERNAL_PREFIX}{name}: {entry.level}: {entry.level_detail}")
     info.settle()
+
+
+async def external_functions(
+    registry: WorkspaceComponentRegistry, graph: Graph
+) -> dict[str, BatchedFunctionInfo]:
+    """The graph's nodes whose answers come from outside the run (``external`` node types:
+    a policy server by URL), each ``unverified`` — nothing here sees how that server
+    computes — or ``sampled`` when its node set says every request of this process was
+    sent twice and answered bit-identically (its ``determinism`` hook: "repeat-checked")."""
+    found: dict[str, BatchedFunctionInfo] = {}
+    for node in graph.nodes:
+        nodeset, _, name = node.type.partition(".")
+        spec = registry.manifest(nodeset).node_type(name)
+        key = f"{nodeset}.{name}"
+        if spec is None or not spec.external or key in found:
+            continue
+        handle = registry.bound(nodeset) or registry.local_instance(nodeset)
+        said = (await handle.determinism()).get(name, "")
+        where = str(node.config.get("url", "")) or "a server outside the run"
+        if "repeat-checked" in said:
+            level: DeterminismLevel = "sampled"
+            detail = (
+                f"answers come from {where}, outside the run; every request was sent twice and "
+                "answered bit-identically (repeat_check) — a server whose answers depend on its "
+                "load in ways two identical requests do not show is not ruled out"
+            )
+        else:
+            level = "unverified"
+            detail = (
+                f"answers come from {where}, outside the run: nothing checks that it answers an "
+                "observation the same way at any load (repeat_check tests it)"
+            )
+        found[key] = BatchedFunctionInfo(
+            mode="external", verified=False, verified_by=said, level=level, level_detail=detail
+        )
+    return found
 
 
 def batched_functions(registry: WorkspaceComponentRegistry, graph: Graph) -> dict[str, list[str]]:

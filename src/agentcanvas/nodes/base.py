@@ -160,8 +160,10 @@ class NodeSet:
         blocking: bool = False,
         batched: bool = False,
         batch_examples: int = 0,
+        external: bool = False,
     ) -> Callable[[NodeFn], NodeFn]:
-        """Decorator registering a node function under ``name``."""
+        """Decorator registering a node function under ``name``; ``external``: its outputs
+        come from a service outside the run (see ``NodeTypeSpec.external``)."""
 
         def register(fn: NodeFn) -> NodeFn:
             spec = NodeTypeSpec(
@@ -175,6 +177,7 @@ class NodeSet:
                 blocking=blocking,
                 batched=batched,
                 batch_examples=batch_examples,
+                external=external,
             )
             self._nodes[name] = _NodeDef(spec, fn, config)
             return fn
@@ -445,7 +448,9 @@ class LocalNodeSet:
     async def close(self) -> None:
         closer = getattr(self.state, "close", None)
         if callable(closer):
-            closer()
+            closed = closer()
+            if inspect.isawaitable(closed):
+                await closed
 
 
 @dataclass

@@ -100,6 +100,11 @@ class NodeTypeSpec(_Frozen):
         description="Batched nodes: how many example inputs it declares; a shared server "
         "checks batch invariance on them at start-up (0: checked only by the running audit).",
     )
+    external: bool = Field(
+        default=False,
+        description="Its outputs come from a service outside the run (a policy server "
+        "reached by URL): a run that uses it is at most 'unverified' for determinism.",
+    )
 
     def input(self, name: str) -> PortSpec | None:
         return next((p for p in self.inputs if p.name == name), None)

@@ -1,0 +1,68 @@
+"""metaworld_expert: MetaWorld's scripted expert policies (local, stateless).
+
+Every MetaWorld v3 task ships a hand-written expert (``metaworld.policies.ENV_POLICY_MAP``):
+a function of the current 39-float state alone, with no memory and no randomness. ``act``
+picks the expert of the episode's task (the task the run's env is on) and returns its action
+clipped to [-1, 1], as MetaWorld's own evaluation does. It is the baseline a learned policy
+on MetaWorld is compared against.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+
+from agentcanvas.nodes import CallContext, NodeSet, NodeSetError, PortSpec
+
+
+class ExpertState:
+    """One expert object per task, made on first use."""
+
+    def __init__(self) -> None:
+        self.experts: dict[str, Any] = {}
+
+    def expert(self, task: str) -> Any:
+        if task not in self.experts:
+            from metaworld.policies import ENV_POLICY_MAP
+
+            policies: dict[str, Any] = dict(ENV_POLICY_MAP)
+            if task not in policies:
+                raise NodeSetError(
+                    f"metaworld_expert: no scripted expert for task {task!r} "
+                    f"(MetaWorld ships one per v3 task, e.g. 'reach-v3')"
+                )
+            self.experts[task] = policies[task]()
+        return self.experts[task]
+
+
+NODESET = NodeSet(
+    name="metaworld_expert",
+    version="0.1.0",
+    parallelism="local",
+    description="MetaWorld's scripted expert policies, one per task.",
+    state_factory=ExpertState,
+)
+
+
+def expert_action(state: ExpertState, task: str, obs: Any) -> np.ndarray:
+    """The task's expert action for ``obs``, clipped to [-1, 1] (float64, 4 values)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "Constant(s) may be too high"
+        action = state.expert(task).get_action(np.asarray(obs, dtype=np.float64))
+    return np.clip(np.asarray(action, dtype=np.float64), -1.0, 1.0)
+
+
+@NODESET.node(
+    "act",
+    inputs=[PortSpec(name="obs", type="array", description="MetaWorld's 39-float state.")],
+    outputs=[PortSpec(name="action", type="array", description="4 floats in [-1, 1].")],
+)
+def act(
+    inputs: dict[str, Any], config: dict[str, Any], state: ExpertState, ctx: CallContext
+) -> dict[str, Any]:
+    """The scripted expert's action for the episode's task."""
+    if not ctx.task:
+        raise NodeSetError("metaworld_expert: the call carries no task (run it in an episode)")
+    return {"action": expert_action(state, ctx.task, inputs["obs"])}
