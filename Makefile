@@ -13,7 +13,18 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-install: $(STAMP)
+# openpi-client (the reference client of the policy-server protocol) needs numpy < 2: it
+# lives in its own small environment, where the protocol tests run it against our server.
+OPENPI := .venv-openpi
+OPENPI_STAMP := $(OPENPI)/.installed
+
+$(OPENPI_STAMP):
+	test -x $(OPENPI)/bin/python || $(PY) -m venv $(OPENPI)
+	# typing_extensions: openpi-client imports it without declaring it
+	$(OPENPI)/bin/pip install -q "openpi-client==0.1.2" "numpy<2" typing_extensions
+	touch $(OPENPI_STAMP)
+
+install: $(STAMP) $(OPENPI_STAMP)
 
 demo: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/agentcanvas demo
@@ -25,7 +36,7 @@ browser:
 		(apt-get update -qq && apt-get install -y -qq chromium >/dev/null) || \
 		echo "chromium could not be installed: browser tests will be skipped"
 
-test: $(STAMP) browser
+test: $(STAMP) $(OPENPI_STAMP) browser
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -p no:cacheprovider
 
 # The inner loop: everything not marked slow (no backends, browsers or clusters).
@@ -39,4 +50,4 @@ lint: $(STAMP)
 	$(BIN)/lint-imports --no-logo
 
 clean:
-	rm -rf $(VENV) outputs
+	rm -rf $(VENV) $(OPENPI) outputs

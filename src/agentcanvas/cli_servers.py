@@ -1,6 +1,9 @@
 """``agentcanvas serve-nodeset NAME`` and ``agentcanvas servers``: node-set servers by hand.
 
 ``serve-nodeset`` runs one auto_host server in the foreground (Ctrl-C or SIGTERM stops it).
+``serve-policy NODESET.NODE`` serves one of our model node sets over the openpi WebSocket
+policy-server protocol (``agentcanvas.policy_protocol``), so that client scripts written for
+openpi's ``serve_policy`` use our batch-invariant server.
 While it runs it records itself in ``<workspace>/outputs/servers/<name>[_<tag>].json``
 (pid, url, nodeset, tag, started_at); the file goes when the server stops. ``servers`` lists
 those records: ``up`` when the process is alive and answers ``/health``, ``unresponsive``
@@ -10,7 +13,11 @@ when it is alive but does not answer; a record whose process is gone is pruned.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
+import json
+import os
+import signal
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
@@ -21,12 +28,17 @@ import msgspec
 import psutil
 from pydantic import ValidationError
 
+from agentcanvas.api.security import TOKEN_RULE, is_loopback, token_problem
 from agentcanvas.cli_common import command, print_json, workspace_registry
 from agentcanvas.errors import RunError, UserInputError
 from agentcanvas.fileio import read_json
+from agentcanvas.nodes import CallContext
+from agentcanvas.nodes.base import NodeSetHandle
 from agentcanvas.paths import check_name, workspace_dir
+from agentcanvas.policy_protocol import connection_id, serve_policy
 from agentcanvas.server import auto_host, protocol
 from agentcanvas.server.auto_host import ServerRecordFile, record_path
+from agentcanvas.server.registry import WorkspaceComponentRegistry
 
 HEALTH_TIMEOUT_S = 2.0
 # A record's started_at is the process's create time; a larger gap means the pid was reused.
@@ -145,10 +157,168 @@ def cmd_servers(args: argparse.Namespace) -> int:
     return 0
 
 
+@dataclass(frozen=True)
+class PolicyTarget:
+    """What ``serve-policy`` serves: one node, its inputs' request keys, its config."""
+
+    nodeset: str
+    node: str
+    inputs: dict[str, str]  # port -> request key
+    config: dict[str, Any]
+
+
+def _policy_target(args: argparse.Namespace, registry: WorkspaceComponentRegistry) -> PolicyTarget:
+    nodeset, _, node = str(args.target).partition(".")
+    manifest = registry.manifest(check_name("nodeset", nodeset, field="NODESET"))
+    if manifest.parallelism == "replicated":
+        raise UserInputError(
+            f"NODESET: {nodeset} is replicated (an environment); serve-policy serves a model "
+            "node set (shared or local)"
+        )
+    names = [n.name for n in manifest.nodes]
+    if not node:
+        if len(names) != 1:
+            raise UserInputError(f"name the node: NODESET.NODE, one of {names}")
+        node = names[0]
+    spec = manifest.node_type(node)
+    if spec is None:
+        raise UserInputError(f"NODE: {nodeset} has no node {node!r} (it has {names})")
+    inputs = {p.name: p.name for p in spec.inputs}
+    for pair in args.input or []:
+        port, sep, key = str(pair).partition("=")
+        if not sep or port not in inputs or not key:
+            raise UserInputError(
+                f"--input {pair!r}: write PORT=KEY with PORT one of {sorted(inputs)}"
+            )
+        inputs[port] = key
+    try:
+        config = json.loads(args.config) if args.config else {}
+    except ValueError as exc:
+        raise UserInputError(f"--config is not JSON: {exc}") from exc
+    if not isinstance(config, dict):
+        raise UserInputError("--config must be a JSON object")
+    try:
+        config = registry.nodeset(nodeset).validate_config(node, config)
+    except UserInputError as exc:
+        raise UserInputError(f"--config: {exc}") from exc
+    return PolicyTarget(nodeset, node, inputs, config)
+
+
+def _api_key(args: argparse.Namespace) -> str | None:
+    key = os.environ.get(args.api_key_env) if args.api_key_env else None
+    if args.api_key_env and not key:
+        raise UserInputError(f"--api-key-env: {args.api_key_env} is not set")
+    if key is not None and (problem := token_problem(key)) is not None:
+        raise UserInputError(f"--api-key-env: refused, {problem}; a key must be {TOKEN_RULE}")
+    if not is_loopback(args.host) and not key:
+        raise UserInputError(
+            f"--host {args.host}: serving off loopback needs --api-key-env (a key clients send "
+            "as 'Authorization: Api-Key <key>')"
+        )
+    return key
+
+
+@command("serve-policy")
+def cmd_serve_policy(args: argparse.Namespace) -> int:
+    if not 0 <= args.port <= 65535:
+        raise UserInputError(f"--port must be 0..65535, got {args.port}")
+    registry = workspace_registry()
+    target = _policy_target(args, registry)
+    asyncio.run(_serve_policy(registry, target, args.host, args.port, _api_key(args)))
+    return 0
+
+
+async def _serve_policy(
+    registry: WorkspaceComponentRegistry,
+    target: PolicyTarget,
+    host: str,
+    port: int,
+    api_key: str | None,
+) -> None:
+    """Start the node set (its shared server, or in process), serve it until SIGINT/SIGTERM.
+
+    A request's entries named in ``target.inputs`` are the node's inputs (the others are
+    ignored); the reply is the node's outputs. Each connection is one client (a batch of
+    concurrent connections is one shared batch, batch-invariant); its requests are the steps
+    of one episode: ``step`` counts them, ``task`` is the request's ``task`` (or ``prompt``)
+    when it is a string, the episode seed its ``episode_seed`` (default 0)."""
+    manifest = registry.manifest(target.nodeset)
+    handle: NodeSetHandle
+    if manifest.parallelism == "shared":
+        await registry.load_shared(target.nodeset)
+        bound = registry.bound(target.nodeset)
+        assert bound is not None
+        handle = bound
+    else:
+        handle = registry.local_instance(target.nodeset)
+    steps: dict[str, int] = {}
+
+    async def infer(request: dict[str, Any]) -> dict[str, Any]:
+        inputs = {port: request[key] for port, key in target.inputs.items() if key in request}
+        client = connection_id()
+        step = steps.get(client, 0)
+        steps[client] = step + 1
+        task = request.get("task", request.get("prompt", ""))
+        ctx = CallContext(
+            node_id="serve-policy",
+            step=step,
+            episode_key=client,
+            episode_seed=int(request.get("episode_seed", 0) or 0),
+            task=task if isinstance(task, str) else "",
+            client=client,
+        )
+        outputs: dict[str, Any] = await handle.call(target.node, target.config, inputs, ctx)
+        return outputs
+
+    metadata = {
+        "server": "agentcanvas serve-policy",
+        "nodeset": target.nodeset,
+        "node": target.node,
+        "inputs": target.inputs,
+        "determinism": await handle.determinism(),
+    }
+    server = await serve_policy(infer, metadata, host, port, api_key)
+    bound_port = next(iter(server.sockets)).getsockname()[1]
+    print(
+        f"serving {target.nodeset}.{target.node} at ws://{host}:{bound_port} "
+        f"(openpi policy-server protocol; Ctrl-C stops it)",
+        flush=True,
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        server.close()
+        await server.wait_closed()
+        await registry.shutdown_all()
+
+
 def extend_parser(sub: Any) -> None:
     """Registers the server sub-commands."""
     p = sub.add_parser("serve-nodeset", help="serve one node set over HTTP in the foreground")
     p.add_argument("name", metavar="NAME", help="node-set name (see `agentcanvas nodesets`)")
     p.add_argument("--tag", type=int, default=None, help="replica tag K (serves NAME#K)")
+    p = sub.add_parser(
+        "serve-policy",
+        help="serve a model node set over the openpi WebSocket policy-server protocol",
+    )
+    p.add_argument("target", metavar="NODESET.NODE", help="e.g. policy_mlp.act")
+    p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="port (default 8000, as openpi; 0: any)")
+    p.add_argument(
+        "--input",
+        action="append",
+        metavar="PORT=KEY",
+        help="read input PORT from request key KEY (repeatable; default: the port's name)",
+    )
+    p.add_argument("--config", help="the node's config, as JSON (default {})")
+    p.add_argument(
+        "--api-key-env",
+        metavar="VAR",
+        help="environment variable holding the API key clients must send (needed off loopback)",
+    )
     p = sub.add_parser("servers", help="list the node-set servers started with serve-nodeset")
     p.add_argument("--json", action="store_true", help="print the list as JSON")

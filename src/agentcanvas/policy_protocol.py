@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import http
+import itertools
 import traceback
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -42,6 +44,7 @@ __all__ = [
     "ConnectionClosed",
     "PolicyClient",
     "PolicyServerError",
+    "connection_id",
     "pack",
     "serve_policy",
     "unpack",
@@ -160,6 +163,13 @@ class PolicyClient:
 
 
 InferFn = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+_CONNECTION: contextvars.ContextVar[str] = contextvars.ContextVar("policy_connection", default="")
+
+
+def connection_id() -> str:
+    """Inside ``serve_policy``'s ``infer``: which connection the request came on ("c0",
+    "c1", … in the order they opened); "" elsewhere."""
+    return _CONNECTION.get()
 
 
 async def serve_policy(
@@ -172,7 +182,8 @@ async def serve_policy(
     """A policy server speaking the protocol: ``infer`` answers each request of each
     connection, one at a time per connection (connections run concurrently). An exception
     is sent as text (its traceback), then the connection is closed with 1011, as openpi's
-    server does. ``GET /healthz`` answers 200. With ``api_key``, a connection without
+    server does; ``connection_id()`` tells ``infer`` which connection asks. ``GET /healthz``
+    answers 200. With ``api_key``, a connection without
     ``Authorization: Api-Key <key>`` is refused with 401."""
 
     def check(connection: ServerConnection, request: Request) -> Response | None:
@@ -182,7 +193,10 @@ async def serve_policy(
             return connection.respond(http.HTTPStatus.UNAUTHORIZED, "a valid Api-Key is needed\n")
         return None
 
+    opened = itertools.count()
+
     async def handler(ws: ServerConnection) -> None:
+        _CONNECTION.set(f"c{next(opened)}")
         await ws.send(pack(metadata))
         while True:
             try:
