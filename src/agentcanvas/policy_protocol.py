@@ -36,12 +36,13 @@ import msgpack
 import numpy as np
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.asyncio.server import Server, ServerConnection, serve
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import ConnectionClosed, InvalidHandshake
 from websockets.frames import CloseCode
 from websockets.http11 import Request, Response
 
 __all__ = [
     "ConnectionClosed",
+    "InvalidHandshake",
     "PolicyClient",
     "PolicyServerError",
     "connection_id",

@@ -35,7 +35,12 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentcanvas.nodes import CallContext, NodeSet, NodeSetError, PortSpec
-from agentcanvas.policy_protocol import ConnectionClosed, PolicyClient, PolicyServerError
+from agentcanvas.policy_protocol import (
+    ConnectionClosed,
+    InvalidHandshake,
+    PolicyClient,
+    PolicyServerError,
+)
 
 DEFAULT_KEYS = {
     "obs": "observation/state",
@@ -90,7 +95,7 @@ class _Chunk:
 class PolicyServerState:
     """Connections (one per worker and event loop) and each episode's current chunk."""
 
-    clients: dict[tuple[int, str, str], PolicyClient] = field(default_factory=dict)
+    clients: dict[tuple[int, str, str, str | None], PolicyClient] = field(default_factory=dict)
     chunks: dict[str, _Chunk] = field(default_factory=dict)
     requests: int = 0
     repeat_checked: int = 0
@@ -153,10 +158,11 @@ def _request(inputs: dict[str, Any], config: ActConfig) -> dict[str, Any]:
 
 
 async def _client(state: PolicyServerState, config: ActConfig, ctx: CallContext) -> PolicyClient:
-    key = (id(asyncio.get_running_loop()), ctx.client, config.url)
+    api_key = _api_key(config)
+    key = (id(asyncio.get_running_loop()), ctx.client, config.url, api_key)
     client = state.clients.get(key)
     if client is None:
-        client = state.clients[key] = PolicyClient(config.url, _api_key(config))
+        client = state.clients[key] = PolicyClient(config.url, api_key)
         state.urls.add(config.url)
     return client
 
@@ -171,6 +177,10 @@ async def _ask(client: PolicyClient, request: dict[str, Any], config: ActConfig)
             return await client.infer(request, config.timeout_s)
         except PolicyServerError as exc:
             raise NodeSetError(f"policy_server: {config.url} replied with an error: {exc}") from exc
+        except InvalidHandshake as exc:  # 401, or no WebSocket server there: retrying won't help
+            raise NodeSetError(
+                f"policy_server: {config.url} refused the connection: {exc}"
+            ) from exc
         except TimeoutError:
             failures.append(f"no answer within {config.timeout_s:g} s")
         except (ConnectionClosed, OSError) as exc:
