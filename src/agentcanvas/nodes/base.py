@@ -140,6 +140,9 @@ class NodeSet:
     state_factory: Callable[[], Any] | None = None
     panel_class: type[Panel] | None = None
     evict: Callable[[Any, str], None] | None = None
+    # Forkable node sets: run once in the fork template before its servers are forked
+    # (import heavy libraries there, so each server does not; no threads, no GL, no CUDA).
+    preload: Callable[[], None] | None = None
     determinism: Callable[[Any], dict[str, str]] | None = None
     resources: NodeSetResources = field(default_factory=NodeSetResources)  # on a cluster
     # The kind of each metric its nodes report (binary, bounded with a range, count,

@@ -158,6 +158,8 @@ def _template(nodeset: str) -> None:
     catalogue = NodeSetCatalogue()
     catalogue.scan_all()
     loaded = catalogue.nodeset(nodeset)
+    if loaded.preload is not None:
+        loaded.preload()
     _preload_server_imports()
     gc.freeze()  # the collector never writes to the template's objects: their pages stay shared
     control = f"agentcanvas-fork-{os.getpid()}-{secrets.token_hex(6)}"

@@ -31,6 +31,7 @@ belongs to the process that drew with it. ``MUJOCO_GL`` defaults to ``egl``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import warnings
@@ -39,6 +40,7 @@ from typing import Any
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
+import msgpack
 import numpy as np
 
 from agentcanvas.nodes import (
@@ -69,19 +71,44 @@ node set does not import MuJoCo (a test keeps them equal)."""
 
 
 def variations(dataset: str, split: str, task: str, benchmark_seed: int) -> list[Any]:
-    """The task's 50 goal variations (MetaWorld ``Task`` objects) and nothing else changed:
-    MetaWorld seeds NumPy's global generator to make them; it is restored afterwards."""
+    """The task's 50 goal variations (MetaWorld ``Task`` objects), made by MetaWorld (0.5 s:
+    it resets the env 50 times) or read from the cache it was saved in the first time
+    (``variations_cache``). MetaWorld seeds NumPy's global generator to make them; it is
+    restored afterwards."""
     import metaworld
 
+    kind = "test" if dataset.startswith("ML") and split == "test" else "train"
+    family = "ML1" if dataset.startswith("ML") else "MT1"
+    cache = variations_cache() / f"{family}-{kind}-{task}-seed{benchmark_seed}.msgpack"
+    with contextlib.suppress(OSError, ValueError, TypeError):
+        saved_tasks = msgpack.unpackb(cache.read_bytes())
+        return [metaworld.Task(env_name=name, data=data) for name, data in saved_tasks]
     saved = np.random.get_state()
     try:
-        if dataset.startswith("ML"):
+        if family == "ML1":
             bench: Any = metaworld.ML1(task, seed=benchmark_seed)  # type: ignore[no-untyped-call]
-            return list(bench.test_tasks if split == "test" else bench.train_tasks)
-        mt1: Any = metaworld.MT1(task, seed=benchmark_seed)  # type: ignore[no-untyped-call]
-        return list(mt1.train_tasks)
+            made = list(bench.test_tasks if kind == "test" else bench.train_tasks)
+        else:
+            mt1: Any = metaworld.MT1(task, seed=benchmark_seed)  # type: ignore[no-untyped-call]
+            made = list(mt1.train_tasks)
     finally:
         np.random.set_state(saved)
+    with contextlib.suppress(OSError):
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        partial = cache.with_name(f".{cache.name}.{os.getpid()}.partial")
+        partial.write_bytes(msgpack.packb([[t.env_name, t.data] for t in made]))
+        os.replace(partial, cache)
+    return made
+
+
+def variations_cache() -> Path:
+    """Where made variations are kept: ``$XDG_CACHE_HOME/agentcanvas/metaworld-<version>``
+    (default ``~/.cache``), one file per task, benchmark and seed. They depend only on those
+    and MetaWorld's version (in the folder's name)."""
+    from importlib.metadata import version
+
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return root / "agentcanvas" / f"metaworld-{version('metaworld')}"
 
 
 def _env_class(task: str) -> Any:
@@ -244,12 +271,18 @@ class MetaWorldPanel(TaskPanel):
         )
 
 
+def _preload() -> None:
+    """In the fork template: MetaWorld, its envs and MuJoCo (0.5 s), once for all servers."""
+    import metaworld.env_dict  # noqa: F401
+
+
 NODESET = NodeSet(
     name="env_metaworld",
     version="0.1.0",
     parallelism="replicated",
     description="MetaWorld v3 manipulation tasks (MuJoCo).",
     forkable=True,  # no GL context before the fork: one is made per renderer, in the child
+    preload=_preload,
     state_factory=MetaWorldState,
     panel_class=MetaWorldPanel,
     metrics={

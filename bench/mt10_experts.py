@@ -1,0 +1,223 @@
+"""MetaWorld MT10 with the scripted experts: our runner next to plain MetaWorld loops.
+
+    .venv/bin/python bench/mt10_experts.py [--episodes N] [--workers 1,2,4]
+
+The same episodes on every side: the 10 tasks of ``metaworld_expert`` (MT10), N episodes
+each, episode *i* of a task on goal variation ``i mod 50`` of ``MT1(task, seed=0)`` with the
+env seeded by ``episode_seed`` — what ``env_metaworld`` does — driven by MetaWorld's expert
+of the task (clipped to [-1, 1]), ending at the first success or 500 steps.
+
+- **ours**: ``run_foreground`` of ``metaworld_expert`` at W workers (W forked
+  ``env_metaworld`` servers; the expert runs in the runner), episodes only (start-up apart);
+- **shards**: W processes (``multiprocessing``, fork), each a plain loop over a contiguous
+  share of the episodes — what evaluation harnesses do;
+- **make_vec**: MetaWorld's own ``gym.make_vec("Meta-World/MT10", vector_strategy="async")``
+  (its 10 subprocess envs, one per task, fixed), the experts in the main process, run until
+  every env finished N episodes. Its episodes are its own (it draws a goal variation at
+  each reset), so its row is a throughput reference, not a check of equality.
+
+Success rates must agree between ours and shards (same episodes); the ratio is ours'
+episodes/s over the shards' at the same W. Also: memory of one env server process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing
+import os
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+import numpy as np
+import psutil
+
+from agentcanvas.eval.config import EvalConfig
+from agentcanvas.eval.foreground import run_foreground
+from agentcanvas.eval.run_setup import new_run_dir, run_registry
+from agentcanvas.eval.seeding import episode_seed
+from agentcanvas.nodesets.env_metaworld import TASKS, variations
+from agentcanvas.paths import runs_dir
+from agentcanvas.server.registry import WorkspaceComponentRegistry
+
+MT10 = TASKS["MT10"]["train"]
+RUN_SEED = 0
+
+
+def plain_episode(env: Any, expert: Any, task_variation: Any, seed: int) -> tuple[int, int]:
+    """One episode as env_metaworld + metaworld_expert run it: (success, steps)."""
+    env.set_task(task_variation)
+    env.seed(seed)
+    obs, _ = env.reset()
+    for step in range(1, 501):
+        action = np.clip(np.asarray(expert.get_action(obs), dtype=np.float64), -1.0, 1.0)
+        obs, _, _, truncated, info = env.step(action.astype(np.float32))
+        if info["success"]:
+            return 1, step
+        if truncated:
+            break
+    return 0, 500
+
+
+def shard(episodes: list[tuple[str, int]]) -> list[tuple[int, int]]:
+    """A plain loop over ``episodes`` (task, index), one env per task as it comes."""
+    from metaworld.env_dict import ALL_V3_ENVIRONMENTS
+    from metaworld.policies import ENV_POLICY_MAP
+
+    warnings.simplefilter("ignore")
+    out: list[tuple[int, int]] = []
+    env: Any = None
+    current = ""
+    cache: dict[str, list[Any]] = {}
+    for task, index in episodes:
+        if task != current:
+            if env is not None:
+                env.close()
+            env, current = ALL_V3_ENVIRONMENTS[task](), task
+            cache[task] = variations("MT10", "train", task, 0)
+            expert = ENV_POLICY_MAP[task]()
+        seed = episode_seed(RUN_SEED, task, index)
+        out.append(plain_episode(env, expert, cache[task][index % 50], seed))
+    return out
+
+
+def run_shards(n: int, workers: int) -> tuple[float, list[tuple[int, int]]]:
+    episodes = [(task, i) for task in MT10 for i in range(n)]
+    size = -(-len(episodes) // workers)
+    parts = [episodes[k : k + size] for k in range(0, len(episodes), size)]
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(workers) as pool:
+        pool.map(abs, range(workers))  # processes up before the clock starts
+        start = time.perf_counter()
+        results = pool.map(shard, parts)
+        wall = time.perf_counter() - start
+    return wall, [r for part in results for r in part]
+
+
+async def run_ours(workspace: Path, n: int, workers: int) -> tuple[float, float, list[Any]]:
+    registry = WorkspaceComponentRegistry(workspace=workspace)
+    registry.scan_all()
+    graph = registry.load_graph("metaworld_expert")
+    config = EvalConfig(
+        graph_name="metaworld_expert", episode_count=n, worker_count=workers, seed=RUN_SEED
+    )
+    called = time.time()
+    run_dir = new_run_dir(runs_dir(workspace))
+    run = await run_foreground(
+        run_registry(registry.catalogue, run_dir), graph, config, run_dir=run_dir
+    )
+    summary = run.summary
+    if summary.status_counts != {"completed": summary.episodes_total}:
+        first = next((str(r.node_errors) for r in summary.episodes if r.error), "")
+        raise RuntimeError(f"ours at W={workers}: {summary.status_counts}: {first}")
+    started, finished = summary.timings["started_at"], summary.timings["finished_at"]
+    assert started is not None and finished is not None
+    return finished - started, started - called, sorted(summary.episodes, key=lambda r: r.index)
+
+
+def run_make_vec(n: int) -> tuple[float, int, float]:
+    """MetaWorld's async vector env: (wall, episodes, success rate)."""
+    import gymnasium as gym
+    import metaworld  # noqa: F401  (registers Meta-World/*)
+    from metaworld.policies import ENV_POLICY_MAP
+
+    warnings.simplefilter("ignore")
+    envs = gym.make_vec(
+        "Meta-World/MT10", vector_strategy="async", seed=RUN_SEED, terminate_on_success=True
+    )
+    names = MT10  # make_vec builds its envs in MT10_V3 order
+    experts = [ENV_POLICY_MAP[name]() for name in names]
+    obs, _ = envs.reset()
+    done = np.zeros(len(names), dtype=int)
+    successes = 0
+    start = time.perf_counter()
+    while (done < n).any():
+        actions = np.stack(
+            [np.clip(e.get_action(o), -1.0, 1.0) for e, o in zip(experts, obs, strict=True)]
+        ).astype(np.float32)
+        obs, _, terminated, truncated, info = envs.step(actions)
+        ended = np.logical_or(terminated, truncated)
+        for k in np.flatnonzero(ended):
+            if done[k] < n:
+                done[k] += 1
+                final = info.get("final_info", info)
+                successes += int(bool(final["success"][k]))
+    wall = time.perf_counter() - start
+    envs.close()
+    return wall, int(done.sum()), successes / max(1, int(done.sum()))
+
+
+def server_memory(images: bool) -> tuple[float, float]:
+    """RSS and USS (MiB) of a fresh process holding one env_metaworld env after 20 steps,
+    with 128 px images on (the GL context and renderer included) or off."""
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_memory_child, args=(queue, images))
+    proc.start()
+    found: tuple[float, float] = queue.get(timeout=120)
+    proc.join(30)
+    return found
+
+
+def _memory_child(queue: Any, images: bool) -> None:
+    from agentcanvas.nodesets.env_metaworld import MetaWorldPanel, MetaWorldState, step
+    from agentcanvas.nodes import CallContext
+
+    state = MetaWorldState()
+    panel = MetaWorldPanel(state)
+    panel.values.update(images=images, image_size=128, task_id="reach-v3")
+    panel.on_action("play")
+    ctx = CallContext(node_id="env", step=0)
+    for _ in range(20):
+        step({"action": np.zeros(4)}, {}, state, ctx)
+    info = psutil.Process().memory_full_info()
+    queue.put((info.rss / 2**20, info.uss / 2**20))
+    state.close()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--episodes", type=int, default=6, help="per task (default 6)")
+    parser.add_argument("--workers", default="1,2,4", help="comma-separated W (default 1,2,4)")
+    args = parser.parse_args()
+    widths = [int(w) for w in args.workers.split(",")]
+    n = args.episodes
+    total = n * len(MT10)
+    print(
+        f"MetaWorld MT10, scripted experts, {n} episodes per task ({total}), {os.cpu_count()} CPUs"
+    )
+    print(f"{'W':>3} {'ours ep/s':>10} {'shards ep/s':>12} {'ratio':>6} {'ours SR':>8} "
+          f"{'shards SR':>9} {'same':>5} {'start-up s':>10}")  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp:
+        workspace = Path(tmp)
+        for w in widths:
+            ours_wall, startup, records = asyncio.run(run_ours(workspace, n, w))
+            shards_wall, plain = run_shards(n, w)
+            ours = [(int(r.metrics["success"]), int(r.metrics["length"])) for r in records]
+            same = ours == plain
+            ours_sr = sum(s for s, _ in ours) / total
+            plain_sr = sum(s for s, _ in plain) / total
+            print(
+                f"{w:>3} {total / ours_wall:>10.1f} {total / shards_wall:>12.1f} "
+                f"{shards_wall / ours_wall:>6.2f} {ours_sr:>8.3f} {plain_sr:>9.3f} "
+                f"{'yes' if same else 'NO':>5} {startup:>10.1f}"
+            )
+    vec_wall, vec_episodes, vec_sr = run_make_vec(n)
+    print(
+        f"make_vec(MT10, async): {vec_episodes / vec_wall:.1f} ep/s over {vec_episodes} "
+        f"episodes of its own (10 processes), SR {vec_sr:.3f}"
+    )
+    for images in (False, True):
+        rss, uss = server_memory(images)
+        what = "128 px images" if images else "state only"
+        print(f"one env process (reach-v3, {what}): RSS {rss:.0f} MiB, USS {uss:.0f} MiB")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
