@@ -67,7 +67,9 @@ def plain_episode(env: Any, expert: Any, task_variation: Any, seed: int) -> tupl
 def shard(episodes: list[tuple[str, int]]) -> list[tuple[int, int]]:
     """A plain loop over ``episodes`` (task, index), one env per task as it comes."""
     from metaworld.env_dict import ALL_V3_ENVIRONMENTS
-    from metaworld.policies import ENV_POLICY_MAP
+    from metaworld.policies import ENV_POLICY_MAP as POLICIES
+
+    ENV_POLICY_MAP: dict[str, Any] = dict(POLICIES)
 
     warnings.simplefilter("ignore")
     out: list[tuple[int, int]] = []
@@ -124,7 +126,9 @@ def run_make_vec(n: int) -> tuple[float, int, float]:
     """MetaWorld's async vector env: (wall, episodes, success rate)."""
     import gymnasium as gym
     import metaworld  # noqa: F401  (registers Meta-World/*)
-    from metaworld.policies import ENV_POLICY_MAP
+    from metaworld.policies import ENV_POLICY_MAP as POLICIES
+
+    ENV_POLICY_MAP: dict[str, Any] = dict(POLICIES)
 
     warnings.simplefilter("ignore")
     envs = gym.make_vec(
@@ -165,8 +169,8 @@ def server_memory(images: bool) -> tuple[float, float]:
 
 
 def _memory_child(queue: Any, images: bool) -> None:
-    from agentcanvas.nodesets.env_metaworld import MetaWorldPanel, MetaWorldState, step
     from agentcanvas.nodes import CallContext
+    from agentcanvas.nodesets.env_metaworld import MetaWorldPanel, MetaWorldState, step
 
     state = MetaWorldState()
     panel = MetaWorldPanel(state)

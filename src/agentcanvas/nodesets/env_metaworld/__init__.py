@@ -76,13 +76,14 @@ def variations(dataset: str, split: str, task: str, benchmark_seed: int) -> list
     (``variations_cache``). MetaWorld seeds NumPy's global generator to make them; it is
     restored afterwards."""
     import metaworld
+    from metaworld.types import Task
 
     kind = "test" if dataset.startswith("ML") and split == "test" else "train"
     family = "ML1" if dataset.startswith("ML") else "MT1"
     cache = variations_cache() / f"{family}-{kind}-{task}-seed{benchmark_seed}.msgpack"
     with contextlib.suppress(OSError, ValueError, TypeError):
         saved_tasks = msgpack.unpackb(cache.read_bytes())
-        return [metaworld.Task(env_name=name, data=data) for name, data in saved_tasks]
+        return [Task(env_name=name, data=data) for name, data in saved_tasks]
     saved = np.random.get_state()
     try:
         if family == "ML1":
