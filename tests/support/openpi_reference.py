@@ -5,6 +5,10 @@ openpi-client needs numpy < 2, so this file imports nothing of ours).
 and sends the observations of ``observations()``; the metadata and the replies go to OUT.npz
 (``metadata`` as msgpack bytes, ``reply<i>/<key>`` arrays).
 
+``python openpi_reference.py bench URL N PAYLOAD``: ``WebsocketClientPolicy.infer`` N times
+with the observation ``payload(PAYLOAD)`` ("state" or "images"); prints the per-call times
+(µs) as JSON.
+
 ``python openpi_reference.py server PORT_FILE``: a policy server packing with openpi's
 ``msgpack_numpy`` (the shape of openpi's ``WebsocketPolicyServer``): metadata first, then
 each request answered with ``{"actions": <chunk>, "echo": <the request>}``, where the chunk
@@ -44,6 +48,32 @@ def client(url: str, out: str) -> None:
     np.savez(out, **arrays)
 
 
+def payload(kind: str) -> dict:
+    """The observation of bench/policy_client.py: a state, or a state and two 224 px images."""
+    rng = np.random.default_rng(3)
+    obs = {"observation/state": rng.normal(size=8).astype(np.float32), "prompt": "pick it up"}
+    if kind == "images":
+        for key in ("observation/image", "observation/wrist_image"):
+            obs[key] = rng.integers(0, 255, size=(224, 224, 3), dtype=np.uint8)
+    return obs
+
+
+def bench(url: str, n: int, kind: str) -> None:
+    import json
+    import time
+
+    policy = WebsocketClientPolicy(url)
+    obs = payload(kind)
+    for _ in range(20):
+        policy.infer(obs)
+    times = []
+    for _ in range(n):
+        start = time.perf_counter()
+        policy.infer(obs)
+        times.append(1e6 * (time.perf_counter() - start))
+    print(json.dumps(times))
+
+
 async def server(port_file: str) -> None:
     import websockets.asyncio.server as ws_server
     import websockets.frames
@@ -75,5 +105,7 @@ async def server(port_file: str) -> None:
 if __name__ == "__main__":
     if sys.argv[1] == "client":
         client(sys.argv[2], sys.argv[3])
+    elif sys.argv[1] == "bench":
+        bench(sys.argv[2], int(sys.argv[3]), sys.argv[4])
     else:
         asyncio.run(server(sys.argv[2]))
