@@ -19,6 +19,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 REPO = Path(__file__).resolve().parents[2]
 OPENPI_PYTHON = REPO / ".venv-openpi" / "bin" / "python"
 REFERENCE = REPO / "tests" / "support" / "openpi_reference.py"
+DOC = REPO / "docs" / "metaworld.md"
 TASKS = "reach-v3,drawer-close-v3,button-press-topdown-v3"
 SERVING = re.compile(r"serving \S+ at (ws://127\.0\.0\.1:\d+)")
 
@@ -169,14 +171,17 @@ async def test_our_node_reads_an_openpi_packed_server_bit_for_bit(
 
 
 def policy_graph(workspace: Path, url: str, name: str, **config: Any) -> Path:
-    graph = json.loads((REPO / "src/agentcanvas/graphs/metaworld_expert.json").read_text())
+    """The graph docs/metaworld.md writes (its snippet run as written, in the workspace),
+    pointed at ``url``; serve-policy replies with the node's outputs, so ``action``."""
+    (snippet,) = re.findall(r"python - <<'EOF'\n(.*?)EOF\n", DOC.read_text("utf-8"), re.S)
+    done = subprocess.run(
+        [sys.executable, "-c", snippet], cwd=workspace, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    graph = json.loads((workspace / "graphs" / "metaworld_my_policy.json").read_text())
     graph["name"] = name
-    graph["nodes"][1] = {
-        "id": "policy",
-        "type": "policy_server.act",
-        "config": {"url": url, "action_key": "action", **config},
-    }
-    graph["edges"].append({"source": "env.task", "target": "policy.prompt"})
+    (policy,) = [n for n in graph["nodes"] if n["id"] == "policy"]
+    policy["config"].update(url=url, action_key="action", **config)
     path = workspace / "graphs" / f"{name}.json"
     path.write_text(json.dumps(graph))
     return path
