@@ -35,6 +35,7 @@ import contextlib
 import json
 import os
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -140,20 +141,23 @@ class MetaWorldState:
         self.camera = "corner2"
         self.image_size = 128
         self.env_builds = 0
+        self._gl: ThreadPoolExecutor | None = None
 
     def start(self, values: dict[str, Any]) -> None:
         dataset, split, task = str(values["dataset"]), str(values["split"]), str(values["task_id"])
         seed, bench_seed = int(values["seed"]), int(values["benchmark_seed"])
         index = int(values["episode_index"])
-        self.images, self.render = bool(values["images"]), bool(values.get("render"))
-        self.camera, self.image_size = str(values["camera"]), int(values["image_size"])
-        if self.camera not in CAMERAS:
-            raise NodeSetError(f"env_metaworld: camera {self.camera!r} is not one of {CAMERAS}")
-        if not 16 <= self.image_size <= 1024:
+        camera, image_size = str(values["camera"]), int(values["image_size"])
+        max_steps = int(values["max_steps"])
+        # every field checked before any is kept: a refused play leaves the state as it was
+        if camera not in CAMERAS:
+            raise NodeSetError(f"env_metaworld: camera {camera!r} is not one of {CAMERAS}")
+        if not 16 <= image_size <= 1024:
             raise NodeSetError("env_metaworld: image_size must be 16..1024 pixels")
-        self.max_steps = int(values["max_steps"])
-        if not 1 <= self.max_steps <= 500:
+        if not 1 <= max_steps <= 500:
             raise NodeSetError("env_metaworld: max_steps must be 1..500 (MetaWorld's limit)")
+        self.images, self.render = bool(values["images"]), bool(values.get("render"))
+        self.camera, self.image_size, self.max_steps = camera, image_size, max_steps
         self.terminate_on_success = bool(values["terminate_on_success"])
         pictures = self.images or self.render
         key = (task, pictures, self.camera if pictures else None, self.image_size)
@@ -193,12 +197,23 @@ class MetaWorldState:
         }
 
     def picture(self) -> np.ndarray:
-        return np.ascontiguousarray(np.asarray(self.require_env().render(), dtype=np.uint8))
+        """The camera's picture, drawn on the state's own GL thread: MuJoCo's GL context is
+        current only in the thread that made it (another thread's picture comes back black),
+        and a server may call from more than one thread."""
+        env = self.require_env()
+        if self._gl is None:
+            self._gl = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mujoco-gl")
+        drawn = self._gl.submit(env.render).result()
+        return np.ascontiguousarray(np.asarray(drawn, dtype=np.uint8))
 
     def close(self) -> None:
-        if self.env is not None:
-            self.env.close()  # frees the renderer's GL context here, not in a finaliser
-        self.env, self.built_for = None, None
+        env, self.env, self.built_for = self.env, None, None
+        if env is None:
+            return
+        if self._gl is not None:  # frees the renderer's GL context where it was made
+            self._gl.submit(env.close).result()
+        else:
+            env.close()
 
 
 class MetaWorldPanel(TaskPanel):
