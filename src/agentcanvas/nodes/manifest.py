@@ -168,6 +168,14 @@ class NodeSetManifest(_Frozen):
     )
     nodes: list[NodeTypeSpec] = Field(default_factory=list)
     panel: PanelSpec | None = None
+    episode_start_s: float = Field(
+        default=0.0,
+        ge=0,
+        le=3600,
+        description="Envs: how long starting an episode may take (building the simulator on "
+        "a task switch, reset, settling), when that is longer than the run's per-step "
+        "deadline; 0: the per-step deadline.",
+    )
     resources: NodeSetResources = Field(default_factory=NodeSetResources)
     metrics: dict[str, MetricSpec] = Field(
         default_factory=dict,
