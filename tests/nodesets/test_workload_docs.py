@@ -1,5 +1,6 @@
-"""docs/metaworld.md, run as written: its plain loop reproduces our episodes, and its
-graph-writing snippet makes a graph the catalogue loads and validates."""
+"""docs/metaworld.md and docs/libero.md, run as written: the MetaWorld plain loop
+reproduces our episodes, and each graph-writing snippet makes a graph the catalogue loads
+and validates."""
 
 from __future__ import annotations
 
@@ -17,15 +18,16 @@ from agentcanvas.eval.seeding import episode_seed
 from agentcanvas.nodes.base import CallContext, LocalNodeSet
 from agentcanvas.server.registry import WorkspaceComponentRegistry
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "metaworld.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+DOC = DOCS / "metaworld.md"
 
 
 def python_blocks() -> list[str]:
     return re.findall(r"```python\n(.*?)```", DOC.read_text(encoding="utf-8"), re.S)
 
 
-def heredoc_blocks() -> list[str]:
-    return re.findall(r"python - <<'EOF'\n(.*?)EOF\n", DOC.read_text(encoding="utf-8"), re.S)
+def heredoc_blocks(doc: Path = DOC) -> list[str]:
+    return re.findall(r"python - <<'EOF'\n(.*?)EOF\n", doc.read_text(encoding="utf-8"), re.S)
 
 
 @pytest.fixture(scope="module")
@@ -69,3 +71,17 @@ def test_the_documented_graph_snippet_makes_a_valid_graph(tmp_path: Path) -> Non
     policy = next(n for n in loaded.nodes if n.id == "policy")
     assert policy.type == "policy_server.act" and policy.config["url"] == "ws://127.0.0.1:8000"
     assert {"source": "env.task", "target": "policy.prompt"} in graph["edges"]
+
+
+def test_the_documented_libero_graph_snippet_makes_a_valid_graph(tmp_path: Path) -> None:
+    (snippet,) = heredoc_blocks(DOCS / "libero.md")
+    done = subprocess.run(
+        [sys.executable, "-c", snippet], cwd=tmp_path, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    registry = WorkspaceComponentRegistry(workspace=tmp_path)
+    registry.scan_all()
+    loaded = registry.load_graph("libero_object_my_policy")
+    registry.validate(loaded)
+    assert loaded.default_tasks() == [f"libero_object:{i}" for i in range(10)]
+    assert loaded.env is not None and loaded.env.fields["split"] == "libero_object"
