@@ -14,8 +14,10 @@ observation N times, one request at a time, after 20 warm-up calls:
 - ``ours (client)``: ``policy_protocol.PolicyClient.infer`` alone.
 
 Payloads: ``state`` (8 floats and a prompt) and ``images`` (plus two 224x224x3 uint8
-pictures, as a LIBERO policy gets). Medians in µs; ratio = ours (node) / openpi. Goal
-(issue 25): <= 1.2.
+pictures, as a LIBERO policy gets). The sides take turns, ``--rounds`` times (loopback
+latency drifts on a shared machine; turns keep the drift out of the ratio). Per round the
+median µs of each side; the table shows the median over rounds and the ratio = ours (node) /
+openpi with its range over rounds. Goal: <= 1.2.
 """
 
 from __future__ import annotations
@@ -86,9 +88,28 @@ async def ours(url: str, n: int, kind: str) -> tuple[list[float], list[float]]:
     return node_times, client_times
 
 
+def _openpi(url: str, calls: int, kind: str) -> float:
+    done = subprocess.run(
+        [str(OPENPI_PYTHON), str(REFERENCE), "bench", url, str(calls), kind],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return statistics.median(json.loads(done.stdout))
+
+
+def _rounds(url: str, calls: int, kind: str, rounds: int) -> list[tuple[float, float, float]]:
+    """(openpi, ours node, ours client) median µs of each round."""
+    out = []
+    for _ in range(rounds):
+        theirs = _openpi(url, calls, kind)
+        node, client = asyncio.run(ours(url, calls, kind))
+        out.append((theirs, statistics.median(node), statistics.median(client)))
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--calls", type=int, default=1000, help="per side (default 1000)")
+    parser.add_argument("--calls", type=int, default=1000, help="per side and round (1000)")
+    parser.add_argument("--rounds", type=int, default=5, help="turns of the sides (default 5)")
     args = parser.parse_args()
     if not OPENPI_PYTHON.exists():
         print(f"{OPENPI_PYTHON} is missing: run `make install`")
@@ -101,16 +122,13 @@ def main() -> int:
                 time.sleep(0.05)
             url = f"ws://127.0.0.1:{port_file.read_text()}"
             print(f"{'payload':<8} {'openpi µs':>10} {'ours node µs':>13} {'ours client µs':>15} "
-                  f"{'ratio':>6}")  # fmt: skip
+                  f"{'ratio (range over rounds)':>26}")  # fmt: skip
             for kind in ("state", "images"):
-                done = subprocess.run(
-                    [str(OPENPI_PYTHON), str(REFERENCE), "bench", url, str(args.calls), kind],
-                    capture_output=True, text=True, check=True,
-                )  # fmt: skip
-                theirs = statistics.median(json.loads(done.stdout))
-                node, client = asyncio.run(ours(url, args.calls, kind))
-                mine, raw = statistics.median(node), statistics.median(client)
-                print(f"{kind:<8} {theirs:>10.0f} {mine:>13.0f} {raw:>15.0f} {mine / theirs:>6.2f}")
+                rows = _rounds(url, args.calls, kind, args.rounds)
+                theirs, mine, raw = (statistics.median(col) for col in zip(*rows, strict=True))
+                ratios = sorted(node / openpi for openpi, node, _ in rows)
+                spread = f"{statistics.median(ratios):.2f} ({ratios[0]:.2f}-{ratios[-1]:.2f})"
+                print(f"{kind:<8} {theirs:>10.0f} {mine:>13.0f} {raw:>15.0f} {spread:>26}")
         finally:
             server.kill()
             server.wait(10)

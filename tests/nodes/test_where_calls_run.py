@@ -213,3 +213,30 @@ def test_a_slow_workspace_node_is_abandoned_at_the_per_step_deadline(
         "in-process node set 'where' did not return 'nap' within 0.2 s (per-step timeout); "
         "the call was abandoned"
     )
+
+
+async def test_a_config_changed_in_place_is_validated_again() -> None:
+    """Repeated calls with the same config dict skip its validation; a change made to that
+    dict in place (nested too) is still seen."""
+    from pydantic import BaseModel
+
+    class Config(BaseModel):
+        gain: float = 1.0
+        tags: list[str] = []
+
+    nodeset = NodeSet(name="cfg", parallelism="local")
+
+    @nodeset.node("echo", outputs=[PortSpec(name="y", type="float")], config=Config)
+    def echo(inputs: dict[str, Any], config: dict[str, Any], state: Any, ctx: Any) -> Any:
+        return {"y": config["gain"] * (1 + len(config["tags"]))}
+
+    local = LocalNodeSet(nodeset, inline=True)
+    ctx = CallContext(node_id="n", step=0)
+    config: dict[str, Any] = {"gain": 2.0, "tags": []}
+    assert (await local.call("echo", config, {}, ctx))["y"] == 2.0
+    assert (await local.call("echo", config, {}, ctx))["y"] == 2.0
+    config["gain"] = 3.0
+    assert (await local.call("echo", config, {}, ctx))["y"] == 3.0
+    config["tags"].append("a")
+    assert (await local.call("echo", config, {}, ctx))["y"] == 6.0
+    assert (await local.call("echo", {"gain": 1.0}, {}, ctx))["y"] == 1.0

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import inspect
 import json
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -126,6 +127,12 @@ class _NodeDef:
     batch_fn: BatchFn | None = None
     examples: tuple[dict[str, Any], ...] = ()
     """Example inputs of a batched node: the start-up batch-invariance check runs on them."""
+
+    is_async: bool = field(init=False)
+    """Whether ``fn`` is a coroutine function (asked on every call: answered once)."""
+
+    def __post_init__(self) -> None:
+        self.is_async = inspect.iscoroutinefunction(self.fn)
 
 
 @dataclass
@@ -334,6 +341,9 @@ class LocalNodeSet:
         self.state = nodeset.state_factory() if nodeset.state_factory else None
         self.panel = nodeset.panel_class(self.state) if nodeset.panel_class else None
         self._configs: dict[tuple[str, str], dict[str, Any]] = {}
+        # node name → (the config last given, a copy of it, its validated form): a graph
+        # passes the same dict on every call, so most calls are answered without encoding it
+        self._last_config: dict[str, tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = {}
         self._turns: dict[str, _EpisodeTurn] = {}
 
     def call_sync(
@@ -349,9 +359,13 @@ class LocalNodeSet:
         """The node's config validated with defaults filled in (cached per distinct config)."""
         if self.nodeset.definition(node_name).config_model is None:
             return config
+        last = self._last_config.get(node_name)
+        if last is not None and last[0] is config and last[1] == config:  # unchanged in place
+            return last[2]
         key = (node_name, json.dumps(config, sort_keys=True, default=str))
         if key not in self._configs:
             self._configs[key] = self.nodeset.validate_config(node_name, config)
+        self._last_config[node_name] = (config, copy.deepcopy(config), self._configs[key])
         return self._configs[key]
 
     async def call(
@@ -359,7 +373,7 @@ class LocalNodeSet:
     ) -> dict[str, Any]:
         definition = self.nodeset.definition(node_name)
         config = self._config(node_name, config)
-        if inspect.iscoroutinefunction(definition.fn):
+        if definition.is_async:
             result = await definition.fn(inputs, config, self.state, ctx)
             return _as_result(result, self.name, node_name)
         if definition.spec.blocking:

@@ -100,6 +100,18 @@ class PolicyServerState:
     requests: int = 0
     repeat_checked: int = 0
     urls: set[str] = field(default_factory=set)
+    # the validated config of each config dict a caller passes again and again (the local
+    # instance passes its cached, validated dict): id → (that dict, its ActConfig)
+    settings: dict[int, tuple[dict[str, Any], ActConfig]] = field(default_factory=dict)
+
+    def settings_of(self, config: dict[str, Any]) -> ActConfig:
+        known = self.settings.get(id(config))
+        if known is not None and known[0] is config:
+            return known[1]
+        parsed = ActConfig.model_validate(config)
+        if len(self.settings) < 64:  # configs passed once (over the wire) are not kept
+            self.settings[id(config)] = (config, parsed)
+        return parsed
 
     async def close(self) -> None:
         """Close the connections opened on this event loop (the others went with theirs)."""
@@ -226,7 +238,7 @@ async def act(
     inputs: dict[str, Any], config: dict[str, Any], state: PolicyServerState, ctx: CallContext
 ) -> dict[str, Any]:
     """One action from the policy server (a new request when the chunk is used up)."""
-    settings = ActConfig.model_validate(config)
+    settings = state.settings_of(config)
     chunk = state.chunks.get(ctx.episode_key)
     if chunk is not None and (ctx.step <= chunk.last_step or chunk.next_row >= chunk.rows):
         chunk = None  # a new attempt of the episode, or the chunk is used up
