@@ -93,7 +93,8 @@ def _openpi(url: str, calls: int, kind: str) -> float:
         [str(OPENPI_PYTHON), str(REFERENCE), "bench", url, str(calls), kind],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
-    return statistics.median(json.loads(done.stdout))
+    times: list[float] = json.loads(done.stdout)
+    return statistics.median(times)
 
 
 def _rounds(url: str, calls: int, kind: str, rounds: int) -> list[tuple[float, float, float]]:

@@ -36,6 +36,7 @@ from agentcanvas.eval.live_events import EventLog, events_path
 from agentcanvas.eval.records import recorded_results
 from agentcanvas.eval.run_setup import RunSetup, prepare_run, run_registry, scanned_catalogue
 from agentcanvas.eval.run_spec import RunSpec
+from agentcanvas.eval.run_state import RunStatus
 from agentcanvas.eval.runlock import RunLock
 from agentcanvas.eval.runner import BatchEvalRunner
 from agentcanvas.eval.store import RunDir
@@ -99,11 +100,10 @@ def _record_orphaned(runner: BatchEvalRunner, run_dir: RunDir) -> None:
     """The parent died: a run it did not see end is ``aborted`` (resumable), even when a
     first parent-death signal looked like a cancel (see _Termination)."""
     run = runner.run
-    if run.status in ("running", "cancelled"):
-        run.status = "aborted"
-        run.error = run.error or "the backend died while the run ran"
+    if run.status in (RunStatus.RUNNING, RunStatus.CANCELLED):
+        run.move_to(RunStatus.ABORTED, run.error or "the backend died while the run ran")
     runner.save()
-    if run.status in ("completed", "failed"):
+    if run.status in (RunStatus.COMPLETED, RunStatus.FAILED):
         run_dir.touch_done()  # it ended for good just as its parent died
 
 

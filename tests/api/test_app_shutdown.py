@@ -19,7 +19,7 @@ import uvicorn
 import websockets
 
 from agentcanvas.api.app import create_app
-from agentcanvas.eval.config import TERMINAL_RUN_STATUSES
+from agentcanvas.eval.run_state import TERMINAL_RUN_STATUSES
 
 DEADLINE_S = 60.0
 

@@ -29,6 +29,7 @@ from agentcanvas.eval.run_index import RunQuery
 from agentcanvas.eval.run_meta import RunName, RunNote, RunTags
 from agentcanvas.eval.run_setup import new_run_dir, run_registry, scanned_catalogue
 from agentcanvas.eval.run_spec import RunSpec, SpecScheduling
+from agentcanvas.eval.run_state import RunStatus
 from agentcanvas.eval.runner import episode_tasks
 from agentcanvas.eval.stopping import check_baseline_tasks, load_baseline
 from agentcanvas.eval.store import check_disk_space
@@ -163,7 +164,7 @@ async def start_eval_v2(body: StartRequest, request: Request) -> StartResponse:
         check_disk_space(svc.scheduler.runs_dir, "start a run")
         run_id = await _start_in_process(svc, graph, config, overlay)
         save_start_meta(svc.runs.run_dir(run_id).root, body.name, body.tags, body.note)
-        return StartResponse(run_id=run_id, status="running", via_subprocess=False)
+        return StartResponse(run_id=run_id, status=RunStatus.RUNNING, via_subprocess=False)
     ray = config.engine == "ray"  # the Ray engine runs its own model actors
     urls = {} if ray else await borrow_shared(svc.registry, resolver, graph)
     models = {n: resolver.manifest(n).resources for n in resolver.shared_in(graph)} if ray else {}
@@ -187,7 +188,7 @@ async def start_eval_v2(body: StartRequest, request: Request) -> StartResponse:
         svc.registry.release_shared_nodesets(sorted(urls))
         raise
     svc.request_tick()
-    return StartResponse(run_id=run_id, status="queued", via_subprocess=True)
+    return StartResponse(run_id=run_id, status=RunStatus.QUEUED, via_subprocess=True)
 
 
 def _check_tasks(
@@ -282,7 +283,7 @@ async def resume(run_id: RunId, request: Request) -> dict[str, str]:
         svc.registry.release_shared_nodesets(sorted(urls))
         raise
     svc.request_tick()
-    return {"run_id": run_id, "status": "queued"}
+    return {"run_id": run_id, "status": RunStatus.QUEUED}
 
 
 async def _until_reaped(svc: ProcessServices, run_id: str) -> None:

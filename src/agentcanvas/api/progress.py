@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from agentcanvas.eval.config import TERMINAL_RUN_STATUSES
 from agentcanvas.eval.events import Broadcast, EvalComplete, EvalProgress
 from agentcanvas.eval.live_events import RELAYED_TYPES, EventTail, events_path
+from agentcanvas.eval.run_state import TERMINAL_RUN_STATUSES
 
 __all__ = ["POLL_S", "ProgressRelay"]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Iterable
 from typing import Annotated, Any, Literal
 
@@ -19,13 +20,12 @@ from pydantic import (
 
 from agentcanvas.eval.health import RunHealth, assess
 from agentcanvas.eval.metrics import MetricAggregate, MetricRules
+from agentcanvas.eval.run_state import RunStatus, check_move
 
 RUN_FORMAT_VERSION: Literal[1] = 1
 EpisodeStatus = Literal["completed", "timeout", "exception", "error", "no_verdict", "cancelled"]
 FramesMode = Literal["every", "failures", "none"]
 BinaryInterval = Literal["wilson", "clopper-pearson"]
-RunStatus = Literal["pending", "queued", "running", "completed", "failed", "cancelled", "aborted"]
-TERMINAL_RUN_STATUSES = ("completed", "failed", "cancelled", "aborted")
 MetricValue = float | int | bool | str | None
 RAY_ADDRESS_PATTERN = r"^(auto|(ray://)?[A-Za-z0-9.\-]+:[0-9]{1,5})$"
 
@@ -422,12 +422,19 @@ class StopReport(BaseModel):
     note: str = ""
 
 
+class _Keep(enum.Enum):
+    KEEP = "keep"
+
+
+_KEEP = _Keep.KEEP
+
+
 class EvalRun(BaseModel):
     """The run summary (summary.json)."""
 
     version: Literal[1] = RUN_FORMAT_VERSION
     run_id: str
-    status: RunStatus = "pending"
+    status: RunStatus = RunStatus.PENDING
     graph_name: str
     config: EvalConfig
     episodes_total: int
@@ -463,6 +470,13 @@ class EvalRun(BaseModel):
         description="Per worker of the last execution: episodes, task switches, steals "
         "(timing-dependent; not part of the per-episode records).",
     )
+
+    def move_to(self, status: RunStatus, error: str | _Keep | None = _KEEP) -> None:
+        """Change the run's status (RunStateError when its lifecycle has no such move);
+        ``error`` replaces the run's error when given."""
+        self.status = check_move(self.status, status, self.run_id)
+        if not isinstance(error, _Keep):
+            self.error = error
 
     @computed_field  # type: ignore[prop-decorator]
     @property

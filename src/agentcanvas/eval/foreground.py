@@ -23,6 +23,7 @@ from agentcanvas.eval.engine import Engine, LocalEngine
 from agentcanvas.eval.events import Broadcast
 from agentcanvas.eval.run_setup import RunSetup, new_run_dir, prepare_run
 from agentcanvas.eval.run_spec import RunSpec
+from agentcanvas.eval.run_state import RunStatus
 from agentcanvas.eval.runlock import RunLock
 from agentcanvas.eval.runner import BatchEvalRunner
 from agentcanvas.eval.store import RunDir
@@ -102,20 +103,19 @@ def record_failure(
         lost = isinstance(cause, ServerDiedError)
         if isinstance(cause, DiskFullError):  # resumable once space is freed
             runner.disk_full = runner.disk_full or cause
-            runner.run.status, runner.run.error = "aborted", str(runner.disk_full)
+            runner.run.move_to(RunStatus.ABORTED, str(runner.disk_full))
         elif runner.aborted or lost:
-            runner.run.status = "aborted"
-            runner.run.error = f"a node-set server was lost in mid-run: {cause}" if lost else error
+            lost_error = f"a node-set server was lost in mid-run: {cause}"
+            runner.run.move_to(RunStatus.ABORTED, lost_error if lost else error)
         else:
-            runner.run.status = "cancelled" if interrupted else "failed"
-            runner.run.error = error
+            runner.run.move_to(RunStatus.CANCELLED if interrupted else RunStatus.FAILED, error)
         return
     failed = EvalRun(
         run_id=run_dir.root.name,
         graph_name=config.graph_name,
         config=config,
         episodes_total=0,
-        status="cancelled" if interrupted else "failed",
+        status=RunStatus.CANCELLED if interrupted else RunStatus.FAILED,
         error=error,
     )
     atomic_write_json(run_dir.summary_path, failed.model_dump(mode="json"))

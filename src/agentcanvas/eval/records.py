@@ -92,7 +92,7 @@ def _counts(error: Mapping[str, Any]) -> bool:
     loc = error["loc"]
     if error["type"] == "missing":
         return bool(loc) and loc[-1] in KEY_FIELDS
-    if error["type"] == "literal_error" and loc and loc[-1] == "status":
+    if error["type"] in ("literal_error", "enum") and loc and loc[-1] == "status":
         return not isinstance(error.get("input"), str)
     return True
 

@@ -38,7 +38,6 @@ from typing import Any, ClassVar
 from agentcanvas.errors import ConfigError, DiskFullError, RunError, ServerDiedError, ServerError
 from agentcanvas.eval import health, media, metrics, records
 from agentcanvas.eval.config import (
-    TERMINAL_RUN_STATUSES,
     DeterminismInfo,
     EpisodeResult,
     EvalConfig,
@@ -59,6 +58,7 @@ from agentcanvas.eval.events import (
     EvalProgress,
     LiveEvent,
 )
+from agentcanvas.eval.run_state import TERMINAL_RUN_STATUSES, RunStatus
 from agentcanvas.eval.seeding import episode_seed
 from agentcanvas.eval.stopping import KEPT_APART_FOLDER, PrefixWatcher, load_baseline
 from agentcanvas.eval.store import RunDir
@@ -276,7 +276,7 @@ class BatchEvalRunner:
         A full disk stops the run after the episodes in flight (`_on_disk_full`): it ends
         ``aborted`` with the reason, resumable once space is freed."""
         todo = [s.index for s in self.specs if s.index not in self.results]
-        self.run.status = "running"
+        self.run.move_to(RunStatus.RUNNING)
         self.run.episodes_complete = False
         self.run.timings["started_at"] = time.time()
         if not self.run_dir.reserve_space():
@@ -317,16 +317,16 @@ class BatchEvalRunner:
             for i in range(len(self.specs))
         )
         if self.stop_reason is not None:
-            self.run.status, self.run.error = "failed", self.stop_reason
+            self.run.move_to(RunStatus.FAILED, self.stop_reason)
         elif self.disk_full is not None:
-            self.run.status, self.run.error = "aborted", str(self.disk_full)
+            self.run.move_to(RunStatus.ABORTED, str(self.disk_full))
         elif self.stop.decided:  # the stop rule ended it: completed, with its decision
-            self.run.status = "completed"
+            self.run.move_to(RunStatus.COMPLETED)
         elif self.cancel_event.is_set() and not finished:
-            self.run.status = "aborted" if self.aborted else "cancelled"
+            self.run.move_to(RunStatus.ABORTED if self.aborted else RunStatus.CANCELLED)
         else:  # also when cancelled after its last episode finished
-            self.run.status = "completed"
-        if self.run.status == "completed":
+            self.run.move_to(RunStatus.COMPLETED)
+        if self.run.status == RunStatus.COMPLETED:
             self.run.stop = self.stop.final()
         self.run.timings["finished_at"] = time.time()
         await asyncio.to_thread(self.save)
@@ -751,7 +751,7 @@ class BatchEvalRunner:
         (the caller says so; the backend keeps the state until the disk can take it)."""
         if self._last_word:
             return
-        self.run.status, self.run.error = "aborted", str(self.disk_full)
+        self.run.move_to(RunStatus.ABORTED, str(self.disk_full))
         self._complete()  # every aggregate, in memory: only the records are left out
         self.run.episodes_complete = False
         self.run_dir.release_reserve()

@@ -34,9 +34,10 @@ import psutil
 
 from agentcanvas.cluster.reservations import ClusterReservations
 from agentcanvas.errors import DiskFullError, RunError, RunLockedError, StateError
-from agentcanvas.eval.config import TERMINAL_RUN_STATUSES, EvalRun
+from agentcanvas.eval.config import EvalRun
 from agentcanvas.eval.recovery import drop_cancelled_episodes, episodes_planned
 from agentcanvas.eval.run_spec import RunSpec
+from agentcanvas.eval.run_state import TERMINAL_RUN_STATUSES, RunStatus
 from agentcanvas.eval.runlock import hold
 from agentcanvas.eval.store import RunDir, check_disk_space, new_run_id
 from agentcanvas.fileio import atomic_write_json, read_json
@@ -129,7 +130,7 @@ class JobScheduler:
                 graph_name=config.graph_name,
                 config=config,
                 episodes_total=total,
-                status="pending",
+                status=RunStatus.PENDING,
             )
             atomic_write_json(run_dir.summary_path, summary.model_dump(mode="json"))
             if before_queued is not None:
@@ -252,9 +253,9 @@ class JobScheduler:
         it) and written by a later tick, when the disk can take it."""
         run_id = run_dir.root.name
         log.error("run %s: %s", run_id, exc)
-        if read_status(run_dir) == "aborted":
-            return "aborted"
-        state = {"status": "aborted", "error": f"the run ended on a full disk: {exc}"}
+        if read_status(run_dir) == RunStatus.ABORTED:
+            return RunStatus.ABORTED
+        state = {"status": RunStatus.ABORTED, "error": f"the run ended on a full disk: {exc}"}
         with hold(run_dir):
             run_dir.release_reserve()
             try:

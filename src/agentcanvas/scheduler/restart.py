@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Any, Final
 
 from agentcanvas.errors import AgentCanvasError, RunError, RunLockedError
-from agentcanvas.eval.config import TERMINAL_RUN_STATUSES, EvalRun
+from agentcanvas.eval.config import EvalRun
 from agentcanvas.eval.recovery import episodes_planned, reconcile_summary
 from agentcanvas.eval.run_spec import RunSpec
+from agentcanvas.eval.run_state import TERMINAL_RUN_STATUSES, RunStatus
 from agentcanvas.eval.runlock import hold
 from agentcanvas.eval.store import RunDir
 from agentcanvas.fileio import atomic_write_json, read_json
@@ -72,12 +73,12 @@ def settle_exited(run_dir: RunDir, cancelled: bool, returncode: int | None) -> s
         run_dir.touch_done()  # killed between its final summary and _DONE: it had ended
         return status
     if not run_dir.is_done():
-        status = "cancelled" if cancelled else "aborted"
+        status = RunStatus.CANCELLED if cancelled else RunStatus.ABORTED
         mark_ended(run_dir, status, f"the eval process exited ({returncode}) before the run ended")
         if cancelled:
             run_dir.touch_done()
     elif status not in TERMINAL_RUN_STATUSES:  # _DONE without a final status
-        status = "failed"
+        status = RunStatus.FAILED
         set_status(run_dir, status, error="the eval process ended without a final status")
     return status
 
@@ -116,7 +117,7 @@ def mark_ended(run_dir: RunDir, status: str, error: str | None) -> None:
         return
     if not (run.status == status and run.error):
         run.error = error
-    run.status = status  # type: ignore[assignment]  # one of RunStatus, checked by callers
+    run.move_to(RunStatus(status))
     atomic_write_json(run_dir.summary_path, run.model_dump(mode="json"))
 
 
@@ -128,7 +129,7 @@ def mark_failed(run_dir: RunDir, reason: str) -> None:
         summary = None
     if not isinstance(summary, dict):
         summary = {"run_id": run_dir.root.name, "episodes_total": 0, "episodes_done": 0}
-    summary.update(status="failed", error=reason)
+    summary.update(status=RunStatus.FAILED, error=reason)
     atomic_write_json(run_dir.summary_path, summary)
     run_dir.touch_done()
 
@@ -206,7 +207,7 @@ def _write_queued_summary(run_dir: RunDir, spec: RunSpec) -> None:
         graph_name=config.graph_name,
         config=config,
         episodes_total=episodes_planned(config, graph),
-        status="queued",
+        status=RunStatus.QUEUED,
     )
     atomic_write_json(run_dir.summary_path, run.model_dump(mode="json"))
 
