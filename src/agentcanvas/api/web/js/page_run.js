@@ -13,10 +13,11 @@ import { eventSummary, isLive, POLL_MS } from "./live.js";
 import { distributionsUrl, histogramBlock } from "./run_histograms.js";
 import { runMetaBlock } from "./run_meta_editor.js";
 import {
-  ACTIVE, allEpisodesEnded, coverageText, errorCount, etaText, healthBadge, progressBox,
-  runAction, runActions, setProgress, shownStatus, shownVerdict,
-} from "./run_summary.js";
-import { liveCsLine, notNeeded, stopBlock } from "./stop_rules.js";
+  ACTIVE, allEpisodesEnded, coverageText, errorCount, etaText, healthView, notNeeded,
+} from "./run_facts.js";
+import { healthBadge, progressBox, runAction, runActions, setProgress } from "./run_summary.js";
+import { makeSortable } from "./sortable.js";
+import { liveCsLine, stopBlock } from "./stop_rules.js";
 
 const RUN_FLUSH_MS = 500;
 
@@ -61,7 +62,7 @@ function runHeader(ctx, runId, onAction) {
     el,
     meta,
     fill(summary, source) {
-      status.replaceChildren(statusBadge(shownStatus(summary)));
+      status.replaceChildren(statusBadge(summary.status));
       health.replaceChildren(healthBadge(summary));
       el.classList.toggle("unhealthy", UNHEALTHY.has(summary.health?.verdict));
       setProgress(progress, summary, source);
@@ -108,15 +109,15 @@ function kindText(a) {
   return `${a.kind}${range}${a.kind_source === "inferred" ? " (inferred)" : ""}`;
 }
 
-// Errors (episode status ≠ completed) are the run's failures; task failures are success = 0.
+// Errors (the server's count: error, exception, timeout, no_verdict) are the run's failures;
+// task failures are success = 0; the status counts are shown as served.
 function outcomeBlock(summary, showEpisodes) {
   const counts = summary.status_counts ?? {};
   const completed = counts.completed ?? 0;
   const success = summary.aggregate_metrics?.success;
   const successes = success && isNum(success.mean) ? Math.round(success.mean * success.n) : null;
   const failures = successes === null ? null : success.n - successes;
-  const errors = Object.entries(counts).filter(([s]) => s !== "completed" && s !== "cancelled");
-  const errorTotal = errors.reduce((sum, [, n]) => sum + n, 0);
+  const errorTotal = errorCount(summary);
   const cancelled = counts.cancelled ?? 0;
   // The rest of a plan that a stop rule decided early was not needed: not "not run".
   const skipped = notNeeded(summary);
@@ -127,6 +128,7 @@ function outcomeBlock(summary, showEpisodes) {
     type: "button", class: `stat ${kind}${value === 0 ? " zero" : ""}`, "data-outcome": kind,
     onclick: () => showEpisodes(filter),
   }, h("strong", {}, value ?? "–"), h("span", {}, label));
+  const others = Object.entries(counts).filter(([status]) => status !== "completed");
   return h("div", { class: "outcomes" },
     stat("completed", completed, "completed", "status:completed"),
     stat(`successes (${coverageText(success?.n, summary)})`, successes, "success", "outcome:success"),
@@ -138,23 +140,18 @@ function outcomeBlock(summary, showEpisodes) {
     skipped ? h("div", { class: "stat not-needed", "data-outcome": "not-needed",
       title: "the stop rule decided on the episodes before them (see Stop rule)" },
     h("strong", {}, skipped), h("span", {}, "not needed (the stop rule decided)")) : null,
-    errors.length ? h("p", { class: "error-breakdown" }, "errors by status: ",
-      errors.map(([status, n]) => `${status} ${n}`).join(" · ")) : null,
+    errorTotal ? h("p", { class: "error-breakdown" }, "episodes by status: ",
+      others.map(([status, n]) => `${status} ${n}`).join(" · ")) : null,
     healthLine(summary));
 }
 
-// The run's health verdict: a run with errors never looks like a clean one.
+// The server's health verdict and its reason: a run with errors never looks like a clean one.
 function healthLine(summary) {
-  const health = summary.health;
+  const health = healthView(summary);
   if (!health) return null;
-  const verdict = shownVerdict(summary);
-  const kind = verdict === "clean" ? "st-completed"
-    : verdict === "in_progress" ? "st-running"
-      : verdict === "cancelled" ? "st-cancelled" : "st-failed";
-  const reason = verdict === health.verdict ? health.reason
-    : "every episode had ended when the run was cancelled";
-  return h("p", { class: "health", id: "run-health" },
-    h("span", { class: `badge ${kind}` }, `health: ${verdict}`), reason ? ` ${reason}` : "");
+  return h("p", { class: "health", id: "run-health", dataset: { verdict: health.verdict } },
+    h("span", { class: `badge ${health.className}` }, `health: ${health.verdict}`),
+    health.reason ? ` ${health.reason}` : "");
 }
 
 function taskRows(summary, metric) {
@@ -193,17 +190,23 @@ function perTaskBlock(summary, names, state, showTask, planned) {
   };
   select.addEventListener("change", draw);
   draw();
-  const meanAndInterval = (a) => (a && isNum(a.mean) ? `${fmtNum(a.mean)} ${fmtInterval(a.lo, a.hi)}` : "–");
+  const meanCell = (a) => h("td", { class: "num", dataset: { sort: isNum(a?.mean) ? String(a.mean) : "" } },
+    a && isNum(a.mean) ? `${fmtNum(a.mean)} ${fmtInterval(a.lo, a.hi)}` : "–");
   // A task whose every episode errored is listed: its errors show, and its score is "–".
   const errorsOf = (aggregates) => Object.values(aggregates)[0]?.n_errors ?? 0;
+  const scoredOf = (aggregates) => Object.values(aggregates)[0]?.n;
   const table = dataTable("task-table",
     ["Task", "scored (of planned)", "errors", ...names.map((n) => `${n} [95 %]`)],
     tasks.map(([task, aggregates]) => h("tr", { dataset: { task, errors: String(errorsOf(aggregates)) } },
       rowHead(taskLink(task, showTask)),
-      num(taskCoverageText(Object.values(aggregates)[0]?.n, summary)),
+      h("td", { class: "num", dataset: { sort: String(scoredOf(aggregates) ?? "") } },
+        taskCoverageText(scoredOf(aggregates), summary)),
       num(errorsOf(aggregates)),
-      names.map((n) => num(meanAndInterval(aggregates[n]))))),
+      names.map((n) => meanCell(aggregates[n])))),
     Array.from({ length: names.length + 2 }, (_, i) => i + 1));
+  // Every column sorts; a metric's first click puts the best (highest) first.
+  const keys = ["task", "scored", "errors", ...names.map((n) => `metric.${n}`)];
+  makeSortable(table, keys, state, Object.fromEntries(names.map((n) => [`metric.${n}`, "desc"])));
   return [scroller(table), h("label", { class: "inline" }, "Chart: ", select), chartSlot];
 }
 
@@ -280,7 +283,7 @@ function runLayout(ctx, runId, onAction) {
     config: panel("Config", "config-panel"),
     determinism: panel("Determinism", "determinism-panel"),
     graph: panel("Frozen graph", "graph-panel"),
-    taskState: { metric: "success" },
+    taskState: { metric: "success", sort: "" },
   };
   page.episodes = episodeTable(ctx, runId, (total) => page.onRecorded(total));
   page.showTask = (task) => {
