@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from agentcanvas.api.episode_stats import histogram
-from agentcanvas.api.runs import episodes_page
+from agentcanvas.api.runs import compare_runs, episodes_page
 from support.backend import Backend
 from support.truth_workspace import write_truth_workspace
 
@@ -230,6 +230,21 @@ def test_the_leaderboard_names_its_runs(backend: Backend, runs: dict[str, str]) 
         meta["tags"],
     )
     assert rows[runs["other"]]["name"] is None and rows[runs["other"]]["tags"] == ["tenv"]
+
+
+def test_the_comparison_says_whether_mcnemar_is_significant_at_its_alpha() -> None:
+    def run(run_id: str, successes: list[int]) -> dict[str, Any]:
+        episodes = [
+            {"index": i, "task": "t", "episode_index": i, "status": "completed",
+             "metrics": {"success": s}}
+            for i, s in enumerate(successes)
+        ]  # fmt: skip
+        return {"run_id": run_id, "config": {"seed": 0}, "episodes": episodes}
+
+    apart = compare_runs(run("a", [1] * 10), run("b", [0] * 10))["mcnemar"]
+    assert apart["alpha"] == 0.05 and apart["p_value"] < 0.01 and apart["significant"] is True
+    alike = compare_runs(run("a", [1, 0] * 5), run("b", [0, 1] * 5))["mcnemar"]
+    assert alike["p_value"] > 0.05 and alike["significant"] is False
 
 
 def test_the_task_query_parameter_reaches_the_filter(

@@ -120,9 +120,17 @@ def comparable(summary: dict[str, Any]) -> dict[str, Any]:
     return summary
 
 
+MCNEMAR_ALPHA = 0.05
+
+
 def compare_runs(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-    """The compare route: :func:`agentcanvas.eval.comparison.compare_runs` of two runs."""
-    return comparison.compare_runs(comparable(a), comparable(b))
+    """The compare route: :func:`agentcanvas.eval.comparison.compare_runs` of two runs, its
+    McNemar test's verdict at ``MCNEMAR_ALPHA`` said (the page words it, never decides it)."""
+    result = comparison.compare_runs(comparable(a), comparable(b))
+    test = result["mcnemar"]
+    test["alpha"] = MCNEMAR_ALPHA
+    test["significant"] = test["p_value"] is not None and test["p_value"] < MCNEMAR_ALPHA
+    return result
 
 
 def compact(summary: dict[str, Any]) -> dict[str, Any]:

@@ -7,7 +7,7 @@ import {
   dataTable, fillRows, h, headRow, keyValues, notice, num, option, panel, rowHead, scroller,
   statusBadge,
 } from "./dom.js";
-import { fmtInterval, fmtPct, fmtPp, fmtPpInterval, isNum } from "./format.js";
+import { fmtInterval, fmtNum, fmtPct, fmtPp, fmtPpInterval, isNum } from "./format.js";
 import { leaderboardPanel, leaderboardPicker } from "./leaderboard.js";
 import { PAGE_SIZE, pagerBar } from "./pager.js";
 import { stoppedEarly, successRate } from "./run_facts.js";
@@ -117,10 +117,12 @@ function methodsList(methods) {
 
 function mcnemarBlock(data) {
   const m = data.mcnemar;
-  const significant = isNum(m.p_value) && m.p_value < 0.05;
-  let verdict = "The difference in success is not significant at the 5 % level.";
+  // The server's verdict (significant at its alpha), in words.
+  const level = `${fmtNum(100 * m.alpha, 0)} % level`;
+  let verdict = `The difference in success is not significant at the ${level}.`;
   if (m.a_only + m.b_only === 0) verdict = "No discordant pairs: the runs agree on every paired episode.";
-  else if (significant) verdict = "The difference in success is significant at the 5 % level.";
+  else if (m.significant) verdict = `The difference in success is significant at the ${level}.`;
+  const significant = m.significant === true;
   return h("div", { id: "mcnemar" }, keyValues([
     ["paired episodes (n)", data.overall?.n ?? data.paired],
     ["A succeeded, B failed", m.a_only], ["B succeeded, A failed", m.b_only],

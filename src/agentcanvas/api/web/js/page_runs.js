@@ -194,7 +194,9 @@ export function runsView(ctx, query = new URLSearchParams()) {
   const queue = queuePanel(ctx, on);
   const runs = runsTable(ctx, on, query);
   const started = () => { queue.refresh(); runs.load().catch((err) => console.error(err)); };
-  ctx.root.append(h("div", { class: "grid two" }, startForm(ctx, started), queue.el), runs.el);
+  // A phone shows the runs first (CSS order), the queue and the start form after them.
+  ctx.root.append(h("div", { class: "runs-page" },
+    h("div", { class: "grid two start-and-queue" }, startForm(ctx, started), queue.el), runs.el));
   const updates = coalescer(ctx, (id, summary, source) => {
     summaries.set(id, summary);
     rowsFor(ctx.root, id).forEach((tr) => fillRunRow(tr, summary, source, on));

@@ -1,7 +1,7 @@
 // Table rows of runs, one column spec each; live updates refill the rows in place.
 
 import { runHref } from "./api.js";
-import { h, statusBadge } from "./dom.js";
+import { h, put, statusBadge } from "./dom.js";
 import { fmtNum, fmtTime, truncate } from "./format.js";
 import { allEpisodesEnded, etaText, successDetail, successParts } from "./run_facts.js";
 import { healthBadge, progressBox, runActions, setProgress } from "./run_summary.js";
@@ -20,7 +20,7 @@ export function runLabel(s, href = runHref(s.run_id)) {
 // it leaves out; the title adds the rate with errors as failures.
 export function fillSuccess(td, s) {
   const parts = successParts(s);
-  td.replaceChildren(h("span", { class: "rate" }, parts.rate),
+  put(td, h("span", { class: "rate" }, parts.rate),
     parts.interval ? h("span", { class: "ci interval" }, parts.interval) : null,
     parts.coverage ? h("span", { class: "ci coverage" }, parts.coverage) : null,
     parts.errors ? h("span", { class: "ci errors" }, parts.errors) : null);
@@ -34,6 +34,7 @@ export function tagChip(tag) {
 function diffValue(value) {
   if (value === null || value === undefined) return "–";
   if (Array.isArray(value)) return value.join(", ");
+  if (typeof value === "boolean") return String(value);
   return typeof value === "object" ? JSON.stringify(value) : fmtNum(value);
 }
 
