@@ -85,7 +85,7 @@ function leaderboardTable(data, ids, pair, state) {
         statusBadge(r.status), r.errors ? h("span", { class: "badge st-failed run-errors" }, `${r.errors} errors`) : null,
         h("span", { class: "ci" }, `${r.graph_name} · seed ${r.config.seed}`
           + ` · step budget ${r.config.step_budget ?? "graph"}`)),
-      rateCell(r.overall, "overall"), data.tasks.map((t) => rateCell(r.per_task[t], t)));
+      rateCell(r.overall, "overall success"), data.tasks.map((t) => rateCell(r.per_task[t], t)));
   });
   sync();
   const table = h("table", { class: "data", id: "leaderboard-table" }, head, h("tbody", {}, rows));
