@@ -95,4 +95,8 @@ def test_leaderboard_of_three_runs_then_the_paired_view_of_two(
     page.locator("#leaderboard-table tbody tr").first.wait_for()
     width = page.evaluate("document.documentElement.scrollWidth")
     assert width <= 390, f"the compare page is {width} px wide at 390 px: {page.evaluate(WIDE)}"
+    rates = page.locator("#leaderboard-table td.rate")  # every success column stays in view
+    assert rates.count() == len(ranked) * (1 + len(board["tasks"]))
+    for box in rates.evaluate_all("cs => cs.map(c => c.getBoundingClientRect().toJSON())"):
+        assert box["x"] >= 0 and box["right"] <= 390 and box["width"] > 0, box
     shot(page, "compare_03_narrow_390px")

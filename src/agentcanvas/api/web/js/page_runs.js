@@ -29,11 +29,13 @@ function listColumns(runs) {
   return [...LIST_COLUMNS.slice(0, at), ...diff, ...LIST_COLUMNS.slice(at)];
 }
 
-// A select of `label` over `values`, "" for all; its known values refreshed by setValues.
-function filterSelect(id, label, all, value) {
+// A select of `label` over `values`, "" for all; its known values refreshed by setValues
+// (sorted, unless `ordered` says they come in their own order).
+function filterSelect(id, label, all, value, ordered = false) {
   const select = h("select", { id, "aria-label": label }, option("", all));
   const setValues = (values) => {
-    const known = [...new Set([...values, ...(value() ? [value()] : [])])].sort();
+    const known = [...new Set([...values, ...(value() ? [value()] : [])])];
+    if (!ordered) known.sort();
     if (JSON.stringify(known) === select.dataset.known) return;
     select.dataset.known = JSON.stringify(known);
     select.replaceChildren(option("", all), ...known.map((v) => option(v)));
@@ -46,6 +48,7 @@ function filterSelect(id, label, all, value) {
 // the URL (a new history entry) and reloads the list from its first page.
 function runFilters(ctx, state, load) {
   const change = (key, value) => {
+    if (state[key] === value) return; // no history entry for the same view
     Object.assign(state, { [key]: value, offset: 0 });
     history.pushState(null, "", runsHash(state));
     load();
@@ -60,7 +63,8 @@ function runFilters(ctx, state, load) {
   ctx.onDispose(() => clearTimeout(timer)); // no late search pushed onto another page
   const tag = filterSelect("runs-tag", "filter runs by tag", "all tags", () => state.tag);
   const graph = filterSelect("runs-graph", "filter runs by graph", "all graphs", () => state.graph);
-  const status = filterSelect("runs-filter", "filter runs by status", "all statuses", () => state.status);
+  const status = filterSelect("runs-filter", "filter runs by status", "all statuses",
+    () => state.status, true);
   status.setValues(RUN_STATUSES);
   for (const [key, select] of [["tag", tag], ["graph", graph], ["status", status]]) {
     select.el.addEventListener("change", () => change(key, select.el.value));
