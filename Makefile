@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint typecheck install clean browser
+.PHONY: demo test test-fast lint typecheck install clean browser lint-js test-js
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -26,7 +26,22 @@ $(OPENPI_STAMP):
 	$(OPENPI)/bin/pip install -q "openpi-client==0.1.2" "numpy<2" typing_extensions
 	touch $(OPENPI_STAMP)
 
-install: $(STAMP) $(OPENPI_STAMP)
+# The dashboard's JavaScript (src/agentcanvas/api/web/js): ESLint and unit tests run by Node
+# (node --test tests/js, no package needed). node_modules holds ESLint, from the lockfile.
+NODE_STAMP := node_modules/.installed
+
+$(NODE_STAMP): package.json $(wildcard package-lock.json)
+	if [ -f package-lock.json ]; then npm ci --no-audit --no-fund; \
+	else npm install --no-audit --no-fund; fi
+	touch $(NODE_STAMP)
+
+lint-js: $(NODE_STAMP)
+	node_modules/.bin/eslint src/agentcanvas/api/web/js tests/js eslint.config.js
+
+test-js:
+	node --test tests/js/
+
+install: $(STAMP) $(OPENPI_STAMP) $(NODE_STAMP)
 
 demo: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/agentcanvas demo
@@ -38,18 +53,18 @@ browser:
 		(apt-get update -qq && apt-get install -y -qq chromium >/dev/null) || \
 		echo "chromium could not be installed: browser tests will be skipped"
 
-test: $(STAMP) $(OPENPI_STAMP) browser
+test: $(STAMP) $(OPENPI_STAMP) browser test-js
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -p no:cacheprovider
 
 # The inner loop: everything not marked slow (no backends, browsers or clusters).
 test-fast: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow"
 
-lint: $(STAMP)
+lint: $(STAMP) lint-js
 	$(BIN)/ruff format --check src tests bench scripts
 	$(BIN)/ruff check src tests bench scripts
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-logo
 
 clean:
-	rm -rf $(VENV) $(OPENPI) outputs
+	rm -rf $(VENV) $(OPENPI) outputs node_modules

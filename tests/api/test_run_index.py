@@ -56,7 +56,7 @@ def test_rows_are_newest_first_compact_and_paged(runs_dir: Path) -> None:
     assert page["runs"][1]["success_rate"] == 1.0 and page["runs"][0]["success_rate"] is None
     completed = RunIndex(runs_dir).page(1, 10, status="completed")
     oldest = {**RunIndex(runs_dir).rows()[2], "config_diff": {}}
-    assert completed == {"total": 2, "runs": [oldest], "tags": []}
+    assert completed == {"total": 2, "runs": [oldest], "tags": [], "graphs": ["nav"]}
 
 
 def test_a_row_equals_the_compact_summary_of_the_status_endpoint(runs_dir: Path) -> None:
@@ -67,7 +67,12 @@ def test_a_row_equals_the_compact_summary_of_the_status_endpoint(runs_dir: Path)
     assert RunIndex(runs_dir).rows() == [{**compact(summary), **no_meta}]
     assert compact(summary) == compact_row(summary)
     row = {**compact(summary), **no_meta, "config_diff": {}}
-    assert RunCache(runs_dir).list(0, 50) == {"total": 1, "runs": [row], "tags": []}
+    assert RunCache(runs_dir).list(0, 50) == {
+        "total": 1,
+        "runs": [row],
+        "tags": [],
+        "graphs": ["nav"],
+    }
 
 
 def test_an_unchanged_summary_is_not_read_again(runs_dir: Path) -> None:
@@ -124,4 +129,5 @@ def test_a_removed_run_leaves_the_listing(runs_dir: Path) -> None:
     shutil.rmtree(runs_dir / "20260101_000001")
 
     assert [r["run_id"] for r in index.rows()] == ["20260101_000002"]
-    assert RunIndex(runs_dir / "missing").page(0, 10) == {"total": 0, "runs": [], "tags": []}
+    empty = {"total": 0, "runs": [], "tags": [], "graphs": []}
+    assert RunIndex(runs_dir / "missing").page(0, 10) == empty

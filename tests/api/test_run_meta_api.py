@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from agentcanvas.api.episode_stats import histogram
-from agentcanvas.api.runs import episodes_page
+from agentcanvas.api.runs import compare_runs, episodes_page
 from support.backend import Backend
 from support.truth_workspace import write_truth_workspace
 
@@ -178,6 +178,73 @@ def test_episodes_filter_by_task_and_keep_cancelled_apart_from_errors() -> None:
     assert [e["index"] for e in errors["episodes"]] == [1]
     cancelled = episodes_page(summary, 0, 10, None, "index:asc", outcome="cancelled", task="a")
     assert [e["index"] for e in cancelled["episodes"]] == [2]
+
+
+def test_episodes_sort_by_a_metric_in_number_order_and_carry_their_outcome() -> None:
+    values = [0.5, None, 2, True, 0.5, "high", float("nan"), -1]
+    episodes = [
+        {"index": i, "task": "a", "status": "completed", "metrics": {"return": v}}
+        for i, v in enumerate(values)
+    ]
+    episodes[1] = {"index": 1, "task": "a", "status": "timeout", "metrics": {}}
+    summary = {"episodes": episodes}
+    up = episodes_page(summary, 0, 10, None, "metric.return:asc")["episodes"]
+    down = episodes_page(summary, 0, 10, None, "metric.return:desc")["episodes"]
+    # numbers in order (the two 0.5 in index order either way), the rest last, by index
+    assert [e["index"] for e in up] == [7, 0, 4, 3, 2, 1, 5, 6]
+    assert [e["index"] for e in down] == [2, 3, 0, 4, 7, 1, 5, 6]
+    outcomes = {e["index"]: e["outcome"] for e in up}
+    assert outcomes[1] == "error" and outcomes[0] is None  # no success metric: no verdict
+
+
+def test_the_episodes_route_sorts_by_a_metric_and_refuses_a_bad_sort(
+    backend: Backend, runs: dict[str, str]
+) -> None:
+    url = f"{RUNS}/{runs['named']}/episodes"
+    page = backend.http.get(url, params={"sort": "metric.success:desc"})
+    assert page.status_code == 200, page.text
+    assert all(e["outcome"] in ("success", "failure") for e in page.json()["episodes"])
+    bad = backend.http.get(url, params={"sort": "metric.:up"})
+    assert bad.status_code == 422 and "sort" in bad.text
+    record = backend.http.get(f"{url}/0").json()
+    assert record["outcome"] in ("success", "failure")
+
+
+def test_the_listing_filters_by_graph_and_names_every_graph(
+    backend: Backend, runs: dict[str, str]
+) -> None:
+    walk = listing(backend, graph="walk")
+    assert {runs["named"], runs["other"]} <= {r["run_id"] for r in walk["runs"]}
+    assert all(r["graph_name"] == "walk" for r in walk["runs"])
+    assert listing(backend, graph="no_such_graph")["total"] == 0
+    assert "walk" in listing(backend)["graphs"]
+
+
+def test_the_leaderboard_names_its_runs(backend: Backend, runs: dict[str, str]) -> None:
+    ids = f"{runs['named']},{runs['other']}"
+    board = backend.http.get("/api/eval/v2/leaderboard", params={"runs": ids}).json()
+    rows = {r["run_id"]: r for r in board["runs"]}
+    meta = backend.http.get(f"{RUNS}/{runs['named']}/meta").json()
+    assert (rows[runs["named"]]["name"], rows[runs["named"]]["tags"]) == (
+        meta["name"],
+        meta["tags"],
+    )
+    assert rows[runs["other"]]["name"] is None and rows[runs["other"]]["tags"] == ["tenv"]
+
+
+def test_the_comparison_says_whether_mcnemar_is_significant_at_its_alpha() -> None:
+    def run(run_id: str, successes: list[int]) -> dict[str, Any]:
+        episodes = [
+            {"index": i, "task": "t", "episode_index": i, "status": "completed",
+             "metrics": {"success": s}}
+            for i, s in enumerate(successes)
+        ]  # fmt: skip
+        return {"run_id": run_id, "config": {"seed": 0}, "episodes": episodes}
+
+    apart = compare_runs(run("a", [1] * 10), run("b", [0] * 10))["mcnemar"]
+    assert apart["alpha"] == 0.05 and apart["p_value"] < 0.01 and apart["significant"] is True
+    alike = compare_runs(run("a", [1, 0] * 5), run("b", [0, 1] * 5))["mcnemar"]
+    assert alike["p_value"] > 0.05 and alike["significant"] is False
 
 
 def test_the_task_query_parameter_reaches_the_filter(

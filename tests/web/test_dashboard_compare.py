@@ -1,7 +1,7 @@
 """Comparing runs in the dashboard (real Chromium, real backend, real runs).
 
 Three runs of ``babyai_oracle`` over the same episodes with different step budgets are
-ranked in the leaderboard (picked in the compare page's multi-select); ticking two of them
+ranked in the leaderboard (ticked in the compare page's picker); ticking two of them
 opens their paired view, which shows the overall paired difference in percentage points
 with its interval and names the method behind every number. Screenshots:
 test-artifacts/screenshots/compare_*.png.
@@ -55,8 +55,8 @@ def test_leaderboard_of_three_runs_then_the_paired_view_of_two(
     board = backend.http.get(f"{API}/leaderboard", params={"runs": ",".join(run_ids)}).json()
     ranked = [r["run_id"] for r in board["runs"]]
     page.goto(f"{backend.url}/#/compare")
-    page.wait_for_selector(f"#leaderboard-runs option[value='{run_ids[0]}']", state="attached")
-    page.select_option("#leaderboard-runs", run_ids)
+    for run_id in run_ids:  # ticked in the picker's checkboxes
+        page.check(f"#leaderboard-runs input[value='{run_id}']")
     page.click("#leaderboard-form button[type=submit]")
     rows = page.locator("#leaderboard-table tbody tr")
     rows.first.wait_for()
@@ -95,4 +95,8 @@ def test_leaderboard_of_three_runs_then_the_paired_view_of_two(
     page.locator("#leaderboard-table tbody tr").first.wait_for()
     width = page.evaluate("document.documentElement.scrollWidth")
     assert width <= 390, f"the compare page is {width} px wide at 390 px: {page.evaluate(WIDE)}"
+    rates = page.locator("#leaderboard-table td.rate")  # every success column stays in view
+    assert rates.count() == len(ranked) * (1 + len(board["tasks"]))
+    for box in rates.evaluate_all("cs => cs.map(c => c.getBoundingClientRect().toJSON())"):
+        assert box["x"] >= 0 and box["right"] <= 390 and box["width"] > 0, box
     shot(page, "compare_03_narrow_390px")

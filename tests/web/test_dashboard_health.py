@@ -100,7 +100,9 @@ def test_a_run_whose_every_episode_raised_looks_unhealthy(
     )
     assert page.locator(".stat.error strong").inner_text() == "3"
     assert page.locator(".stat.completed strong").inner_text() == "0"
-    assert page.locator("#run-health").inner_text().startswith("health: errors")
+    assert page.locator("#run-health").inner_text() == (
+        f"health: errors {summary['health']['reason']}"  # the server's words, as served
+    )
     page.wait_for_selector("#episode-table tbody tr[data-outcome=error]")
     assert page.locator("#episode-table tbody tr[data-outcome=error]").count() == 3
     shot(page, "health_02_run_page_all_errors")
@@ -246,6 +248,13 @@ def test_task_filter_histograms_and_effective_step_budget(
         "svgs => svgs.map(s => Number(s.dataset.n))"
     )
     assert ns == [2, 2, 2, 2]
+    # Each bar is labelled with its count, the axis with the bins' values: no "max" label.
+    first = page.locator("#histogram-table svg.histogram").first
+    bars = first.locator("rect.bar").evaluate_all("rs => rs.map(r => Number(r.dataset.count))")
+    counts = [int(t) for t in first.locator("text.count").all_text_contents()]
+    assert counts == [n for n in bars if n] and sum(counts) == 2
+    assert first.locator("text.bin").count() >= 2
+    assert not any(t.startswith("max") for t in first.locator("text").all_text_contents())
     page.click(f"#task-table .task-link[data-task='{TASKS[0]}']")  # a per-task row filters too
     page.wait_for_function(
         "task => document.querySelector('#episode-task').value === task && [...document"
@@ -388,29 +397,37 @@ def test_a_run_cancelled_early_shows_cancellations_apart_from_errors_and_its_cov
     shot(page, "health_08_run_page_cancelled_early")
 
 
-def test_a_run_cancelled_after_its_last_episode_shows_completed(
+def test_the_pages_show_the_servers_verdict_not_their_own(
     backend: Backend, runs: dict[str, str], page: Any
 ) -> None:
-    """A folder written before the backend said ``completed`` for such a run: its summary is
-    a real finished run's, with the status a cancel that came too late used to leave."""
+    """A folder written before the backend said ``completed`` for a run cancelled after its
+    last episode: its summary is a real finished run's, with the status and verdict a cancel
+    that came too late used to leave. The page once re-derived "completed" and "clean" from
+    the counts; it shows what the server serves (and offers no resume: nothing is left)."""
     finished = runs["clean"]
     late = "20200101_000001"
     shutil.copytree(backend.run_dir(finished), backend.run_dir(late))
     summary_path = backend.run_dir(late) / "summary.json"
     summary = json.loads(summary_path.read_text())
     summary.update(run_id=late, status="cancelled")
-    summary["health"] = {"verdict": "cancelled", "error_count": 0, "reason": "the run is cancelled"}
+    reason = "the run is cancelled (after its last episode)"
+    summary["health"] = {"verdict": "cancelled", "error_count": 0, "reason": reason}
     summary_path.write_text(json.dumps(summary))
+    served = backend.status(late)
+    assert served["health"]["verdict"] == "cancelled" and served["episodes_done"] == 3
 
     open_route(page, backend, "#/")
     row = page.locator(f"#runs-table tr[data-run-id='{late}']")
-    row.locator("[data-col=status] .st-completed").wait_for()
-    assert row.locator("[data-col=health] [data-verdict=clean]").count() == 1
+    row.locator("[data-col=status] .st-cancelled").wait_for()
+    health = row.locator("[data-col=health] .badge")
+    assert health.get_attribute("data-verdict") == "cancelled"
+    assert health.get_attribute("title") == reason
     assert row.locator("button.resume").count() == 0
     open_route(page, backend, f"#/run/{late}")
-    page.locator(".run-header .status-slot .st-completed").wait_for()
+    page.locator(".run-header .status-slot .st-cancelled").wait_for()
     assert page.locator(".run-header button.resume").count() == 0
-    assert page.locator("#run-health").inner_text().startswith("health: clean")
+    assert page.locator("#run-health").inner_text() == f"health: cancelled {reason}"
+    assert page.locator("#header-health [data-verdict=cancelled]").count() == 1
     assert page.locator(".run-header .progress-text").inner_text() == "3/3"
 
 

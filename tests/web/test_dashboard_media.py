@@ -86,6 +86,14 @@ def test_a_cli_run_with_save_frames_plays_and_downloads_its_video(
     page.wait_for_function(f"() => ({MEDIA_READY})(document.querySelector('#episode-video'))")
     page.wait_for_function("document.querySelector('img#frame').naturalWidth >= 256")
     assert page.locator("#frame-label").inner_text().startswith(f"frame 1/{len(frames)}")
+    # The controls sit under the video: none cover the caption strip at the frames' bottom.
+    assert video.get_attribute("controls") is None
+    controls = page.locator("#episode-video-box .video-controls")
+    video_box, controls_box = video.bounding_box(), controls.bounding_box()
+    assert video_box is not None and controls_box is not None
+    assert controls_box["y"] >= video_box["y"] + video_box["height"]
+    page.click("#episode-video-box .video-play")
+    page.wait_for_function("document.querySelector('#episode-video').currentTime > 0")
     shot(page, "media_01_episode_video")
 
     with page.expect_download() as download:
@@ -116,6 +124,8 @@ def test_frames_failures_keeps_failures_and_the_run_page_shows_their_videos(
     page.wait_for_function(
         f"() => [...document.querySelectorAll('#failure-video-grid video')].every({MEDIA_READY})"
     )
+    assert cards.first.locator("video").get_attribute("controls") is None
+    assert cards.first.locator(".video-controls .video-seek").count() == 1
     shot(page, "media_02_failure_video_grid")
 
     success = next(e["index"] for e in summary["episodes"] if e["index"] not in failed)

@@ -303,8 +303,9 @@ async def list_runs(
     status: str | None = Query(None, max_length=32),
     q: str | None = Query(None, max_length=200, description="Words in name, tags, note, id."),
     tag: str | None = Query(None, max_length=40, description="Only runs with this tag."),
+    graph: str | None = Query(None, max_length=128, description="Only runs of this graph."),
 ) -> dict[str, Any]:
-    query = RunQuery(text=q, tag=tag)
+    query = RunQuery(text=q, tag=tag, graph=graph)
     return services(request).runs.list(offset, limit, status, query)
 
 
@@ -315,11 +316,14 @@ async def list_episodes(
     offset: int = Query(0, ge=0, le=MAX_EPISODE_INDEX),
     limit: int = Query(100, ge=1, le=1000),
     status: str | None = Query(None, max_length=32),
-    sort: str = Query("index:asc", pattern=r"^(index|steps|status|task):(asc|desc)$"),
+    sort: str = Query(
+        "index:asc", pattern=r"^(index|steps|status|task|metric\.[^:]{1,64}):(asc|desc)$"
+    ),
     outcome: runs.Outcome | None = None,
     task: str | None = Query(None, max_length=128, description="Only this task's episodes."),
 ) -> dict[str, Any]:
-    """A page of episode records; ``outcome`` error = not completed, failure = success 0."""
+    """A page of episode records, each with its ``outcome``: error = not completed, failure =
+    success 0; ``sort=metric.<name>:desc`` orders by a metric's number (those without last)."""
     summary = services(request).runs.summary(run_id)
     return runs.episodes_page(summary, offset, limit, status, sort, outcome, task)
 
@@ -333,6 +337,7 @@ async def episode(run_id: RunId, index: EpisodeIndex, request: Request) -> dict[
         raise EpisodeNotFoundError(f"episode {index} of run {run_id}: episode.json does not exist")
     record: dict[str, Any] = read_json(path)
     record["assets"] = runs.episode_assets(run_dir, index)
+    record["outcome"] = runs.outcome_of(record)
     return record
 
 

@@ -11,8 +11,10 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 
-from agentcanvas.errors import UserInputError
+from agentcanvas.errors import DamagedRunError, UserInputError
 from agentcanvas.eval.comparison import leaderboard
+from agentcanvas.eval.run_index import read_checked_meta
+from agentcanvas.eval.run_meta import RunMeta
 from agentcanvas.paths import NAME_PATTERNS
 
 from .models import error_responses
@@ -48,7 +50,15 @@ def parse_run_list(text: str) -> list[str]:
 @router.get("/leaderboard", responses=error_responses(404))
 async def run_leaderboard(runs: RunList, request: Request) -> dict[str, Any]:
     """N runs ranked by overall success rate (over the tasks they all have), with per-task
-    rates and Wilson 95 % intervals; ``methods`` names how each number is computed."""
+    rates and Wilson 95 % intervals, each run's name and tags; ``methods`` names how each
+    number is computed."""
     cache = request.app.state.services.runs
     summaries = [comparable(cache.summary(run_id)) for run_id in parse_run_list(runs)]
-    return leaderboard(summaries)
+    board = leaderboard(summaries)
+    for row in board["runs"]:  # each run's name and tags (meta.json), to tell them apart
+        try:
+            meta = read_checked_meta(cache.run_dir(row["run_id"]).root)
+        except DamagedRunError:  # a damaged meta.json hides no result: the run shows by id
+            meta = RunMeta()
+        row.update(name=meta.name, tags=meta.tags)
+    return board

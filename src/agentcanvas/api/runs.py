@@ -13,6 +13,7 @@ it (episode.json, spec.json, graph.json) before they are parsed.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -119,9 +120,17 @@ def comparable(summary: dict[str, Any]) -> dict[str, Any]:
     return summary
 
 
+MCNEMAR_ALPHA = 0.05
+
+
 def compare_runs(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-    """The compare route: :func:`agentcanvas.eval.comparison.compare_runs` of two runs."""
-    return comparison.compare_runs(comparable(a), comparable(b))
+    """The compare route: :func:`agentcanvas.eval.comparison.compare_runs` of two runs, its
+    McNemar test's verdict at ``MCNEMAR_ALPHA`` said (the page words it, never decides it)."""
+    result = comparison.compare_runs(comparable(a), comparable(b))
+    test = result["mcnemar"]
+    test["alpha"] = MCNEMAR_ALPHA
+    test["significant"] = test["p_value"] is not None and test["p_value"] < MCNEMAR_ALPHA
+    return result
 
 
 def compact(summary: dict[str, Any]) -> dict[str, Any]:
@@ -143,16 +152,37 @@ def episodes_page(
     if status:
         episodes = [e for e in episodes if e.get("status") == status]
     if outcome:
-        episodes = [e for e in episodes if _outcome(e) == outcome]
-    key, _, order = sort.partition(":")
+        episodes = [e for e in episodes if outcome_of(e) == outcome]
+    key, _, order = sort.rpartition(":")
     if key in ("index", "steps", "status", "task"):
         episodes = sorted(
             episodes, key=lambda e: (e.get(key) is None, e.get(key)), reverse=order == "desc"
         )
-    return {"total": len(episodes), "episodes": episodes[offset : offset + limit]}
+    elif key.startswith(METRIC_SORT):
+        episodes = _by_metric(episodes, key.removeprefix(METRIC_SORT), order == "desc")
+    shown = [{**e, "outcome": outcome_of(e)} for e in episodes[offset : offset + limit]]
+    return {"total": len(episodes), "episodes": shown}
 
 
-def _outcome(episode: dict[str, Any]) -> Outcome | None:
+METRIC_SORT = "metric."  # sort=metric.<name>:asc|desc
+
+
+def _by_metric(episodes: list[dict[str, Any]], name: str, desc: bool) -> list[dict[str, Any]]:
+    """Numeric order of a metric (stable; episodes without a number last either way)."""
+
+    def value(episode: dict[str, Any]) -> float | None:
+        metrics = episode.get("metrics")
+        v = metrics.get(name) if isinstance(metrics, dict) else None
+        return float(v) if isinstance(v, int | float) and math.isfinite(v) else None
+
+    numbered = [e for e in episodes if value(e) is not None]
+    return [
+        *sorted(numbered, key=lambda e: value(e) or 0.0, reverse=desc),
+        *(e for e in episodes if value(e) is None),
+    ]
+
+
+def outcome_of(episode: dict[str, Any]) -> Outcome | None:
     """An error is a run failure (status not completed, nor cancelled by a stopped run); a
     failure is the task's (success 0)."""
     if episode.get("status") == "cancelled":

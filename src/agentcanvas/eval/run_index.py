@@ -61,14 +61,18 @@ _NOT_COMPARED = frozenset({"worker_count", "graph_name", "version"})  # speed di
 
 @dataclass(frozen=True)
 class RunQuery:
-    """Which runs a listing shows: by status, a text in name/tags/note/id/graph, a tag."""
+    """Which runs a listing shows: by status, a text in name/tags/note/id/graph, a tag, a
+    graph."""
 
     status: str | None = None
     text: str | None = None
     tag: str | None = None
+    graph: str | None = None
 
     def matches(self, row: dict[str, Any]) -> bool:
         if self.status and row.get("status") != self.status:
+            return False
+        if self.graph and row.get("graph_name") != self.graph:
             return False
         if self.tag and self.tag not in row.get("tags", []):
             return False
@@ -150,14 +154,15 @@ class RunIndex:
     def page(
         self, offset: int, limit: int, status: str | None = None, query: RunQuery | None = None
     ) -> dict[str, Any]:
-        """``{"total", "runs", "tags"}``: rows of ``status`` (all when None) matching
+        """``{"total", "runs", "tags", "graphs"}``: rows of ``status`` (all when None) matching
         ``query``, paged, each with ``config_diff``: the fields that differ between all the
-        runs of its graph (:func:`config_differences_by_graph`), filtered or not; ``tags``:
-        every tag of every run, for a filter."""
+        runs of its graph (:func:`config_differences_by_graph`), filtered or not; ``tags``
+        and ``graphs``: every tag and graph of every run, for filters."""
         query = RunQuery(
             status=status or (query.status if query else None),
             text=query.text if query else None,
             tag=query.tag if query else None,
+            graph=query.graph if query else None,
         )
         every = self.rows()
         rows = [row for row in every if query.matches(row)]
@@ -168,7 +173,8 @@ class RunIndex:
             config = row.get("config") or {}
             shown.append({**row, "config_diff": {k: config.get(k) for k in keys}})
         tags = sorted({tag for row in every for tag in row.get("tags", [])})
-        return {"total": len(rows), "runs": shown, "tags": tags}
+        graphs = sorted({str(row["graph_name"]) for row in every if row.get("graph_name")})
+        return {"total": len(rows), "runs": shown, "tags": tags, "graphs": graphs}
 
     def rows(self) -> list[dict[str, Any]]:
         """Every run's row (a damaged one marked), newest (largest run id) first."""

@@ -1,7 +1,8 @@
-// SVG bar chart with whiskers for intervals.
+// SVG charts: bars with whiskers for intervals, and small histograms.
 
 import { svg } from "./dom.js";
 import { clamp, fmtInterval, fmtNum, isNum, truncate } from "./format.js";
+import { axisLabels, fmtTick, histogramBars } from "./histogram_axis.js";
 
 // A horizontal bar per row with a whisker for its interval: [{label, mean, lo, hi, note}].
 export function intervalChart(rows, { domain, label, format = fmtNum, base = 0 }) {
@@ -50,10 +51,11 @@ export function chartDomain(rows) {
   return lo === hi ? [lo, lo + 1] : [lo, hi];
 }
 
-// A small histogram from the server's {edges, counts, n, mean}: one bar per bin, the range
-// and the mean below it, each bar's range and count as its tooltip.
-export function histogramChart(hist, { label, format = fmtNum }) {
-  const W = 260, H = 96, PAD = 6, TOP = 14, BOTTOM = 20;
+// A small histogram from the server's {edges, counts, n, mean}: one bar per bin with its
+// count above it, the bins' values (or edges) under the axis, the mean and n below; each
+// bar's range and count as its tooltip.
+export function histogramChart(hist, { label, format = fmtTick }) {
+  const W = 260, H = 112, PAD = 6, TOP = 14, BOTTOM = 34;
   const chart = svg("svg", { class: "chart histogram", viewBox: `0 0 ${W} ${H}`, width: W,
     role: "img", "aria-label": label, "data-n": hist?.n ?? 0 });
   if (!hist) {
@@ -61,22 +63,25 @@ export function histogramChart(hist, { label, format = fmtNum }) {
     return chart;
   }
   const peak = Math.max(...hist.counts, 1);
-  const barW = (W - 2 * PAD) / hist.counts.length;
   const plotH = H - TOP - BOTTOM;
-  hist.counts.forEach((count, i) => {
-    const height = (count / peak) * plotH;
-    const bin = `${format(hist.edges[i])} – ${format(hist.edges[i + 1])}`;
-    chart.append(svg("rect", { class: "bar", x: PAD + i * barW + 1, y: TOP + plotH - height,
-      width: Math.max(1, barW - 2), height: Math.max(count ? 1 : 0, height), "data-count": count },
-    svg("title", {}, `${bin}: ${count}`)));
-  });
   const axis = TOP + plotH;
+  for (const bar of histogramBars(hist, { width: W, pad: PAD, format })) {
+    const height = (bar.count / peak) * plotH;
+    const mid = bar.x + bar.width / 2;
+    chart.append(svg("rect", { class: "bar", x: bar.x + 1, y: axis - height,
+      width: Math.max(1, bar.width - 2), height: Math.max(bar.count ? 1 : 0, height),
+      "data-count": bar.count, "data-range": bar.range }, svg("title", {}, `${bar.range}: ${bar.count}`)));
+    if (bar.count) {
+      chart.append(svg("text", { class: "count", x: mid, y: axis - height - 3, "text-anchor": "middle" },
+        String(bar.count)));
+    }
+  }
   chart.append(svg("line", { class: "axis", x1: PAD, x2: W - PAD, y1: axis, y2: axis }));
-  const edge = (x, anchor, text) => chart.append(svg("text", { class: "tick", x, y: axis + 14,
-    "text-anchor": anchor }, text));
-  edge(PAD, "start", format(hist.edges[0]));
-  edge(W - PAD, "end", format(hist.edges[hist.edges.length - 1]));
-  edge(W / 2, "middle", `mean ${format(hist.mean)} · n ${hist.n}`);
-  chart.append(svg("text", { class: "tick", x: PAD, y: 10 }, `max ${peak}`));
+  for (const tick of axisLabels(hist, { width: W, pad: PAD, format })) {
+    chart.append(svg("text", { class: "tick bin", x: tick.x, y: axis + 13, "text-anchor": tick.anchor },
+      tick.text));
+  }
+  chart.append(svg("text", { class: "tick", x: W / 2, y: axis + 28, "text-anchor": "middle" },
+    `mean ${fmtNum(hist.mean)} · n ${hist.n}`));
   return chart;
 }

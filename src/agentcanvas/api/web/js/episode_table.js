@@ -4,34 +4,32 @@ import { episodeHref, latestGet, runApi } from "./api.js";
 import { fillRows, h, num, option, panel, scroller, statusBadge } from "./dom.js";
 import { fmtNum, truncate } from "./format.js";
 import { PAGE_SIZE, pagerBar } from "./pager.js";
+import { nextSort, parseSort } from "./sorting.js";
 
 const EPISODES_REFRESH_MS = 1000;
 const EPISODE_STATUSES = ["completed", "timeout", "exception", "error", "no_verdict", "cancelled"];
 
-const EPISODE_SORTS = { index: "Index", task: "Task", status: "Status", steps: "Graph steps" };
 // Why the record's steps and an env's `steps` metric differ by one.
 export const STEPS_NOTE = "Graph steps: iterations of the graph, the first of which observes the "
   + "reset state before any action. An env's own “steps” metric counts actions, so it is one "
   + "less when the agent acts from the second iteration on (the step budget counts iterations).";
 
+// The server's outcome of an episode (its `outcome`: success, failure, error, cancelled, or
+// null for a completed episode without a success metric) as [text, kind].
 export function episodeOutcome(e) {
-  if (e.status === "cancelled") return ["cancelled", "cancelled"];
-  if (e.status !== "completed") return ["error", "error"];
-  const s = e.metrics?.success;
-  if (s === null || s === undefined) return ["–", "none"];
-  return s ? ["success", "success"] : ["failure", "failure"];
+  return e.outcome ? [e.outcome, e.outcome] : ["–", "none"];
 }
 
 const UNSCORED = "not scored: the episode did not complete (its values are where it stopped)";
 
-// Metrics of an episode that did not complete are greyed (no aggregate counts them), and a
-// cancelled episode's note is not an error.
+// Metrics of an episode the server did not score (an error, a cancelled episode) are greyed:
+// no aggregate counts them; a cancelled episode's note is not an error.
 function episodeRow(runId, e, metrics) {
   const [outcome, kind] = episodeOutcome(e);
-  const scored = e.status === "completed";
+  const scored = kind !== "error" && kind !== "cancelled";
   const metricCell = (m) => (scored ? num(fmtNum(e.metrics?.[m]))
     : h("td", { class: "num muted", title: UNSCORED }, fmtNum(e.metrics?.[m])));
-  const noteClass = e.status === "cancelled" ? "note-text muted" : "error-text";
+  const noteClass = kind === "cancelled" ? "note-text muted" : "error-text";
   return h("tr", { dataset: { index: e.index, outcome: kind } },
     num(h("a", { href: episodeHref(runId, e.index), text: e.index })),
     h("td", {}, e.task), num(e.episode_index),
@@ -47,19 +45,24 @@ const OUTCOME_FILTERS = [
   ["outcome:cancelled", "cancelled (run stopped)"],
 ];
 
+// Index, task, status, graph steps and every metric sort (on the server, over all pages).
 function episodeHead(sort, metrics, sortBy) {
-  const [current, order] = sort.split(":");
+  const [current, order] = parseSort(sort);
   const plain = (label) => h("th", { scope: "col" }, label);
-  const sortable = (key) => {
+  const sortable = (key, label, title) => {
     const sorted = current === key;
-    return h("th", { scope: "col", "aria-sort": sorted ? `${order}ending` : "none" },
+    return h("th", { scope: "col", title, "aria-sort": sorted ? `${order}ending` : "none" },
       h("button", { type: "button", class: "sort", "data-sort": key, onclick: () => sortBy(key) },
-        EPISODE_SORTS[key], sorted ? (order === "asc" ? " ▲" : " ▼") : ""));
+        label, sorted ? (order === "asc" ? " ▲" : " ▼") : ""));
   };
-  const metricHead = (m) => (m === "steps"
-    ? h("th", { scope: "col", title: STEPS_NOTE }, "steps (env actions)") : plain(m));
-  return h("tr", {}, sortable("index"), sortable("task"), plain("Ep. #"), sortable("status"),
-    plain("Outcome"), sortable("steps"), metrics.map(metricHead), plain("Attempts"), plain("Error"));
+  const label = (m) => (m === "steps" ? "steps (env actions)" : m);
+  // the server sorts by a metric named in up to 64 characters, none of them ":"
+  const metricHead = (m) => (/^[^:]{1,64}$/.test(m)
+    ? sortable(`metric.${m}`, label(m), m === "steps" ? STEPS_NOTE : undefined)
+    : h("th", { scope: "col", title: m === "steps" ? STEPS_NOTE : undefined }, label(m)));
+  return h("tr", {}, sortable("index", "Index"), sortable("task", "Task"), plain("Ep. #"),
+    sortable("status", "Status"), plain("Outcome"), sortable("steps", "Graph steps"),
+    metrics.map(metricHead), plain("Attempts"), plain("Error"));
 }
 
 function taskFilter(onChange) {
@@ -102,8 +105,7 @@ export function episodeTable(ctx, runId, onCount = () => {}) {
     load();
   }
   function sortBy(key) {
-    const [current, order] = state.sort.split(":");
-    state.sort = `${key}:${current === key && order === "asc" ? "desc" : "asc"}`;
+    state.sort = nextSort(state.sort, key, key.startsWith("metric.") ? "desc" : "asc");
     state.offset = 0;
     load();
   }

@@ -3,7 +3,7 @@
 
 import { API, api, enc, episodeHref } from "./api.js";
 import { h, notice, panel, put } from "./dom.js";
-import { videoElement } from "./episode_video.js";
+import { videoPlayer } from "./episode_video.js";
 
 const GRID_SIZE = 6;
 
@@ -13,10 +13,10 @@ function videoCard(runId, v) {
     ` · ${v.task} #${v.episode_index} · ${v.outcome === "error" ? v.status : "failed"}`
     + ` · ${v.steps ?? "–"} steps`);
   const card = h("figure", { class: "video-card", dataset: { index: v.index } });
-  const video = videoElement(runId, v.index, {
-    onProblem: (text) => video.replaceWith(notice(`No video: ${text}`, "error")),
+  const player = videoPlayer(runId, v.index, {
+    onProblem: (text) => player.el.replaceWith(notice(`No video: ${text}`, "error")),
   });
-  card.append(video, caption);
+  card.append(player.el, caption);
   return card;
 }
 

@@ -1,4 +1,5 @@
-// Number, time and text formatting for display; "–" stands for a missing value.
+// Number, time and text formatting for display; "–" stands for a missing value. Pure: no DOM,
+// so that Node can test it (tests/js).
 
 export function isNum(x) {
   return typeof x === "number" && Number.isFinite(x);
@@ -40,4 +41,20 @@ export function truncate(text, max) {
 
 export function clamp(x, lo, hi) {
   return Math.min(hi, Math.max(lo, x));
+}
+
+// Differences of rates in percentage points, signed: +12.5 pp.
+export function fmtPp(x) {
+  if (!isNum(x)) return "–";
+  const pp = 100 * x;
+  return `${pp > 0 ? "+" : pp < 0 ? "−" : "±"}${Math.abs(pp).toFixed(1)} pp`;
+}
+
+export function fmtPpInterval(lo, hi) {
+  return isNum(lo) && isNum(hi) ? `[${fmtPp(lo)}, ${fmtPp(hi)}]` : "–";
+}
+
+// Three significant figures, without trailing zeros: 26.8, 20, 0.00123.
+export function fmtSig(x) {
+  return isNum(x) ? String(Number(x.toPrecision(3))) : "–";
 }

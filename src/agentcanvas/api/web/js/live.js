@@ -61,6 +61,10 @@ export function eventSummary(message, previous) {
   for (const key of ["episodes_done", "episodes_total", "success_rate"]) {
     if (key in message) merged[key] = message[key];
   }
+  // The server's error count so far, under its verdict (still in_progress while it runs).
+  if (Number.isInteger(message.error_count) && previous?.health) {
+    merged.health = { ...previous.health, error_count: message.error_count };
+  }
   // The success rate's anytime-valid sequence so far (its method and confidence are the
   // summary's; the prefix and success counts the event leaves out are dropped, not kept stale).
   if (Array.isArray(message.success_cs) && message.success_cs.length === 2) {

@@ -1,20 +1,26 @@
 // #/compare?a=&b= — two runs paired by (task, episode_index): config diff, overall paired
 // difference, McNemar, flips, per-task deltas. #/compare?runs=A,B,C adds a leaderboard of N runs.
 
-import { API, api, enc, episodeHref, runApi, runHref } from "./api.js";
+import { API, api, enc, episodeHref, runApi } from "./api.js";
 import { intervalChart } from "./charts.js";
 import {
   dataTable, fillRows, h, headRow, keyValues, notice, num, option, panel, rowHead, scroller,
   statusBadge,
 } from "./dom.js";
-import { fmtInterval, fmtPct, isNum } from "./format.js";
+import { fmtInterval, fmtNum, fmtPct, fmtPp, fmtPpInterval, isNum } from "./format.js";
 import { leaderboardPanel, leaderboardPicker } from "./leaderboard.js";
 import { PAGE_SIZE, pagerBar } from "./pager.js";
-import { successRate } from "./run_summary.js";
-import { sequentialVerdict, stoppedEarly } from "./stop_rules.js";
+import { stoppedEarly, successRate } from "./run_facts.js";
+import { runLabel } from "./run_rows.js";
+import { sequentialVerdict } from "./stop_rules.js";
 
+// A run in a picker: its name first (the id beside it), its tags, graph, status and success.
 function runOption(r) {
-  return option(r.run_id, `${r.run_id} · ${r.graph_name} · ${r.status} · SR ${fmtPct(r.success_rate)}`);
+  const name = r.name ? `${r.name} — ${r.run_id}` : r.run_id;
+  const tags = r.tags?.length ? ` [${r.tags.join(", ")}]` : "";
+  const el = option(r.run_id, `${name}${tags} · ${r.graph_name} · ${r.status} · SR ${fmtPct(r.success_rate)}`);
+  el.title = r.run_id;
+  return el;
 }
 
 function comparePicker(runs, a, b) {
@@ -74,15 +80,6 @@ function configVerdict(differences, rows) {
   return notice("Same config (worker count aside): paired episodes should match exactly.", "info");
 }
 
-// Differences of rates in percentage points, signed: +12.5 pp.
-export function fmtPp(x) {
-  if (!isNum(x)) return "–";
-  const pp = 100 * x;
-  return `${pp > 0 ? "+" : pp < 0 ? "−" : "±"}${Math.abs(pp).toFixed(1)} pp`;
-}
-
-const fmtPpInterval = (lo, hi) => (isNum(lo) && isNum(hi) ? `[${fmtPp(lo)}, ${fmtPp(hi)}]` : "–");
-
 function overallBlock(data) {
   const o = data.overall;
   if (!o || !o.n) return notice("No paired completed episodes with a success value.");
@@ -120,10 +117,12 @@ function methodsList(methods) {
 
 function mcnemarBlock(data) {
   const m = data.mcnemar;
-  const significant = isNum(m.p_value) && m.p_value < 0.05;
-  let verdict = "The difference in success is not significant at the 5 % level.";
+  // The server's verdict (significant at its alpha), in words.
+  const level = `${fmtNum(100 * m.alpha, 0)} % level`;
+  let verdict = `The difference in success is not significant at the ${level}.`;
   if (m.a_only + m.b_only === 0) verdict = "No discordant pairs: the runs agree on every paired episode.";
-  else if (significant) verdict = "The difference in success is significant at the 5 % level.";
+  else if (m.significant) verdict = `The difference in success is significant at the ${level}.`;
+  const significant = m.significant === true;
   return h("div", { id: "mcnemar" }, keyValues([
     ["paired episodes (n)", data.overall?.n ?? data.paired],
     ["A succeeded, B failed", m.a_only], ["B succeeded, A failed", m.b_only],
@@ -185,21 +184,23 @@ function flipsTable(data) {
   return h("div", {}, h("div", { class: "toolbar" }, filter, pager.el), scroller(table));
 }
 
-function runCard(label, summary, runId) {
+// Run A or B: its name (the id beside it), tags and status, what it ran and its success.
+function runCard(label, summary, meta) {
   const stop = summary.stop;
   const facts = `${summary.graph_name} · ${summary.episodes_done}/${summary.episodes_total} episodes`
     + ` · success ${fmtPct(successRate(summary))}`
     + (stoppedEarly(summary) ? ` · ended by its stop rule (${stop.rule}): ${stop.decision}` : "");
-  return h("div", { class: "run-card" }, h("strong", {}, label), " ",
-    h("a", { href: runHref(runId), text: runId }), " ", statusBadge(summary.status),
+  return h("div", { class: "run-card", dataset: { side: label.toLowerCase() } }, h("strong", {}, label), " ",
+    runLabel({ ...meta, run_id: summary.run_id }), " ", statusBadge(summary.status),
     h("div", { class: "muted" }, facts));
 }
 
 async function compareReport(ctx, a, b, container) {
-  const [data, sa, sb, ga, gb] = await Promise.all([
+  const [data, sa, sb, ga, gb, ma, mb] = await Promise.all([
     api(`${API}/compare?a=${enc(a)}&b=${enc(b)}`),
     api(`${API}/status/${enc(a)}?compact=true`), api(`${API}/status/${enc(b)}?compact=true`),
     api(`${runApi(a)}/graph`).catch(() => null), api(`${runApi(b)}/graph`).catch(() => null),
+    api(`${runApi(a)}/meta`).catch(() => ({})), api(`${runApi(b)}/meta`).catch(() => ({})),
   ]);
   if (!ctx.alive) return;
   const differences = [...data.config_differences];
@@ -216,7 +217,7 @@ async function compareReport(ctx, a, b, container) {
   flips.body.append(flipsTable(data));
   deltas.body.append(...perTaskDeltas(data.per_task));
   container.replaceChildren(configWarning(differences, sa.config, sb.config),
-    h("div", { class: "grid two" }, runCard("A", sa, a), runCard("B", sb, b)),
+    h("div", { class: "grid two" }, runCard("A", sa, ma), runCard("B", sb, mb)),
     h("div", { class: "grid two" }, overall.el, tests.el), deltas.el, flips.el);
 }
 
@@ -236,7 +237,7 @@ export function compareView(ctx, query) {
   api(`${API}/runs?limit=500`).then((data) => {
     if (!ctx.alive) return;
     picker.replaceChildren(title(), comparePicker(data.runs, a, b), h("p", { class: "muted" }, hint));
-    board.replaceChildren(board.firstChild, leaderboardPicker(data.runs, ids, runOption));
+    board.replaceChildren(board.firstChild, leaderboardPicker(data.runs, ids));
   }).catch((err) => ctx.fail(picker, err));
   if (!a || !b) {
     report.append(notice(ids.length ? "Tick two runs in the leaderboard to pair them."

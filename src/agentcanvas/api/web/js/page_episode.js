@@ -1,4 +1,5 @@
-// #/run/<id>/episode/<idx> — one episode: facts, frame player, firing log, episode.json.
+// #/run/<id>/episode/<idx> — one episode: facts, video, frame player beside its firing log,
+// per-node statistics, episode.json.
 
 import { api, episodeHref, runApi, runHref } from "./api.js";
 import { h, keyValues, notice, panel, put, statusBadge } from "./dom.js";
@@ -25,11 +26,16 @@ function episodeFacts(e) {
   ];
 }
 
-function episodeCrumbs(runId, index) {
+// Runs / <the run's name, or its id> / episode N, with the previous and next episodes.
+function episodeCrumbs(ctx, runId, index) {
   const previous = index > 0
     ? h("a", { href: episodeHref(runId, index - 1), text: "‹ previous", id: "prev-episode" }) : null;
+  const run = h("a", { href: runHref(runId), text: runId, title: runId, id: "crumb-run" });
+  api(`${runApi(runId)}/meta`).then((meta) => {
+    if (ctx.alive && meta.name) run.textContent = meta.name;
+  }).catch(() => {}); // the id stays
   return h("nav", { class: "crumbs" }, h("a", { href: "#/", text: "Runs" }), " / ",
-    h("a", { href: runHref(runId), text: runId }), ` / episode ${index}  `, previous, " ",
+    run, ` / episode ${index}  `, previous, " ",
     h("a", { href: episodeHref(runId, index + 1), text: "next ›", id: "next-episode" }));
 }
 
@@ -40,8 +46,11 @@ export function episodeView(ctx, runId, index) {
   const log = panel("Firing log", "log-panel");
   const stats = panel("Per node", "node-panel");
   const raw = h("pre", { class: "json", id: "episode-json" });
-  ctx.root.append(episodeCrumbs(runId, index), h("div", { class: "grid two" }, facts.el, frames.el),
-    video.el, log.el, stats.el, h("details", { class: "panel" }, h("summary", {}, "episode.json"), raw));
+  // The frames beside the firing log, held in view (sticky) while the log scrolls past.
+  frames.el.classList.add("sticky-frames");
+  ctx.root.append(episodeCrumbs(ctx, runId, index), h("div", { class: "grid two" }, facts.el, video.el),
+    h("div", { class: "episode-main" }, frames.el, log.el),
+    stats.el, h("details", { class: "panel" }, h("summary", {}, "episode.json"), raw));
   const base = `${runApi(runId)}/episodes/${index}`;
   Promise.all([api(base), api(`${base}/log`)]).then(([record, logData]) => {
     if (!ctx.alive) return;

@@ -5,6 +5,7 @@ import { chartDomain, intervalChart } from "./charts.js";
 import {
   dataTable, h, keyValues, notice, num, option, panel, put, rowHead, scroller, statusBadge,
 } from "./dom.js";
+import { determinismBlock } from "./determinism_view.js";
 import { episodeTable } from "./episode_table.js";
 import { fmtInterval, fmtNum, fmtTime, isNum } from "./format.js";
 import { failureVideos } from "./failure_videos.js";
@@ -13,10 +14,11 @@ import { eventSummary, isLive, POLL_MS } from "./live.js";
 import { distributionsUrl, histogramBlock } from "./run_histograms.js";
 import { runMetaBlock } from "./run_meta_editor.js";
 import {
-  ACTIVE, allEpisodesEnded, coverageText, errorCount, etaText, healthBadge, progressBox,
-  runAction, runActions, setProgress, shownStatus, shownVerdict,
-} from "./run_summary.js";
-import { liveCsLine, notNeeded, stopBlock } from "./stop_rules.js";
+  ACTIVE, allEpisodesEnded, coverageText, errorCount, etaText, healthView, notNeeded,
+} from "./run_facts.js";
+import { healthBadge, progressBox, runAction, runActions, setProgress } from "./run_summary.js";
+import { makeSortable } from "./sortable.js";
+import { liveCsLine, stopBlock } from "./stop_rules.js";
 
 const RUN_FLUSH_MS = 500;
 
@@ -61,7 +63,7 @@ function runHeader(ctx, runId, onAction) {
     el,
     meta,
     fill(summary, source) {
-      status.replaceChildren(statusBadge(shownStatus(summary)));
+      status.replaceChildren(statusBadge(summary.status));
       health.replaceChildren(healthBadge(summary));
       el.classList.toggle("unhealthy", UNHEALTHY.has(summary.health?.verdict));
       setProgress(progress, summary, source);
@@ -108,15 +110,15 @@ function kindText(a) {
   return `${a.kind}${range}${a.kind_source === "inferred" ? " (inferred)" : ""}`;
 }
 
-// Errors (episode status ≠ completed) are the run's failures; task failures are success = 0.
+// Errors (the server's count: error, exception, timeout, no_verdict) are the run's failures;
+// task failures are success = 0; the status counts are shown as served.
 function outcomeBlock(summary, showEpisodes) {
   const counts = summary.status_counts ?? {};
   const completed = counts.completed ?? 0;
   const success = summary.aggregate_metrics?.success;
   const successes = success && isNum(success.mean) ? Math.round(success.mean * success.n) : null;
   const failures = successes === null ? null : success.n - successes;
-  const errors = Object.entries(counts).filter(([s]) => s !== "completed" && s !== "cancelled");
-  const errorTotal = errors.reduce((sum, [, n]) => sum + n, 0);
+  const errorTotal = errorCount(summary);
   const cancelled = counts.cancelled ?? 0;
   // The rest of a plan that a stop rule decided early was not needed: not "not run".
   const skipped = notNeeded(summary);
@@ -127,6 +129,7 @@ function outcomeBlock(summary, showEpisodes) {
     type: "button", class: `stat ${kind}${value === 0 ? " zero" : ""}`, "data-outcome": kind,
     onclick: () => showEpisodes(filter),
   }, h("strong", {}, value ?? "–"), h("span", {}, label));
+  const others = Object.entries(counts).filter(([status]) => status !== "completed");
   return h("div", { class: "outcomes" },
     stat("completed", completed, "completed", "status:completed"),
     stat(`successes (${coverageText(success?.n, summary)})`, successes, "success", "outcome:success"),
@@ -138,23 +141,18 @@ function outcomeBlock(summary, showEpisodes) {
     skipped ? h("div", { class: "stat not-needed", "data-outcome": "not-needed",
       title: "the stop rule decided on the episodes before them (see Stop rule)" },
     h("strong", {}, skipped), h("span", {}, "not needed (the stop rule decided)")) : null,
-    errors.length ? h("p", { class: "error-breakdown" }, "errors by status: ",
-      errors.map(([status, n]) => `${status} ${n}`).join(" · ")) : null,
+    errorTotal ? h("p", { class: "error-breakdown" }, "episodes by status: ",
+      others.map(([status, n]) => `${status} ${n}`).join(" · ")) : null,
     healthLine(summary));
 }
 
-// The run's health verdict: a run with errors never looks like a clean one.
+// The server's health verdict and its reason: a run with errors never looks like a clean one.
 function healthLine(summary) {
-  const health = summary.health;
+  const health = healthView(summary);
   if (!health) return null;
-  const verdict = shownVerdict(summary);
-  const kind = verdict === "clean" ? "st-completed"
-    : verdict === "in_progress" ? "st-running"
-      : verdict === "cancelled" ? "st-cancelled" : "st-failed";
-  const reason = verdict === health.verdict ? health.reason
-    : "every episode had ended when the run was cancelled";
-  return h("p", { class: "health", id: "run-health" },
-    h("span", { class: `badge ${kind}` }, `health: ${verdict}`), reason ? ` ${reason}` : "");
+  return h("p", { class: "health", id: "run-health", dataset: { verdict: health.verdict } },
+    h("span", { class: `badge ${health.className}` }, `health: ${health.verdict}`),
+    health.reason ? ` ${health.reason}` : "");
 }
 
 function taskRows(summary, metric) {
@@ -193,17 +191,23 @@ function perTaskBlock(summary, names, state, showTask, planned) {
   };
   select.addEventListener("change", draw);
   draw();
-  const meanAndInterval = (a) => (a && isNum(a.mean) ? `${fmtNum(a.mean)} ${fmtInterval(a.lo, a.hi)}` : "–");
+  const meanCell = (a) => h("td", { class: "num", dataset: { sort: isNum(a?.mean) ? String(a.mean) : "" } },
+    a && isNum(a.mean) ? `${fmtNum(a.mean)} ${fmtInterval(a.lo, a.hi)}` : "–");
   // A task whose every episode errored is listed: its errors show, and its score is "–".
   const errorsOf = (aggregates) => Object.values(aggregates)[0]?.n_errors ?? 0;
+  const scoredOf = (aggregates) => Object.values(aggregates)[0]?.n;
   const table = dataTable("task-table",
     ["Task", "scored (of planned)", "errors", ...names.map((n) => `${n} [95 %]`)],
     tasks.map(([task, aggregates]) => h("tr", { dataset: { task, errors: String(errorsOf(aggregates)) } },
       rowHead(taskLink(task, showTask)),
-      num(taskCoverageText(Object.values(aggregates)[0]?.n, summary)),
+      h("td", { class: "num", dataset: { sort: String(scoredOf(aggregates) ?? "") } },
+        taskCoverageText(scoredOf(aggregates), summary)),
       num(errorsOf(aggregates)),
-      names.map((n) => num(meanAndInterval(aggregates[n]))))),
+      names.map((n) => meanCell(aggregates[n])))),
     Array.from({ length: names.length + 2 }, (_, i) => i + 1));
+  // Every column sorts; a metric's first click puts the best (highest) first.
+  const keys = ["task", "scored", "errors", ...names.map((n) => `metric.${n}`)];
+  makeSortable(table, keys, state, Object.fromEntries(names.map((n) => [`metric.${n}`, "desc"])));
   return [scroller(table), h("label", { class: "inline" }, "Chart: ", select), chartSlot];
 }
 
@@ -216,45 +220,6 @@ function configBlock(config, budgets) {
     return Array.isArray(value) ? value.join(", ") : value === null ? "–" : String(value);
   };
   return keyValues(Object.entries(config ?? {}).map(([key, value]) => [key, shown(key, value)]));
-}
-
-// The server's determinism level, in words: what was checked, never more.
-const LEVEL_WORDS = { certified: "certified", sampled: "sampled (not proven)", unverified: "unverified",
-  broken: "BROKEN" };
-const LEVEL_CLASS = { certified: "st-completed", sampled: "st-running", unverified: "st-failed", broken: "st-failed" };
-// A summary written before levels has none: said so, not guessed here.
-const level = (info) => info.level ?? "not recorded";
-
-function determinismBlock(info) {
-  if (!info) return notice("No determinism record.");
-  const modes = Object.entries(info.shared_server_modes ?? {});
-  return h("div", { class: "determinism", id: "determinism" },
-    h("p", { id: "determinism-level", dataset: { level: level(info) } },
-      h("span", { class: `badge ${LEVEL_CLASS[level(info)] ?? "st-failed"}` }, LEVEL_WORDS[level(info)] ?? level(info)),
-      ` ${info.level_detail ?? "(a summary written before determinism levels)"}`),
-    keyValues([["seed function", h("code", {}, info.seed_function ?? "–")],
-      ["shared servers", modes.map(([name, mode]) => `${name}: ${mode}`).join(" · ") || "none"]]),
-    batchedFunctions(info.batched_functions),
-    info.reasons?.length ? h("ul", { class: "reasons" }, info.reasons.map((r) => h("li", {}, r))) : null);
-}
-
-// Every batched function the run used: its mode, how it was verified, the audit, a mismatch.
-function batchedFunctions(functions) {
-  const rows = Object.entries(functions ?? {}).sort(([a], [b]) => a.localeCompare(b));
-  if (!rows.length) return null;
-  const mismatch = (f) => (f.mismatch == null ? "–" : `${f.mismatch}${isNum(f.first_episode_affected)
-    ? ` (first episode affected: ${f.first_episode_affected})` : ""}`);
-  return scroller(dataTable("batched-functions",
-    ["Batched function", "Level", "Mode", "Verified by", "Audited", "Batched", "Mismatch"],
-    rows.map(([name, f]) => h("tr", { "data-function": name, "data-verified": String(!!f.verified),
-      "data-level": f.level ?? "" },
-      rowHead(name),
-      h("td", { title: f.level_detail ?? "" }, f.level ? LEVEL_WORDS[f.level] ?? f.level : "–"),
-      h("td", {}, h("span", { class: `badge ${f.verified ? "st-completed" : "st-failed"}` }, f.mode)),
-      h("td", {}, f.verified_by ?? "–"),
-      num(isNum(f.run_batches) ? `${f.run_batches_audited ?? 0} of ${f.run_batches}` : f.batches_audited ?? 0),
-      num(f.batched_requests ?? 0), h("td", {}, mismatch(f)))),
-    [4, 5]));
 }
 
 function graphBlock(graph) {
@@ -280,7 +245,7 @@ function runLayout(ctx, runId, onAction) {
     config: panel("Config", "config-panel"),
     determinism: panel("Determinism", "determinism-panel"),
     graph: panel("Frozen graph", "graph-panel"),
-    taskState: { metric: "success" },
+    taskState: { metric: "success", sort: "" },
   };
   page.episodes = episodeTable(ctx, runId, (total) => page.onRecorded(total));
   page.showTask = (task) => {

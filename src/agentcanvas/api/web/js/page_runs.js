@@ -1,19 +1,25 @@
-// #/ — start form, queue and runs; progress pushed over /ws is coalesced per row.
+// #/?q=&tag=&graph=&status=&offset= — start form, queue and runs; progress pushed over /ws is
+// coalesced per row. The list's filters live in the URL: a link reproduces the view, and Back
+// (a hashchange, so the router) restores the one before.
 
 import { API, api, enc, latestGet } from "./api.js";
 import { fillRows, h, option, panel, scroller } from "./dom.js";
 import { eventSummary, isLive, POLL_MS } from "./live.js";
 import { PAGE_SIZE, pagerBar } from "./pager.js";
+import { ACTIVE } from "./run_facts.js";
 import { DIFF_PREFIX, fillRunRow, rowsFor, runRow, runTableHead } from "./run_rows.js";
-import { ACTIVE, runAction } from "./run_summary.js";
+import { runAction } from "./run_summary.js";
 import { startForm } from "./start_form.js";
+import { isFiltered, runsApiQuery, runsFilters, runsHash } from "./url_state.js";
 
 const ROW_FLUSH_MS = 250;
 const LIST_REFRESH_MS = 1000;
 const RUN_STATUSES = ["pending", "queued", "running", "completed", "failed", "cancelled", "aborted"];
 const SEARCH_DEBOUNCE_MS = 300;
-const LIST_COLUMNS = ["pick", "run", "status", "health", "graph", "workers", "progress", "success",
-  "eta", "started", "actions"];
+// Success (with its interval) right after the run, so that it shows on any screen; the config
+// fields that differ between runs of a graph come after the graph, towards the end.
+const LIST_COLUMNS = ["pick", "run", "success", "health", "status", "progress", "eta", "actions",
+  "graph", "workers", "started"];
 
 // The listed columns, plus one per config field that differs between runs of the same graph.
 function listColumns(runs) {
@@ -23,29 +29,50 @@ function listColumns(runs) {
   return [...LIST_COLUMNS.slice(0, at), ...diff, ...LIST_COLUMNS.slice(at)];
 }
 
-// Text search on name/tags/note/id, a tag filter, and a status filter.
-function runFilters(state, load) {
-  const reload = () => { state.offset = 0; load(); };
-  const status = h("select", { id: "runs-filter", "aria-label": "filter runs by status" },
-    option("", "all statuses"), RUN_STATUSES.map((s) => option(s)));
-  status.addEventListener("change", () => { state.status = status.value; reload(); });
+// A select of `label` over `values`, "" for all; its known values refreshed by setValues
+// (sorted, unless `ordered` says they come in their own order).
+function filterSelect(id, label, all, value, ordered = false) {
+  const select = h("select", { id, "aria-label": label }, option("", all));
+  const setValues = (values) => {
+    const known = [...new Set([...values, ...(value() ? [value()] : [])])];
+    if (!ordered) known.sort();
+    if (JSON.stringify(known) === select.dataset.known) return;
+    select.dataset.known = JSON.stringify(known);
+    select.replaceChildren(option("", all), ...known.map((v) => option(v)));
+    select.value = value();
+  };
+  return { el: select, setValues };
+}
+
+// Text search on name/tags/note/id, filters by tag, graph and status: each change goes to
+// the URL (a new history entry) and reloads the list from its first page.
+function runFilters(ctx, state, load) {
+  const change = (key, value) => {
+    if (state[key] === value) return; // no history entry for the same view
+    Object.assign(state, { [key]: value, offset: 0 });
+    history.pushState(null, "", runsHash(state));
+    load();
+  };
   const search = h("input", { type: "search", id: "runs-search", placeholder: "search name, tag, note",
-    "aria-label": "search runs by name, tag or note" });
+    "aria-label": "search runs by name, tag or note", value: state.text });
   let timer = null;
   search.addEventListener("input", () => {
     clearTimeout(timer);
-    timer = setTimeout(() => { state.text = search.value.trim(); reload(); }, SEARCH_DEBOUNCE_MS);
+    timer = setTimeout(() => change("text", search.value.trim()), SEARCH_DEBOUNCE_MS);
   });
-  const tag = h("select", { id: "runs-tag", "aria-label": "filter runs by tag" }, option("", "all tags"));
-  tag.addEventListener("change", () => { state.tag = tag.value; reload(); });
-  const setTags = (tags) => {
-    const known = [...new Set([...tags, ...(state.tag ? [state.tag] : [])])].sort();
-    if (JSON.stringify(known) === tag.dataset.known) return;
-    tag.dataset.known = JSON.stringify(known);
-    tag.replaceChildren(option("", "all tags"), ...known.map((t) => option(t)));
-    tag.value = state.tag;
+  ctx.onDispose(() => clearTimeout(timer)); // no late search pushed onto another page
+  const tag = filterSelect("runs-tag", "filter runs by tag", "all tags", () => state.tag);
+  const graph = filterSelect("runs-graph", "filter runs by graph", "all graphs", () => state.graph);
+  const status = filterSelect("runs-filter", "filter runs by status", "all statuses",
+    () => state.status, true);
+  status.setValues(RUN_STATUSES);
+  for (const [key, select] of [["tag", tag], ["graph", graph], ["status", status]]) {
+    select.el.addEventListener("change", () => change(key, select.el.value));
+  }
+  return {
+    el: [search, tag.el, graph.el, status.el],
+    setKnown: (data) => { tag.setValues(data.tags ?? []); graph.setValues(data.graphs ?? []); },
   };
-  return { el: [search, tag, status], setTags };
 }
 
 function queuePanel(ctx, on) {
@@ -87,14 +114,18 @@ function queuePanel(ctx, on) {
   return { el, refresh, stale };
 }
 
-function runsTable(ctx, on) {
+function runsTable(ctx, on, query) {
   const get = latestGet(ctx);
-  const state = { offset: 0, status: "", text: "", tag: "" };
+  const state = runsFilters(query);
   const { el, body, heading } = panel("Runs", "runs-panel");
   const thead = runTableHead(LIST_COLUMNS);
   const tbody = h("tbody");
-  const pager = pagerBar((offset) => { state.offset = offset; load(); });
-  const filters = runFilters(state, () => load());
+  const pager = pagerBar((offset) => {
+    state.offset = offset;
+    history.pushState(null, "", runsHash(state));
+    load();
+  });
+  const filters = runFilters(ctx, state, () => load());
   const compare = h("button", { type: "button", id: "compare-picked", disabled: true,
     text: "Compare 2 picked" });
   compare.addEventListener("click", () => {
@@ -103,19 +134,14 @@ function runsTable(ctx, on) {
   const table = h("table", { class: "runs", id: "runs-table" }, thead, tbody);
   body.append(h("div", { class: "toolbar" }, filters.el, compare, pager.el), scroller(table));
   async function load() {
-    const query = new URLSearchParams({ offset: state.offset, limit: PAGE_SIZE });
-    if (state.status) query.set("status", state.status);
-    if (state.text) query.set("q", state.text);
-    if (state.tag) query.set("tag", state.tag);
-    const data = await get(`${API}/runs?${query}`);
+    const data = await get(`${API}/runs?${runsApiQuery(state, PAGE_SIZE)}`);
     if (!data) return;
     data.runs.forEach((s) => on.remember(s));
-    filters.setTags(data.tags ?? []);
+    filters.setKnown(data);
     const columns = listColumns(data.runs);
     table.replaceChild(runTableHead(columns), table.tHead);
-    const filtered = state.status || state.text || state.tag;
     fillRows(tbody, data.runs.map((s) => runRow(columns, s, on)), columns.length,
-      filtered ? "No runs match." : "No runs yet — start one above.");
+      isFiltered(state) ? "No runs match." : "No runs yet — start one above.");
     pager.update(state.offset, data.runs.length, data.total);
     heading.textContent = `Runs (${data.total})`;
   }
@@ -124,6 +150,7 @@ function runsTable(ctx, on) {
     el, load, refresh, compare,
     // A run not on this page appears by reloading page 1 when it would be listed there.
     wants: (summary) => state.offset === 0 && !state.text && !state.tag
+      && (!state.graph || state.graph === summary.graph_name)
       && (!state.status || state.status === summary.status),
   };
 }
@@ -151,7 +178,7 @@ function summaryFromEvent(message, previous) {
   return { ...(summary ?? previous), run_id: message.run_id, status: message.status };
 }
 
-export function runsView(ctx) {
+export function runsView(ctx, query = new URLSearchParams()) {
   const summaries = new Map();
   const on = {
     picked: [],
@@ -169,9 +196,11 @@ export function runsView(ctx) {
       .then((s) => updates.push(id, s, "poll")).catch(() => {}),
   };
   const queue = queuePanel(ctx, on);
-  const runs = runsTable(ctx, on);
+  const runs = runsTable(ctx, on, query);
   const started = () => { queue.refresh(); runs.load().catch((err) => console.error(err)); };
-  ctx.root.append(h("div", { class: "grid two" }, startForm(ctx, started), queue.el), runs.el);
+  // A phone shows the runs first (CSS order), the queue and the start form after them.
+  ctx.root.append(h("div", { class: "runs-page" },
+    h("div", { class: "grid two start-and-queue" }, startForm(ctx, started), queue.el), runs.el));
   const updates = coalescer(ctx, (id, summary, source) => {
     summaries.set(id, summary);
     rowsFor(ctx.root, id).forEach((tr) => fillRunRow(tr, summary, source, on));

@@ -11,7 +11,7 @@ const ROUTES = [
   [/^\/run\/([^/]+)\/episode\/(\d+)$/, (ctx, m) => episodeView(ctx, decodeURIComponent(m[1]), Number(m[2]))],
   [/^\/run\/([^/]+)$/, (ctx, m) => runView(ctx, decodeURIComponent(m[1]))],
   [/^\/compare$/, (ctx, _m, query) => compareView(ctx, query)],
-  [/^\/?$/, (ctx) => runsView(ctx)],
+  [/^\/?$/, (ctx, _m, query) => runsView(ctx, query)],
 ];
 
 let currentView = null;

@@ -3,7 +3,7 @@
 import { api, runApi } from "./api.js";
 import { h, notice, put } from "./dom.js";
 import { tagChip } from "./run_rows.js";
-import { splitTags, tagsProblem } from "./start_form.js";
+import { splitTags, tagsProblem } from "./form_checks.js";
 
 function field(label, input) {
   return h("label", { class: "field" }, h("span", {}, label), input);

@@ -1,20 +1,30 @@
 // Table rows of runs, one column spec each; live updates refill the rows in place.
 
 import { runHref } from "./api.js";
-import { h, statusBadge } from "./dom.js";
+import { h, put, statusBadge } from "./dom.js";
 import { fmtNum, fmtTime, truncate } from "./format.js";
-import {
-  allEpisodesEnded, etaText, healthBadge, progressBox, runActions, setProgress, shownStatus, successDetail, successText,
-} from "./run_summary.js";
+import { allEpisodesEnded, etaText, successDetail, successParts } from "./run_facts.js";
+import { healthBadge, progressBox, runActions, setProgress } from "./run_summary.js";
 
 export const DIFF_PREFIX = "diff:";
 
 // A run's name (or its id), its tags as chips, its note as the tooltip.
-function runLabel(s) {
-  const link = h("a", { href: runHref(s.run_id), text: s.name || s.run_id, class: "run-link" });
+export function runLabel(s, href = runHref(s.run_id)) {
+  const link = h("a", { href, text: s.name || s.run_id, class: "run-link", title: s.run_id });
   return h("span", { class: "run-label", title: s.note || "" }, link,
     s.name ? h("small", { class: "run-id" }, s.run_id) : null,
     s.tags?.length ? h("span", { class: "tags" }, s.tags.map((t) => tagChip(t))) : null);
+}
+
+// Success over the scored episodes, its 95 % interval under it, what it covers and the errors
+// it leaves out; the title adds the rate with errors as failures.
+export function fillSuccess(td, s) {
+  const parts = successParts(s);
+  put(td, h("span", { class: "rate" }, parts.rate),
+    parts.interval ? h("span", { class: "ci interval" }, parts.interval) : null,
+    parts.coverage ? h("span", { class: "ci coverage" }, parts.coverage) : null,
+    parts.errors ? h("span", { class: "ci errors" }, parts.errors) : null);
+  td.title = successDetail(s);
 }
 
 export function tagChip(tag) {
@@ -24,6 +34,7 @@ export function tagChip(tag) {
 function diffValue(value) {
   if (value === null || value === undefined) return "–";
   if (Array.isArray(value)) return value.join(", ");
+  if (typeof value === "boolean") return String(value);
   return typeof value === "object" ? JSON.stringify(value) : fmtNum(value);
 }
 
@@ -52,17 +63,14 @@ const RUN_COLUMNS = {
     "aria-label": `pick ${s.run_id} for comparison`, onchange: on.pick,
   }) },
   run: { head: "Run", build: (s) => runLabel(s) },
-  status: { head: "Status", fill: (td, s) => td.replaceChildren(statusBadge(shownStatus(s)), statusWhy(s)) },
+  status: { head: "Status", fill: (td, s) => td.replaceChildren(statusBadge(s.status), statusWhy(s)) },
   health: { head: "Health", fill: (td, s) => td.replaceChildren(healthBadge(s)) },
   graph: { head: "Graph", fill: (td, s) => { td.textContent = s.graph_name ?? ""; } },
   workers: { head: "Workers", num: true,
     fill: (td, s) => { td.textContent = s.config?.worker_count ?? s.worker_count ?? ""; } },
   progress: { head: "Episodes", build: () => progressBox(),
     fill: (td, s, source) => setProgress(td.firstChild, s, source) },
-  success: { head: "Success", num: true, fill: (td, s) => {
-    td.textContent = successText(s);
-    td.title = successDetail(s);
-  } },
+  success: { head: "Success [95 %]", num: true, fill: fillSuccess },
   eta: { head: "ETA", num: true, fill: (td, s) => { td.textContent = etaText(s); } },
   started: { head: "Started", fill: (td, s) => { td.textContent = fmtTime(s.timings?.started_at); } },
   priority: { head: "Priority", num: true, fill: (td, s) => { td.textContent = s.priority ?? 0; } },
@@ -91,7 +99,8 @@ export function runRow(columns, summary, on) {
   const tr = h("tr", { dataset: { runId: summary.run_id } });
   for (const name of columns) {
     const spec = column(name);
-    tr.append(h("td", { "data-col": name, class: cellClass(spec) },
+    // data-label names the cell where a phone shows the row as a card, without its header
+    tr.append(h("td", { "data-col": name, "data-label": spec.head || undefined, class: cellClass(spec) },
       spec.build ? spec.build(summary, on) : null));
   }
   fillRunRow(tr, summary, "load", on);

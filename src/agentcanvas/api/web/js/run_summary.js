@@ -1,15 +1,12 @@
-// A run's compact summary shown as progress, health, success with its coverage, ETA, and its
-// cancel / resume actions. Errors are amber/red on the bar and cancelled episodes grey, apart.
+// A run's progress bar, its health badge and its cancel / resume actions. Errors are
+// amber/red on the bar and cancelled episodes grey, apart; the counts and the verdict are the
+// server's (run_facts.js words them).
 
 import { API, api, enc } from "./api.js";
 import { h } from "./dom.js";
-import { fmtDuration, fmtPct, isNum } from "./format.js";
-import { notNeeded } from "./stop_rules.js";
+import { ACTIVE, canResume, healthView, notNeeded, progressCounts } from "./run_facts.js";
 
 const CONFIRM_MS = 3000;
-export const ACTIVE = new Set(["pending", "queued", "running"]);
-const RESUMABLE = new Set(["aborted", "cancelled", "failed"]);
-const ERROR_STATUSES = ["error", "exception", "timeout", "no_verdict"];
 
 // The <progress> stays first (for screen readers and scripts); the visible bar is segmented;
 // its last segment is the rest of a plan that a stop rule made unnecessary.
@@ -19,20 +16,6 @@ export function progressBox() {
     h("progress", { max: 1, value: 0, class: "sr-only" }),
     h("span", { class: "segbar", "aria-hidden": "true" }, segments),
     h("span", { class: "progress-text" }));
-}
-
-export function errorCount(summary) {
-  const counts = summary.status_counts ?? {};
-  return ERROR_STATUSES.reduce((sum, status) => sum + (counts[status] ?? 0), 0);
-}
-
-// The summary's episodes_done counts the episodes that ended; those recorded as cancelled (in
-// flight when the run was cancelled) are not in it, only in status_counts.
-export function progressCounts(summary) {
-  const total = summary.episodes_total || 0;
-  const cancelled = summary.status_counts?.cancelled ?? 0;
-  const done = Math.max(0, summary.episodes_done || 0);
-  return { total, cancelled, done, errors: Math.min(errorCount(summary), done) };
 }
 
 export function setProgress(box, summary, source) {
@@ -54,86 +37,18 @@ export function setProgress(box, summary, source) {
   box.dataset.stopped = String(skipped > 0);
   box.title = skipped ? `${summary.stop.decision}: the stop rule decided after ${done} of ${total} `
     + `planned episodes; the other ${skipped} were not needed` : "";
-  box.dataset.status = shownStatus(summary);
+  box.dataset.status = summary.status;
   box.dataset.errors = String(errors);
   box.dataset.allErrors = String(done > 0 && errors === done);
   if (source) box.dataset.source = source;
 }
 
-// Whether nothing is left to run: every planned episode ended, none as cancelled.
-export function allEpisodesEnded(summary) {
-  const { total, done } = progressCounts(summary);
-  return total > 0 && done >= total;
-}
-
-// A run cancelled after its last episode had ended lost nothing: it shows as completed.
-export function shownStatus(summary) {
-  return summary.status === "cancelled" && allEpisodesEnded(summary) ? "completed" : summary.status;
-}
-
-const HEALTH_CLASS = { clean: "st-completed", in_progress: "st-running", cancelled: "st-cancelled" };
-
-// The verdict shown: a run cancelled after its last episode ended, without errors, is clean.
-export function shownVerdict(summary) {
-  const health = summary.health;
-  if (!health) return null;
-  return summary.status === "cancelled" && allEpisodesEnded(summary) && !health.error_count
-    ? "clean" : health.verdict;
-}
-
-// The run's health verdict as a badge: a run with errors never looks like a clean one.
+// The server's health verdict as a badge: a run with errors never looks like a clean one.
 export function healthBadge(summary) {
-  const health = summary.health;
+  const health = healthView(summary);
   if (!health) return h("span", { class: "badge" }, "–");
-  const verdict = shownVerdict(summary);
-  return h("span", {
-    class: `badge health ${HEALTH_CLASS[verdict] ?? "st-failed"}`, dataset: { verdict },
-    title: health.reason || "", text: verdict === "errors" ? `${health.error_count} errors` : verdict,
-  });
-}
-
-// "n = 29 of 900": how many episodes a rate rests on, out of those planned.
-export function coverageText(n, summary) {
-  const total = summary.episodes_total;
-  return isNum(total) && total > 0 ? `n = ${n ?? 0} of ${total}` : `n = ${n ?? 0}`;
-}
-
-export function successRate(summary) {
-  const agg = summary.aggregate_metrics?.success;
-  return isNum(agg?.mean) ? agg.mean : summary.success_rate;
-}
-
-// Success over the scored episodes, and beside it what the errors could change; the title
-// (successDetail) adds the rate with errors as failures and the worst/best cases.
-export function successText(summary) {
-  const agg = summary.aggregate_metrics?.success;
-  const rate = successRate(summary);
-  if (!isNum(rate)) return errorCount(summary) ? "– (no verdicts)" : "–";
-  if (!agg) return fmtPct(rate);
-  const planned = isNum(agg.n_planned) ? agg.n_planned : summary.episodes_total;
-  const text = `${fmtPct(rate)} (${coverageText(agg.n, { episodes_total: planned })})`;
-  return agg.n_errors ? `${text} · ${agg.n_errors} errors not scored` : text;
-}
-
-export function successDetail(summary) {
-  const agg = summary.aggregate_metrics?.success;
-  if (!agg || !agg.n_errors) return "";
-  return `${fmtPct(agg.errors_as_failures)} with errors as failures; `
-    + `worst–best ${fmtPct(agg.worst)}–${fmtPct(agg.best)} over every planned episode`;
-}
-
-export function etaText(summary) {
-  const started = summary.timings?.started_at;
-  const finished = summary.timings?.finished_at;
-  if (summary.status === "queued" || summary.status === "pending") return "waiting";
-  if (summary.status !== "running") {
-    return isNum(started) && isNum(finished) ? `took ${fmtDuration(finished - started)}` : "";
-  }
-  const done = summary.episodes_done || 0;
-  const left = (summary.episodes_total || 0) - done;
-  const elapsed = Date.now() / 1000 - started;
-  if (!done || !isNum(started) || elapsed <= 0) return "…";
-  return `${fmtDuration(left / (done / elapsed))} left`;
+  return h("span", { class: `badge health ${health.className}`, dataset: { verdict: health.verdict },
+    title: health.reason, text: health.text });
 }
 
 function confirmButton(text, confirmText, action) {
@@ -161,7 +76,7 @@ export function runActions(summary, onAction) {
   if (ACTIVE.has(summary.status)) {
     buttons.push(confirmButton("Cancel", "Really cancel?", (b) => onAction("cancel", summary.run_id, b)));
   }
-  if (RESUMABLE.has(shownStatus(summary)) && !allEpisodesEnded(summary)) {
+  if (canResume(summary)) {
     const resume = h("button", { type: "button", text: "Resume" });
     resume.addEventListener("click", () => {
       resume.disabled = true;

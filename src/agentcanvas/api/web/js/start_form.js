@@ -1,34 +1,9 @@
-// The "Start a run" form: fields, client-side checks, and the server's 422 placed per field.
+// The "Start a run" form: its fields (form_checks.js), client-side checks, and the server's
+// 422 placed per field.
 
 import { API, api, runHref } from "./api.js";
 import { h, notice, option, panel } from "./dom.js";
-
-const FORM_FIELDS = [
-  { name: "graph_name", label: "Graph", kind: "select" },
-  { name: "episode_count", label: "Episodes per task", kind: "int", value: "10", min: 1 },
-  { name: "worker_count", label: "Workers", kind: "int", value: "1", min: 1 },
-  { name: "step_budget", label: "Step budget", kind: "int", optional: true, min: 1,
-    placeholder: "graph default" },
-  { name: "seed", label: "Seed", kind: "int", value: "0", min: 0 },
-  { name: "tasks", label: "Tasks", kind: "text", optional: true,
-    placeholder: "graph's tasks (comma-separated)" },
-  { name: "name", label: "Name", kind: "text", optional: true, placeholder: "optional" },
-  { name: "tags", label: "Tags", kind: "text", optional: true, placeholder: "comma-separated" },
-  { name: "note", label: "Note", kind: "text", optional: true, placeholder: "optional" },
-  { name: "save_frames", label: "Save frames", kind: "bool" },
-];
-const TAG = /^[A-Za-z0-9][A-Za-z0-9_.:+=-]{0,39}$/;
-
-// "a, b" → ["a", "b"]; shared by the start form and the run page's editor.
-export function splitTags(text) {
-  return text.split(",").map((t) => t.trim()).filter(Boolean);
-}
-
-export function tagsProblem(text) {
-  const bad = splitTags(text).find((t) => !TAG.test(t));
-  return bad === undefined ? null
-    : `tag ${JSON.stringify(bad)}: letters, digits and _.:+=- only, at most 40 characters`;
-}
+import { checkField, FORM_FIELDS, startBody } from "./form_checks.js";
 
 function formField(field) {
   const id = `f-${field.name}`;
@@ -41,40 +16,16 @@ function formField(field) {
   const input = field.kind === "select"
     ? h("select", described, option("", "loading…"))
     : h("input", { ...described, type: field.kind === "int" ? "number" : "text", value: field.value,
-      placeholder: field.placeholder, inputmode: field.kind === "int" ? "numeric" : undefined });
-  return h("label", { class: "field", for: id }, h("span", {}, field.label), input, error);
+      placeholder: field.placeholder, inputmode: field.kind === "int" ? "numeric" : undefined,
+      min: field.min, max: field.max });
+  return h("label", { class: "field", for: id, title: field.title },
+    h("span", {}, field.label), input, error);
 }
 
-// Client-side checks cover syntax only; limits (e.g. workers ≤ 64) come from the server's 422.
-function checkField(field, raw) {
-  const text = String(raw ?? "").trim();
-  if (field.kind === "select" && !text) return "pick a graph";
-  if (field.kind === "int") {
-    if (!text) return field.optional ? null : "required";
-    if (!/^-?\d+$/.test(text)) return "must be a whole number";
-    if (Number(text) < field.min) return `must be at least ${field.min}`;
-  }
-  if (field.name === "tasks" && text && text.split(",").some((t) => !t.trim())) {
-    return "comma-separated task ids, none empty";
-  }
-  return field.name === "tags" ? tagsProblem(text) : null;
-}
-
-function formBody(form) {
-  const value = (name) => form.elements[name].value.trim();
-  const body = {
-    graph_name: value("graph_name"),
-    episode_count: Number(value("episode_count")),
-    worker_count: Number(value("worker_count")),
-    seed: Number(value("seed")),
-    save_frames: form.elements.save_frames.checked,
-  };
-  if (value("step_budget")) body.step_budget = Number(value("step_budget"));
-  if (value("tasks")) body.tasks = value("tasks").split(",").map((t) => t.trim());
-  if (value("name")) body.name = value("name");
-  if (splitTags(value("tags")).length) body.tags = [...new Set(splitTags(value("tags")))];
-  if (value("note")) body.note = value("note");
-  return body;
+// The form's values by field name: text trimmed later, the checkbox as a boolean.
+function formValues(form) {
+  return Object.fromEntries(FORM_FIELDS.map((f) => [f.name,
+    f.kind === "bool" ? form.elements[f.name].checked : form.elements[f.name].value]));
 }
 
 function setFieldError(form, name, message) {
@@ -133,7 +84,7 @@ export function startForm(ctx, onStarted) {
     }
     submit.disabled = true;
     try {
-      const started = await api(`${API}/start`, { method: "POST", body: formBody(form) });
+      const started = await api(`${API}/start`, { method: "POST", body: startBody(formValues(form)) });
       message.replaceChildren(h("span", { class: "ok", dataset: { runId: started.run_id } },
         "Queued ", h("a", { href: runHref(started.run_id), text: started.run_id })));
       onStarted(started);

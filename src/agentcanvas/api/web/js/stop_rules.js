@@ -4,30 +4,14 @@
 
 import { enc, runHref } from "./api.js";
 import { h, keyValues } from "./dom.js";
-import { fmtInterval, fmtNum, isNum } from "./format.js";
+import { fmtInterval, fmtNum, fmtSig, isNum } from "./format.js";
 
 // What an eval_progress event's `success_cs` comes from (the event does not name it): the
 // summary's live_interval names it in full, and replaces this once loaded.
 export const CS_METHOD_FALLBACK = "beta-binomial mixture confidence sequence for a Bernoulli rate "
   + "(Robbins 1970; Howard, Ramdas, McAuliffe & Sekhon 2021)";
 
-// Three significant figures, without trailing zeros: 26.8, 20, 0.00123.
-export function fmtSig(x) {
-  return isNum(x) ? String(Number(x.toPrecision(3))) : "–";
-}
-
 const pct = (confidence) => (isNum(confidence) ? `${fmtNum(100 * confidence, 0)} %` : "95 %");
-
-// A completed run that its stop rule ended before its cap: the rest of the plan was not needed.
-export function stoppedEarly(summary) {
-  return summary.status === "completed" && summary.stop?.decided === true;
-}
-
-// Episodes of the plan a stop rule made unnecessary (0 for any other run).
-export function notNeeded(summary) {
-  if (!stoppedEarly(summary)) return 0;
-  return Math.max(0, (summary.episodes_total ?? 0) - (summary.episodes_done ?? 0));
-}
 
 // The success rate's anytime-valid sequence, beside the aggregates' fixed-n interval; null
 // before the first scored episode of the plan-order prefix.
