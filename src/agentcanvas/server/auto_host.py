@@ -12,7 +12,7 @@ endpoint as ``"call"``), ``/manifest`` (the node set's manifest, with the call e
 ``batch_audit``; the checks run before the server reports ready), ``/batch_audit/certify``
 (audit every batched row of one run). The hot
 path — node calls, the episode's panel round trip and evictions — is served on the call
-socket (`server.rpc`), with the same handlers; a replicated node set's run on the
+socket (`server.rpc_server`), with the same handlers; a replicated node set's run on the
 connection's thread (`direct_handlers`).
 
 SIGTERM and SIGINT stop the server gracefully, then the node set is closed. With
@@ -53,7 +53,7 @@ from agentcanvas.server import procs, protocol
 from agentcanvas.server.batch_audit import audit_settings_from_env, build_auditor
 from agentcanvas.server.batched_inference import BatchedInferenceServer
 from agentcanvas.server.batching import policy_from_env
-from agentcanvas.server.rpc import ON_LOOP, DirectHandler, Handler, RpcServer
+from agentcanvas.server.rpc_server import ON_LOOP, DirectHandler, Handler, RpcServer
 from agentcanvas.server.runtime import fix_numeric_threads
 
 __all__ = [

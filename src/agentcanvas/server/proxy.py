@@ -8,8 +8,8 @@ Two transports, one server identity (its HTTP URL, named in every error):
 
 - the per-episode hot path — ``call``, ``panel_episode``, ``evict`` — goes over the call
   socket to the endpoint the server advertises on ``/health`` and in its ``/manifest``
-  (`server.rpc`, msgpack + raw array frames); a proxy given the endpoint (a borrower read it in the
-  manifest) never asks ``/health`` for it;
+  (`server.rpc_client`, msgpack + raw array frames); a proxy given the endpoint (a borrower
+  read it in the manifest) never asks ``/health`` for it;
 - everything else (manifest, health, the panel's other requests, attach/detach, stats) is
   HTTP through ``httpx``.
 
@@ -50,7 +50,7 @@ from agentcanvas.nodes.base import CallContext
 from agentcanvas.nodes.manifest import LoadInfo, NodeSetManifest
 from agentcanvas.server import protocol
 from agentcanvas.server.deadlines import call_timeout_s
-from agentcanvas.server.rpc import Pending, RpcClient
+from agentcanvas.server.rpc_client import Pending, RpcClient
 
 CONNECT_TIMEOUT_S = 5.0
 Reply = TypeVar("Reply")
