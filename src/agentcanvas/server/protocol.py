@@ -320,11 +320,12 @@ def rpc_reply(kind: type[Reply]) -> type[RpcReply[Reply]]:
 
 
 # -- checks ----------------------------------------------------------------------------------
-Body = TypeVar("Body", bound=msgspec.Struct)
+Body = TypeVar("Body")
 
 
 def parse(value: Any, body: type[Body], where: str) -> Body:
-    """``value`` (a decoded wire or JSON map) as ``body``; UserInputError naming ``where``."""
+    """``value`` (a decoded wire or JSON map) as ``body`` (a msgspec struct, or a plain
+    ``dict[str, Any]``); UserInputError naming ``where``."""
     try:
         return msgspec.convert(value, body)
     except msgspec.ValidationError as exc:
