@@ -27,6 +27,7 @@ from agentcanvas.errors import RemoteError, ServerTimeoutError, UserInputError
 from agentcanvas.nodes.base import CallContext
 from agentcanvas.server import protocol, rpc_channel, rpc_client, rpc_framing
 from agentcanvas.server.launcher import LocalProcessLauncher, ProcessServer
+from agentcanvas.server.opening import OpeningCall
 from agentcanvas.server.proxy import RemoteNodeSet, fetch_manifest
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(90)]
@@ -389,3 +390,28 @@ async def test_draining_a_second_answer_waits_for_it_and_keeps_the_connection(
         await asyncio.sleep(0.3)
         answer = await client.request(*_note("last")[:3], 10.0, protocol.CallReply)
         assert answer.outputs["seen"][-5:] == ["d1", "slow", "d2", "slow", "last"]
+
+
+async def test_the_opening_answer_goes_to_its_own_call_and_is_drained_before_any_other(
+    replicated: RemoteNodeSet,
+) -> None:
+    """`OpeningCall`: the executor's same call gets the answer sent with the panel request;
+    a different call first waits for that answer (nothing of it may overlap the call on the
+    server) and then goes on its own; `settle` drains one nobody claimed."""
+    async with _client(replicated) as client:
+        opening = OpeningCall("tsock under test", lambda: 10.0)
+        _, pending = await client.request_then(_note("o1"), _note("mine"), 10.0)
+        opening.sent(_note("mine")[1], pending)
+        claimed = await opening.claim(_note("mine")[1])
+        assert claimed is not None and claimed["seen"][-2:] == ["o1", "mine"]
+        assert not opening.in_flight and client.pool.idle == 1
+        _, pending = await client.request_then(_note("o2"), _note("slow"), 10.0)
+        opening.sent(_note("slow")[1], pending)
+        assert await opening.claim(_note("other")[1]) is None  # not the opening's call
+        assert client.pool.idle == 1  # the slow answer came in before claim returned
+        _, pending = await client.request_then(_note("o3"), _note("slow"), 10.0)
+        opening.sent(_note("slow")[1], pending)
+        await opening.settle()
+        assert not opening.in_flight and client.pool.idle == 1
+        seen = (await client.request(*_note("end")[:3], 10.0, protocol.CallReply)).outputs
+        assert seen["seen"][-7:] == ["o1", "mine", "o2", "slow", "o3", "slow", "end"]

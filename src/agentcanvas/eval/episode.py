@@ -206,10 +206,10 @@ async def _settle_opening(env: RemoteNodeSet, result: EpisodeResult, propagating
     task is ending anyway; one that does not come makes the episode a timeout, so that the
     worker gets fresh servers."""
     if propagating:
-        env.drop_opening()
+        env.opening.drop()
         return
     try:
-        await env.settle_opening()
+        await env.opening.settle()
     except ServerTimeoutError as exc:
         result.status, result.error = "timeout", describe(exc)
 

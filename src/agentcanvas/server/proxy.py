@@ -50,12 +50,13 @@ from agentcanvas.nodes.base import CallContext
 from agentcanvas.nodes.manifest import LoadInfo, NodeSetManifest
 from agentcanvas.server import protocol
 from agentcanvas.server.deadlines import call_timeout_s
-from agentcanvas.server.rpc_client import Pending, RpcClient
+from agentcanvas.server.opening import Opening, OpeningCall, call_args
+from agentcanvas.server.rpc_client import RpcClient
+
+__all__ = ["CONNECT_TIMEOUT_S", "Opening", "RemoteNodeSet", "fetch_manifest"]
 
 CONNECT_TIMEOUT_S = 5.0
 Reply = TypeVar("Reply")
-# An episode's opening call: node name, config, inputs, context (`RemoteNodeSet.panel_episode`).
-Opening = tuple[str, dict[str, Any], dict[str, Any], CallContext]
 Tree = dict[str, Any]  # a reply read as a map first: its version before its shape, or pydantic
 
 
@@ -171,8 +172,7 @@ class RemoteNodeSet:
         self._http = _Http(self.url, self.where)
         self._rpc = RpcClient(call_endpoint, self.where) if call_endpoint else None
         self._evicts = True  # until the server says its node set has no evict hook
-        # The episode's opening call, sent with its panel request: (args, its answer).
-        self._opening: tuple[dict[str, Any], Pending[protocol.CallReply]] | None = None
+        self.opening = OpeningCall(self.where, self._deadline)  # sent with a panel request
 
     def _deadline(self) -> float:
         return self.timeout_s or call_timeout_s()
@@ -198,12 +198,11 @@ class RemoteNodeSet:
     async def call(
         self, node_name: str, config: dict[str, Any], inputs: dict[str, Any], ctx: CallContext
     ) -> dict[str, Any]:
-        args = {"node": node_name, "config": config, "inputs": inputs, "ctx": ctx.__dict__}
-        opening, self._opening = self._opening, None
-        if opening is not None:
-            if _same_call(opening[0], args):  # sent with the panel request: answer on its way
-                return (await opening[1].value(self._deadline())).outputs
-            await self._settle(opening[1])  # it must not overlap this call on the server
+        args = call_args(node_name, config, inputs, ctx)
+        if self.opening.in_flight:  # sent with the panel request: its answer may be this one
+            claimed = await self.opening.claim(args)
+            if claimed is not None:
+                return claimed
         what = protocol.call_path(node_name)
         return (await self._request(protocol.OP_CALL, args, what, protocol.CallReply)).outputs
 
@@ -223,46 +222,24 @@ class RemoteNodeSet:
         ``opening``, the call the episode's first firing on this node set will make
         (`graph.executor.opening_firing`), goes in the same write: the server runs it right
         after the panel request, and this proxy's `call` with exactly those arguments gets
-        its answer instead of sending it again — a round trip per episode fewer, the same
-        calls in the same order on the server. Any other call, and `settle_opening` at the
-        end of an episode that never made it, first wait for its answer and drop it."""
-        await self.settle_opening()
+        its answer instead of sending it again (`server.opening`: ``self.opening`` owns that
+        answer until it is claimed, settled or dropped)."""
+        await self.opening.settle()
         args = {"fields": [list(f) for f in fields]}
         where = protocol.PANEL_EPISODE
         if opening is None:
             tree = await self._request(protocol.OP_PANEL_EPISODE, args, where, Tree)
         else:
-            node_name, config, inputs, ctx = opening
-            call = {"node": node_name, "config": config, "inputs": inputs, "ctx": ctx.__dict__}
+            node_name = opening[0]
+            call = call_args(*opening)
             calls = self._rpc or await self._calls()
             tree, pending = await calls.request_then(
                 (protocol.OP_PANEL_EPISODE, args, where, Tree),
                 (protocol.OP_CALL, call, protocol.call_path(node_name), protocol.CallReply),
                 self._deadline(),
             )
-            self._opening = (call, pending)
+            self.opening.sent(call, pending)
         return protocol.fit(tree, LoadInfo, self.where, where)
-
-    async def settle_opening(self) -> None:
-        """Wait for the answer of an opening call the episode did not make (it ended before
-        its first firing) and drop it, so that nothing of this episode runs on the server
-        when the next one starts; ServerTimeoutError when it did not come in time (the call
-        may still be running: the worker replaces its servers, as after any timeout)."""
-        opening, self._opening = self._opening, None
-        if opening is not None:
-            await self._settle(opening[1])
-
-    async def _settle(self, pending: Pending[protocol.CallReply]) -> None:
-        why = await pending.drain(self._deadline())
-        if why is not None:  # it may still run there: the worker's servers are replaced
-            raise ServerTimeoutError(f"{self.where}: the episode's opening call: {why}")
-
-    def drop_opening(self) -> None:
-        """Forget an opening call at once (cancelled, or closing): its connection is closed
-        unless its answer is in."""
-        opening, self._opening = self._opening, None
-        if opening is not None:
-            opening[1].abandon()
 
     async def panel_load(self) -> LoadInfo:
         return await self._get(protocol.PANEL_LOAD, LoadInfo)
@@ -301,18 +278,7 @@ class RemoteNodeSet:
 
     async def close(self) -> None:
         """Close the connections only: a proxy never stops the server it talks to."""
-        self.drop_opening()
+        self.opening.drop()
         if self._rpc is not None:
             self._rpc.close()
         await self._http.aclose()
-
-
-def _same_call(sent: dict[str, Any], args: dict[str, Any]) -> bool:
-    """Whether ``args`` is the call ``sent`` (identity and context first: an array among the
-    inputs of another call must not be compared with ``==``)."""
-    if sent["node"] != args["node"] or sent["ctx"] != args["ctx"]:
-        return False
-    try:
-        return bool(sent["config"] == args["config"] and sent["inputs"] == args["inputs"])
-    except (TypeError, ValueError):  # arrays: not the opening's inputs (JSON values)
-        return False
