@@ -23,6 +23,7 @@ from typing import Any
 from agentcanvas import wire
 from agentcanvas.errors import NodeSetError, ServerDiedError
 from agentcanvas.nodes.base import CallContext, LocalNodeSet
+from agentcanvas.nodes.handles import AttachesClients, BatchAudited
 from agentcanvas.nodes.manifest import LoadInfo, NodeSetManifest
 from agentcanvas.server.batch_audit import audit_settings_from_env, build_auditor
 from agentcanvas.server.batched_inference import BatchedInferenceServer
@@ -98,7 +99,7 @@ class ModelServer:
         return str(ray.get_runtime_context().get_node_id())
 
 
-class RayModelHandle:
+class RayModelHandle(AttachesClients, BatchAudited):
     """A NodeSetHandle that calls a :class:`ModelServer` actor; retries across its restarts."""
 
     def __init__(

@@ -209,6 +209,4 @@ class ServerFleet:
         """Stop every server (borrowed ones: close our connections) and the launcher."""
         records, self.records = list(self.records.values()), {}
         await asyncio.gather(*(r.stop() for r in records), return_exceptions=True)
-        closer = getattr(self.launcher, "close", None)  # templates of forked servers
-        if closer is not None:
-            await closer()
+        await self.launcher.close()  # e.g. the templates of forked servers

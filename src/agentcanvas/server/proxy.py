@@ -47,6 +47,7 @@ from agentcanvas.errors import (
     WireError,
 )
 from agentcanvas.nodes.base import CallContext
+from agentcanvas.nodes.handles import AttachesClients, BatchAudited, HealthChecked, SaysIfItEvicts
 from agentcanvas.nodes.manifest import LoadInfo, NodeSetManifest
 from agentcanvas.server import protocol
 from agentcanvas.server.deadlines import call_timeout_s
@@ -85,14 +86,22 @@ class _Http:
         timeout_s: float,
         reply: type[Reply],
         body: bytes | dict[str, Any] | None = None,
+        *,
+        params: dict[str, str] | None = None,
     ) -> Reply:
-        """One request (``body``: msgpack bytes or a JSON map); the answer as ``reply``, or an
-        error naming the server."""
+        """One request (``body``: msgpack bytes or a JSON map; ``params``: its query); the
+        answer as ``reply``, or an error naming the server."""
         content, json = (body, None) if isinstance(body, bytes) else (None, body)
         headers = {"content-type": wire.WIRE_CONTENT_TYPE} if content is not None else None
         try:
             response = await self._session().request(
-                method, path, content=content, json=json, headers=headers, timeout=timeout_s
+                method,
+                path,
+                content=content,
+                json=json,
+                headers=headers,
+                params=params,
+                timeout=timeout_s,
             )
         except httpx.TimeoutException as exc:
             raise ServerTimeoutError(
@@ -152,9 +161,10 @@ async def fetch_manifest(url: str, timeout_s: float = CONNECT_TIMEOUT_S) -> prot
     return protocol.fit_versioned(tree, protocol.ServedManifest, where, protocol.MANIFEST)
 
 
-class RemoteNodeSet:
+class RemoteNodeSet(HealthChecked, AttachesClients, SaysIfItEvicts, BatchAudited):
     """A node set behind an auto_host server: HTTP at ``url``, calls on its rpc endpoint
-    (``call_endpoint`` when known, else asked of ``/health`` before the first call)."""
+    (``call_endpoint`` when known, else asked of ``/health`` before the first call). Its
+    capabilities besides `NodeSetHandle` are those of `nodes.handles` it subclasses."""
 
     def __init__(
         self,
@@ -192,8 +202,10 @@ class RemoteNodeSet:
         """POST msgpack ``bytes`` or a JSON map."""
         return await self._http.request("POST", path, self._deadline(), reply, body)
 
-    async def _get(self, path: str, reply: type[Reply]) -> Reply:
-        return await self._http.request("GET", path, self._deadline(), reply)
+    async def _get(
+        self, path: str, reply: type[Reply], params: dict[str, str] | None = None
+    ) -> Reply:
+        return await self._http.request("GET", path, self._deadline(), reply, params=params)
 
     async def call(
         self, node_name: str, config: dict[str, Any], inputs: dict[str, Any], ctx: CallContext
@@ -266,6 +278,17 @@ class RemoteNodeSet:
     async def detach(self, client_id: str) -> int:
         body = {"client": client_id}
         return (await self._post(protocol.DETACH, body, protocol.AttachedReply)).attached
+
+    async def batch_audit(self, run_id: str) -> dict[str, Any]:
+        """``/batch_audit`` for ``run_id``: each batched function's start-up check and audit
+        (`server.batch_audit`); ``{}`` from a server that keeps no audit."""
+        return await self._get(protocol.BATCH_AUDIT, Tree, params={"run": run_id})
+
+    async def batch_certify(self, run_id: str, on: bool) -> bool:
+        """Have the server audit every batched row of ``run_id`` (or stop); False when it
+        keeps no audit."""
+        body = {"run": run_id, "certify": on}
+        return (await self._post(protocol.BATCH_CERTIFY, body, protocol.OkReply)).ok
 
     async def determinism(self) -> dict[str, str]:
         """The server's measured per-node batch modes (e.g. ``{"embed": "padded"}``)."""
