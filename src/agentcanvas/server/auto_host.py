@@ -11,6 +11,9 @@ evictions — is served on the call socket (`server.rpc_server`) by the same ope
 (`hosted.HostedNodeSet`); a replicated node set's on the connection's thread
 (`hosted.DirectCalls`).
 
+A server imports its own node set and no other (`NodeSetCatalogue.load_one`): it does not
+pay for the workspace's other node sets, nor depend on them (one user's broken node set).
+
 SIGTERM and SIGINT stop the server gracefully, then the node set is closed. With
 ``--record-dir`` (``agentcanvas serve-nodeset``) the server records itself in
 ``DIR/<nodeset>[_<tag>].json`` while it runs.
@@ -102,8 +105,7 @@ async def serve(
     else's on threads, so that one caller's slow call never holds up another's."""
     if loaded is None:
         catalogue = NodeSetCatalogue()
-        catalogue.scan_all()
-        loaded = catalogue.nodeset(nodeset)
+        loaded = catalogue.load_one(nodeset)  # its own node set only: never the others
         inline = catalogue.trusted_inline(nodeset)
     instance = LocalNodeSet(loaded, inline=inline)
     try:
