@@ -131,42 +131,52 @@ async def _serve(hosted: HostedNodeSet, record_dir: Path | None) -> None:
     sock = _bind()
     url = f"http://{HOST}:{sock.getsockname()[1]}"
     server = _Server(_uvicorn_config(hosted, calls.endpoint))
-    record: Path | None = None
+    written: list[Path] = []  # this server's record file, once written
+    with _stopped_by_signals(server, written):
+        try:
+            async with asyncio.TaskGroup() as tasks:
+                serving = tasks.create_task(server.serve(sockets=[sock]), name="http")
+                answering = tasks.create_task(calls.serve(), name="calls")
+                try:
+                    await _until_started(server, serving)
+                    if record_dir is not None:
+                        written.append(write_record(record_dir, nodeset, hosted.tag, url))
+                    _announce(nodeset, url, sock.getsockname()[1], calls.endpoint)
+                    await asyncio.wait([serving])  # until a signal; a failure: the group
+                    # raises it (not `await serving`: our cancellation would cancel uvicorn)
+                finally:  # an error or a cancellation: uvicorn still runs; stop it gracefully
+                    server.should_exit = True  # (its listener and connections closed) in time
+                    answering.cancel()  # the call socket serves until cancelled
+                    await asyncio.wait([serving], timeout=_STOP_GRACE_S)
+        except BaseExceptionGroup as group:
+            raise _unwrapped(group) from None
+        finally:
+            for path in written:
+                remove_record(path)
+
+
+@contextlib.contextmanager
+def _stopped_by_signals(server: uvicorn.Server, written: list[Path]) -> Iterator[None]:
+    """SIGTERM and SIGINT stop ``server`` gracefully while in the block; an orphan (its
+    parent died: the kernel's parent-death SIGTERM) exits at once instead, removing the
+    record files in ``written``: nobody is left to answer, and a graceful stop (a model's
+    close) would only outlive the parent."""
+    loop = asyncio.get_running_loop()
 
     def on_signal(signum: int) -> None:
-        if _orphaned():  # our parent died (the kernel's parent-death SIGTERM): nobody to
-            # answer, nothing to hand over; a graceful stop (a model's close) would only
-            # outlive it
-            if record is not None:
-                remove_record(record)
+        if _orphaned():
+            for path in written:
+                remove_record(path)
             os._exit(0)
         server.handle_exit(signum, None)
 
-    loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, on_signal, signum)
     try:
-        async with asyncio.TaskGroup() as tasks:
-            serving = tasks.create_task(server.serve(sockets=[sock]), name="http")
-            answering = tasks.create_task(calls.serve(), name="calls")
-            try:
-                await _until_started(server, serving)
-                if record_dir is not None:
-                    record = write_record(record_dir, nodeset, hosted.tag, url)
-                _announce(nodeset, url, sock.getsockname()[1], calls.endpoint)
-                await asyncio.wait([serving])  # until a signal; a failure: the group raises
-                # it (not `await serving`: our own cancellation would cancel uvicorn at once)
-            finally:  # an error or a cancellation: uvicorn still runs; stop it gracefully
-                server.should_exit = True  # (its listener and connections closed) in time
-                answering.cancel()  # the call socket serves until cancelled
-                await asyncio.wait([serving], timeout=_STOP_GRACE_S)
-    except BaseExceptionGroup as group:
-        raise _unwrapped(group) from None
+        yield
     finally:
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(signum)
-        if record is not None:
-            remove_record(record)
 
 
 def _unwrapped(group: BaseExceptionGroup[BaseException]) -> BaseException:
