@@ -11,10 +11,12 @@ BabyAI env of ``babyai_oracle``), measured in the same run:
   (`agentcanvas.server.forkserver`). Its cold start includes starting the template.
 
 Each figure is the wall time of ``ServerFleet.start_many`` from nothing until every server
-answers, the median of ``--repeats`` (``--quick``: 1). Then, at N = 8 with both kinds
+answers, the mean of ``--repeats`` (``--quick``: 1). Then, at N = 8 with both kinds
 running, the proportional set size (PSS, psutil ``memory_full_info().pss``) of each server:
-pages shared with the template (or another server) count only in part. Goals (issue 13):
-fork cold start N = 8 <= 1.5 x N = 1, N = 1 no slower than spawn, PSS per server <= 25 MB.
+pages shared with the template (or another server) count only in part; and the template's
+own PSS and RSS. A server imports its own node set only (`NodeSetCatalogue.load_one`), not
+every node set of the workspace. Goals: fork cold start N = 8 <= 1.5 x N = 1, N = 1 no
+slower than spawn, PSS per server <= 25 MB.
 """
 
 from __future__ import annotations
@@ -54,14 +56,24 @@ async def cold_start(
         await pool.stop_all()
 
 
-async def pss_mb(registry: WorkspaceComponentRegistry, nodeset: str, fork: bool) -> list[float]:
+async def pss_mb(
+    registry: WorkspaceComponentRegistry, nodeset: str, fork: bool
+) -> tuple[list[float], list[tuple[float, float]]]:
+    """The PSS of each of 8 servers, and the (PSS, RSS) of each fork template, in MB."""
     pool = servers(registry, fork)
     try:
         records = await pool.start_many([(nodeset, k) for k in range(8)])
         for record in records:  # every server has loaded its state and answered once
             await record.handle.health()
         pids = [r.server.pid for r in records if r.server is not None and r.server.pid]
-        return [psutil.Process(p).memory_full_info().pss / 2**20 for p in pids]
+        sizes = [psutil.Process(p).memory_full_info().pss / 2**20 for p in pids]
+        templates = [
+            (info.pss / 2**20, info.rss / 2**20)
+            for child in psutil.Process().children()
+            if "agentcanvas.server.forkserver" in child.cmdline()
+            for info in [child.memory_full_info()]
+        ]
+        return sizes, templates
     finally:
         await pool.stop_all()
 
@@ -84,11 +96,13 @@ async def bench(nodeset: str, repeats: int) -> None:
         print(f"{kind}: N = 8 / N = 1 = {ratio:.2f}x (goal for fork <= 1.5x)")
     print("\nPSS per server at N = 8 (MB)")
     for kind in ("spawn", "fork"):
-        sizes = await pss_mb(registry, nodeset, kind == "fork")
+        sizes, templates = await pss_mb(registry, nodeset, kind == "fork")
         print(
             f"  {kind:<6} median {statistics.median(sizes):6.1f}   max {max(sizes):6.1f}"
             + ("   (goal <= 25)" if kind == "fork" else "")
         )
+        for pss, rss in templates:
+            print(f"  fork template: PSS {pss:6.1f}   RSS {rss:6.1f}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,7 +6,7 @@ Measured in one run, on this machine, one call at a time (latency, not throughpu
 
 - ``in-process``: ``LocalNodeSet.call`` of the bench node (the floor);
 - ``proxied``: the same node served by ``auto_host`` and called through ``RemoteNodeSet``
-  (the call socket, `server.rpc`: an abstract unix socket, msgpack header + raw array frames;
+  (the call socket, `server.rpc_client`: an abstract unix socket, msgpack header + raw array frames;
   the bench node set is replicated, so the server runs the call on the connection's thread);
 - ``AsyncVectorEnv``: ``envs.step`` of a trivial ``gymnasium.Env`` in a subprocess
   (``num_envs=1``), pickling over a pipe (``shared_memory=False``) or writing the
@@ -55,7 +55,7 @@ import numpy as np
 
 from agentcanvas import wire
 from agentcanvas.nodes.base import CallContext, NodeSetHandle
-from agentcanvas.server import protocol, rpc
+from agentcanvas.server import protocol, rpc_framing
 from agentcanvas.server.launcher import LocalProcessLauncher
 from agentcanvas.server.proxy import RemoteNodeSet, fetch_manifest
 from agentcanvas.server.registry import WorkspaceComponentRegistry
@@ -247,15 +247,15 @@ async def layer_rows(url: str, remote: RemoteNodeSet) -> AsyncIterator[dict[str,
     call, noop = {"id": 1, "op": "call", "args": args}, {"id": 1, "ok": {"outputs": {}}}
     obs = {"id": 1, "ok": {"outputs": {"obs": np.zeros(OBS_SHAPE, np.uint8)}}}
     client = await remote._calls()  # the layer under RemoteNodeSet.call, on purpose
-    raw = await asyncio.to_thread(rpc.blocking_connection, client.endpoint)
+    raw = await asyncio.to_thread(rpc_framing.blocking_connection, client.endpoint)
     request = wire.encode(call)
     loop = asyncio.get_running_loop()
 
     async def raw_call() -> list[memoryview]:
         """A pre-encoded request on a blocking socket, answered: the server and the socket."""
-        rpc.send_message(raw, request)
+        rpc_framing.send_message(raw, request)
         await _readable(loop, raw)
-        return rpc.recv_message(raw)
+        return rpc_framing.recv_message(raw)
 
     try:
         async with httpx.AsyncClient(base_url=url) as http:

@@ -25,7 +25,8 @@
     │       └── ProtocolVersionError  the server speaks another major protocol version
     ├── WireError                 a payload could not be encoded/decoded
     ├── StateError                a lifecycle transition was asked in the wrong state
-    │   └── RunLockedError        another living process is writing that run folder
+    │   ├── RunLockedError        another living process is writing that run folder
+    │   └── FleetClosedError      a server asked of a fleet that is stopping or stopped
     └── RunError                  a run could not be set up or persisted
 
 Foreign errors are translated at each boundary with ``raise ... from exc``. An episode's
@@ -134,6 +135,10 @@ class StateError(AgentCanvasError):
 
 class RunLockedError(StateError):
     """A run folder's writer lock is held by another living process."""
+
+
+class FleetClosedError(StateError):
+    """A server was asked of a fleet whose ``stop_all`` has begun: nothing new starts."""
 
 
 class RunError(AgentCanvasError):

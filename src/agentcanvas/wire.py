@@ -1,6 +1,6 @@
 """Wire format of node-set server messages: msgpack (msgspec) plus raw numpy buffers.
 
-A message is a list of frames (one message on the call socket, `server.rpc`)::
+A message is a list of frames (one message on the call socket, `server.rpc_framing`)::
 
     frame 0: msgpack of the value tree | frame 1: buffer 1 | frame 2: buffer 2 | ...
 

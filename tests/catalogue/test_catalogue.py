@@ -8,6 +8,9 @@ tests/server/test_catalogue.py.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -301,3 +304,80 @@ def test_node_spec_of_an_unknown_type(workspace: Path) -> None:
         catalogue.node_spec("core.nope")
     with pytest.raises(UnknownNodeSetError, match="nosuch"):
         catalogue.node_spec("nosuch.x")
+
+
+# -- one node set, alone (a node-set server's own) ---------------------------------------
+
+LOAD_ONE = """
+import json, sys
+from agentcanvas.catalogue import NodeSetCatalogue
+catalogue = NodeSetCatalogue()
+nodeset = catalogue.load_one(sys.argv[1])
+prefixes = ("agentcanvas.nodesets.", "agentcanvas_user_nodes_")
+print(json.dumps({
+    "version": nodeset.version,
+    "origin": catalogue.origin(sys.argv[1]),
+    "inline": catalogue.trusted_inline(sys.argv[1]),
+    "modules": sorted(m for m in sys.modules if m.startswith(prefixes)),
+}))
+"""
+
+
+def _load_one(workspace: Path, name: str, active: Path | None = None) -> dict[str, Any]:
+    """``load_one(name)`` in a fresh interpreter: what it loaded and what it imported."""
+    env = {**os.environ, "AGENTCANVAS_HOME": str(workspace)}
+    env.pop(ACTIVE_WORKSPACE_ENV, None)
+    if active is not None:
+        env[ACTIVE_WORKSPACE_ENV] = str(active)
+    done = subprocess.run(
+        [sys.executable, "-c", LOAD_ONE, name], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    loaded: dict[str, Any] = json.loads(done.stdout)
+    return loaded
+
+
+def test_load_one_imports_that_node_set_alone_with_the_precedence_of_scan_all(
+    workspace: Path, tmp_path: Path
+) -> None:
+    write_files(workspace, {**BROKEN, **_planner("7.0.0")})
+    builtin = _load_one(workspace, "core")
+    assert builtin["modules"] == ["agentcanvas.nodesets.core"]
+    assert (builtin["origin"], builtin["inline"]) == ("builtin", True)
+    shadowing = _load_one(workspace, "planner")  # the workspace's replaces the built-in
+    assert (shadowing["version"], shadowing["origin"], shadowing["inline"]) == (
+        "7.0.0",
+        "workspace",
+        False,
+    )
+    assert shadowing["modules"] == ["agentcanvas_user_nodes_workspace.planner"]
+    overlay = write_files(tmp_path / "overlay", _planner("8.0.0"))
+    active = _load_one(workspace, "planner", active=overlay)  # the overlay's comes first
+    assert (active["version"], active["origin"]) == ("8.0.0", "active")
+    assert active["modules"] == ["agentcanvas_user_nodes_active.planner"]
+
+
+def test_load_one_names_what_is_wrong_with_the_one_it_was_asked_for(workspace: Path) -> None:
+    catalogue = NodeSetCatalogue(workspace=write_files(workspace, BROKEN))
+    with pytest.raises(NodeSetError, match="failed to import: RuntimeError: boom at import"):
+        catalogue.load_one("raises")
+    with pytest.raises(UnknownNodeSetError, match=r"unknown node set 'nope' \(known: .*line_world"):
+        catalogue.load_one("nope")
+    assert catalogue.load_one("line_world").name == "line_world"  # the broken ones aside
+    assert catalogue.nodeset_names() == ["line_world"]
+
+
+def test_a_node_set_that_exits_at_import_is_a_load_error_not_the_end_of_the_scan(
+    workspace: Path,
+) -> None:
+    exits = {"graph_nodes/exits/__init__.py": "raise SystemExit('exits at import')\n"}
+    catalogue = _catalogue(write_files(workspace, exits))
+    assert "failed to import: SystemExit: exits at import" in catalogue.load_errors["exits"]
+    assert "line_world" in catalogue.nodeset_names()
+
+
+def _planner(version: str) -> dict[str, str]:
+    return {
+        "graph_nodes/planner/__init__.py": "from agentcanvas.nodes.base import NodeSet\n"
+        f"NODESET = NodeSet(name='planner', version='{version}')\n"
+    }

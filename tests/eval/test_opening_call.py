@@ -26,7 +26,7 @@ from agentcanvas.eval.store import RunDir
 from agentcanvas.fileio import read_json, read_jsonl
 from agentcanvas.graph.executor import opening_firing
 from agentcanvas.graph.model import Graph, parse_graph
-from agentcanvas.server import rpc
+from agentcanvas.server import rpc_client
 from agentcanvas.server.registry import WorkspaceComponentRegistry
 from support.registry import scanned, started_registry
 from support.workspace import home_workspace
@@ -149,13 +149,13 @@ class _Counted:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.pairs = 0
-        original = rpc.RpcClient.request_then
+        original = rpc_client.RpcClient.request_then
 
-        async def counted(client: rpc.RpcClient, *args: Any, **kwargs: Any) -> Any:
+        async def counted(client: rpc_client.RpcClient, *args: Any, **kwargs: Any) -> Any:
             self.pairs += 1
             return await original(client, *args, **kwargs)
 
-        monkeypatch.setattr(rpc.RpcClient, "request_then", counted)
+        monkeypatch.setattr(rpc_client.RpcClient, "request_then", counted)
 
 
 async def _run(

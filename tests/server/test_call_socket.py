@@ -1,4 +1,4 @@
-"""The call socket (`server.rpc`) against real auto_host children: where a request runs, big
+"""The call socket (`server.rpc_*`) against real auto_host children: where a request runs, big
 messages, and a server whose connection thread hangs.
 
 Two workspace node sets with the same nodes: ``tsock`` (replicated: its synchronous nodes and
@@ -25,8 +25,9 @@ import pytest_asyncio
 
 from agentcanvas.errors import RemoteError, ServerTimeoutError, UserInputError
 from agentcanvas.nodes.base import CallContext
-from agentcanvas.server import protocol, rpc
+from agentcanvas.server import protocol, rpc_channel, rpc_client, rpc_framing
 from agentcanvas.server.launcher import LocalProcessLauncher, ProcessServer
+from agentcanvas.server.opening import OpeningCall
 from agentcanvas.server.proxy import RemoteNodeSet, fetch_manifest
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(90)]
@@ -213,7 +214,7 @@ async def test_a_message_of_more_frames_than_the_limit_is_refused_by_name_on_eit
 ) -> None:
     """A reply the other side could not read is an error reply, and the server lives on; a
     request of that size is refused before it is sent."""
-    n = rpc.MAX_FRAMES + 10
+    n = rpc_framing.MAX_FRAMES + 10
     with pytest.raises(RemoteError, match=rf"failed /call/many: WireError: {n} arrays of 1024"):
         await replicated.call("many", {}, {"n": n}, CTX)
     big = [np.zeros(256, np.int32)] * n
@@ -264,7 +265,7 @@ async def test_a_call_hung_on_its_connection_thread_leaves_the_server_answering_
         assert time.monotonic() - started < 10.0
 
 
-class _Captured(rpc._Channel):
+class _Captured(rpc_channel.Channel):
     """The client's reader, fed by hand: every message it cuts out is kept."""
 
     def __init__(self) -> None:
@@ -289,9 +290,9 @@ class _Captured(rpc._Channel):
 async def test_the_reader_cuts_messages_out_of_any_split_of_the_stream(chunk: int) -> None:
     """Small messages back to back, one bigger than the read buffer, empty frames: whatever
     pieces the kernel hands over, each message comes out whole and in order."""
-    big = np.arange(rpc.SCRATCH_BYTES // 2, dtype=np.int32).tobytes()  # 2x the scratch
+    big = np.arange(rpc_channel.SCRATCH_BYTES // 2, dtype=np.int32).tobytes()  # 2x the scratch
     messages = [[b"a"], [b"head", b"", b"xyz"], [b"h", big], [b"after"], [b"\x00" * 5000]]
-    stream = b"".join(b"".join(bytes(b) for b in rpc.pack(m)) for m in messages)
+    stream = b"".join(b"".join(bytes(b) for b in rpc_framing.pack(m)) for m in messages)
     reader = _Captured()
     reader.feed(stream, chunk)
     assert reader.messages == messages
@@ -300,7 +301,7 @@ async def test_the_reader_cuts_messages_out_of_any_split_of_the_stream(chunk: in
 
 async def test_the_reader_drops_a_connection_that_sends_no_message() -> None:
     reader = _Captured()
-    reader.feed(struct.pack("<I", rpc.MAX_FRAMES + 1), 4)
+    reader.feed(struct.pack("<I", rpc_framing.MAX_FRAMES + 1), 4)
     assert reader.dead is not None and "not a message" in reader.dead
     assert reader.messages == []
 
@@ -311,8 +312,8 @@ def _note(tag: str) -> tuple[str, dict[str, object], str, type[protocol.CallRepl
 
 
 @contextlib.asynccontextmanager
-async def _client(remote: RemoteNodeSet) -> AsyncIterator[rpc.RpcClient]:
-    client = rpc.RpcClient((await remote.health()).call, "tsock under test")
+async def _client(remote: RemoteNodeSet) -> AsyncIterator[rpc_client.RpcClient]:
+    client = rpc_client.RpcClient((await remote.health()).call, "tsock under test")
     try:
         yield client
     finally:
@@ -327,10 +328,10 @@ async def test_two_requests_sent_in_one_write_are_answered_in_order_and_the_seco
     async with _client(replicated) as client:
         first, pending = await client.request_then(_note("a"), _note("b"), 10.0)
         assert first.outputs["seen"][-1:] == ["a"]
-        assert client._idle == []  # busy until the second answer is claimed
+        assert client.pool.idle == 0  # busy until the second answer is claimed
         second = await pending.value(10.0)
         assert second.outputs["seen"][-2:] == ["a", "b"]
-        assert len(client._idle) == 1
+        assert client.pool.idle == 1
         plain = await client.request(*_note("c")[:3], 10.0, protocol.CallReply)
         assert plain.outputs["seen"][-3:] == ["a", "b", "c"]
         with pytest.raises(RuntimeError, match="claimed already"):
@@ -345,7 +346,7 @@ async def test_a_second_answer_dropped_before_it_came_never_reaches_another_requ
     async with _client(replicated) as client:
         _, pending = await client.request_then(_note("x"), _note("slow"), 10.0)
         pending.abandon()
-        assert client._idle == []
+        assert client.pool.idle == 0
         answer = await client.request(*_note("y")[:3], 10.0, protocol.CallReply)
         assert answer.outputs["seen"][-1] == "y"
         await asyncio.sleep(0.4)  # the slow one ends: its answer goes to a closed connection
@@ -363,13 +364,13 @@ async def test_the_second_answer_is_what_a_plain_request_gets_and_a_first_failur
         claimed = (await pending.value(10.0)).outputs
         plain = (await client.request(*_note("raise")[:3], 10.0, protocol.CallReply)).outputs
         assert "ValueError: asked to raise" in claimed["error"] and claimed == plain
-        assert len(client._idle) == 1  # answered in step: pooled again
+        assert client.pool.idle == 1  # answered in step: pooled again
         unknown = ("no_such_op", _note("-")[1], "no_such_op")
         with pytest.raises((RemoteError, UserInputError), match="no_such_op"):
             await client.request_then((*unknown, protocol.CallReply), _note("after"), 10.0)
         answer = await client.request(*_note("next")[:3], 10.0, protocol.CallReply)
         assert answer.outputs["seen"][-1] == "next" and "after" not in answer.outputs["seen"]
-        assert len(client._idle) == 1  # the refused pair's connection was pooled again
+        assert client.pool.idle == 1  # the refused pair's connection was pooled again
 
 
 async def test_draining_a_second_answer_waits_for_it_and_keeps_the_connection(
@@ -382,10 +383,35 @@ async def test_draining_a_second_answer_waits_for_it_and_keeps_the_connection(
         _, pending = await client.request_then(_note("d1"), _note("slow"), 10.0)
         started = time.monotonic()
         assert await pending.drain(10.0) is None
-        assert time.monotonic() - started >= 0.25 and len(client._idle) == 1
+        assert time.monotonic() - started >= 0.25 and client.pool.idle == 1
         _, pending = await client.request_then(_note("d2"), _note("slow"), 10.0)
         assert await pending.drain(0.05) == "no answer within 0.05 s"
-        assert client._idle == [] and await pending.drain(0.05) is None  # claimed already
+        assert client.pool.idle == 0 and await pending.drain(0.05) is None  # claimed already
         await asyncio.sleep(0.3)
         answer = await client.request(*_note("last")[:3], 10.0, protocol.CallReply)
         assert answer.outputs["seen"][-5:] == ["d1", "slow", "d2", "slow", "last"]
+
+
+async def test_the_opening_answer_goes_to_its_own_call_and_is_drained_before_any_other(
+    replicated: RemoteNodeSet,
+) -> None:
+    """`OpeningCall`: the executor's same call gets the answer sent with the panel request;
+    a different call first waits for that answer (nothing of it may overlap the call on the
+    server) and then goes on its own; `settle` drains one nobody claimed."""
+    async with _client(replicated) as client:
+        opening = OpeningCall("tsock under test", lambda: 10.0)
+        _, pending = await client.request_then(_note("o1"), _note("mine"), 10.0)
+        opening.sent(_note("mine")[1], pending)
+        claimed = await opening.claim(_note("mine")[1])
+        assert claimed is not None and claimed["seen"][-2:] == ["o1", "mine"]
+        assert not opening.in_flight and client.pool.idle == 1
+        _, pending = await client.request_then(_note("o2"), _note("slow"), 10.0)
+        opening.sent(_note("slow")[1], pending)
+        assert await opening.claim(_note("other")[1]) is None  # not the opening's call
+        assert client.pool.idle == 1  # the slow answer came in before claim returned
+        _, pending = await client.request_then(_note("o3"), _note("slow"), 10.0)
+        opening.sent(_note("slow")[1], pending)
+        await opening.settle()
+        assert not opening.in_flight and client.pool.idle == 1
+        seen = (await client.request(*_note("end")[:3], 10.0, protocol.CallReply)).outputs
+        assert seen["seen"][-7:] == ["o1", "mine", "o2", "slow", "o3", "slow", "end"]

@@ -23,7 +23,7 @@ from agentcanvas.server import protocol
 from agentcanvas.server.fleet import ServerFleet
 from agentcanvas.server.launcher import LocalProcessLauncher
 from agentcanvas.server.proxy import RemoteNodeSet, fetch_manifest
-from agentcanvas.server.rpc import Handler, RpcServer
+from agentcanvas.server.rpc_server import Handler, RpcServer
 from support.canned_http import Canned, canned_server
 
 pytestmark = [pytest.mark.timeout(60)]  # asyncio_mode = "auto"

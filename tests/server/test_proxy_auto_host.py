@@ -23,11 +23,11 @@ from agentcanvas import wire
 from agentcanvas.catalogue import NodeSetCatalogue
 from agentcanvas.errors import ProtocolError, RemoteError, ServerDiedError, ServerError
 from agentcanvas.nodes.base import CallContext
-from agentcanvas.server import protocol, rpc
+from agentcanvas.server import protocol, rpc_framing
 from agentcanvas.server.fleet import ServerFleet
 from agentcanvas.server.launcher import LaunchedServer, LocalProcessLauncher
 from agentcanvas.server.proxy import RemoteNodeSet, fetch_manifest
-from agentcanvas.server.rpc import RpcClient
+from agentcanvas.server.rpc_client import RpcClient
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(60)]
 
@@ -187,21 +187,21 @@ async def test_dead_and_hung_servers_become_errors_naming_them() -> None:
 
 def _exchange_garbage(endpoint: str) -> list[Any]:
     replies: list[Any] = []
-    with rpc.blocking_connection(endpoint, DEADLINE_S) as sock:
+    with rpc_framing.blocking_connection(endpoint, DEADLINE_S) as sock:
         for garbage in (
             [b"\xc1"],
             [wire.dumps([1, 2])],
             [wire.dumps({"id": 7, "op": "nope", "args": {}})],
         ):
-            rpc.send_message(sock, garbage)
-            replies.append(wire.decode(rpc.recv_message(sock)))
-    with rpc.blocking_connection(
+            rpc_framing.send_message(sock, garbage)
+            replies.append(wire.decode(rpc_framing.recv_message(sock)))
+    with rpc_framing.blocking_connection(
         endpoint, DEADLINE_S
     ) as sock:  # bytes that are no message: answered, then closed
         sock.sendall(struct.pack("<I", 0))
-        replies.append(wire.decode(rpc.recv_message(sock)))
+        replies.append(wire.decode(rpc_framing.recv_message(sock)))
         with pytest.raises(EOFError):
-            rpc.recv_message(sock)
+            rpc_framing.recv_message(sock)
     return replies
 
 
@@ -229,8 +229,8 @@ async def test_an_answer_that_is_not_ours_is_a_protocol_error_naming_it() -> Non
         # A reply that is not ours puts the connection out of step: the client drops it and
         # the next request comes on a new one.
         peers.append(listener.accept()[0])
-        rpc.recv_message(peers[-1])
-        rpc.send_message(peers[-1], list(frames))
+        rpc_framing.recv_message(peers[-1])
+        rpc_framing.send_message(peers[-1], list(frames))
 
     try:
         for frames, detail in (

@@ -3,7 +3,9 @@
 ``scan_all()`` discovers node sets (built-ins, then ``workspace/graph_nodes/``, then the
 active overlay's, later ones overriding earlier ones of the same name) and graphs
 (``graphs/`` likewise). A graph is validated against the manifests when loaded, so an
-unknown node type is refused before anything runs.
+unknown node type is refused before anything runs. ``load_one(name)`` finds and imports one
+node set by the same precedence and no other: a node-set server's own, so that it neither
+pays for the others nor depends on them (one user's broken node set).
 
 The catalogue knows nothing of servers: which servers run where is the fleet's business
 (:mod:`agentcanvas.server.fleet`), and the seed's ``WorkspaceComponentRegistry``
@@ -51,9 +53,8 @@ class NodeSetCatalogue:
     def scan_all(self) -> None:
         """(Re)discover node sets and graphs from disk. Import failures are kept, not raised."""
         found = discovery.builtin_nodesets()
-        found |= discovery.folder_nodesets(self.workspace / "graph_nodes", "workspace")
-        if self.active_workspace is not None:
-            found |= discovery.folder_nodesets(self.active_workspace / "graph_nodes", "active")
+        for folder, origin in reversed(self._folders()):  # later ones override earlier ones
+            found |= discovery.folder_nodesets(folder, origin)
         self._found_nodesets, self._found_graphs = found, self._discover_graphs()
         self.load_errors.clear()
         for name, item in found.items():
@@ -66,6 +67,33 @@ class NodeSetCatalogue:
                 continue
             self._nodesets[name] = nodeset
             self._manifests[name] = nodeset.manifest()
+
+    def _folders(self) -> list[tuple[Path, discovery.Origin]]:
+        """The ``graph_nodes`` folders, the one that wins first (the overlay's)."""
+        folders: list[tuple[Path, discovery.Origin]] = [
+            (self.workspace / "graph_nodes", "workspace")
+        ]
+        if self.active_workspace is not None:
+            folders.insert(0, (self.active_workspace / "graph_nodes", "active"))
+        return folders
+
+    def load_one(self, name: str) -> NodeSet:
+        """Find and import the node set ``name`` alone (the one `scan_all` would take, without
+        importing any other); UnknownNodeSetError when there is none, NodeSetError when it
+        fails to load."""
+        item = discovery.find_nodeset(name, self._folders())
+        if item is None:
+            known = discovery.builtin_nodesets()
+            for folder, origin in reversed(self._folders()):
+                known |= discovery.folder_nodesets(folder, origin)
+            raise UnknownNodeSetError(
+                f"unknown node set {name!r} (known: {', '.join(sorted(known))})"
+            )
+        nodeset = discovery.import_nodeset(item)
+        self._found_nodesets[name] = item
+        self._nodesets[name] = nodeset
+        self._manifests[name] = nodeset.manifest()
+        return nodeset
 
     def _discover_graphs(self) -> dict[str, Found]:
         graphs = discovery.builtin_graphs()

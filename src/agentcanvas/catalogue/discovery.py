@@ -21,6 +21,7 @@ __all__ = [
     "Origin",
     "builtin_graphs",
     "builtin_nodesets",
+    "find_nodeset",
     "folder_graphs",
     "folder_nodesets",
     "import_nodeset",
@@ -60,6 +61,20 @@ def folder_nodesets(folder: Path, origin: Origin) -> dict[str, Found]:
     return found
 
 
+def find_nodeset(name: str, folders: list[tuple[Path, Origin]]) -> Found | None:
+    """Where the node set ``name`` is, looking only for it: in the first of ``folders``
+    (``graph_nodes`` folders, the one that wins first) that holds it, else the built-ins;
+    None when nowhere. Nothing is listed or imported besides."""
+    if not NODESET_NAME.match(name):
+        return None
+    for folder, origin in folders:
+        path = folder / name
+        if (path / "__init__.py").is_file():
+            return Found(name, origin, path)
+    path = _package_dir("agentcanvas.nodesets") / name
+    return Found(name, "builtin", path) if (path / "__init__.py").is_file() else None
+
+
 def import_nodeset(found: Found) -> NodeSet:
     """Import a node set's module and return its NODESET declaration."""
     if found.origin == "builtin":
@@ -75,7 +90,7 @@ def import_nodeset(found: Found) -> NodeSet:
         sys.modules[module_name] = module
         try:
             spec.loader.exec_module(module)
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:  # a user's sys.exit() at import: its error
             del sys.modules[module_name]
             raise NodeSetError(
                 f"node set {found.name!r} at {found.path} failed to import: "

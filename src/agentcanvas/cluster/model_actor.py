@@ -23,11 +23,12 @@ from typing import Any
 from agentcanvas import wire
 from agentcanvas.errors import NodeSetError, ServerDiedError
 from agentcanvas.nodes.base import CallContext, LocalNodeSet
+from agentcanvas.nodes.handles import AttachesClients, BatchAudited
 from agentcanvas.nodes.manifest import LoadInfo, NodeSetManifest
-from agentcanvas.server.auto_host import _call
 from agentcanvas.server.batch_audit import audit_settings_from_env, build_auditor
 from agentcanvas.server.batched_inference import BatchedInferenceServer
 from agentcanvas.server.batching import policy_from_env
+from agentcanvas.server.hosted import call_node
 from agentcanvas.server.registry import WorkspaceComponentRegistry
 from agentcanvas.server.runtime import fix_numeric_threads
 
@@ -60,7 +61,9 @@ class ModelServer:
         args: dict[str, Any] = wire.loads(payload)  # type: ignore[assignment]
         ctx = CallContext(**args["ctx"])
         try:
-            outputs = await _call(self.instance, self.batcher, node, config, args["inputs"], ctx)
+            outputs = await call_node(
+                self.instance, self.batcher, node, config, args["inputs"], ctx
+            )
         except Exception as exc:  # the node's failure is data; the actor lives on
             outputs = {"error": f"{type(exc).__name__}: {exc}"}
         return wire.dumps(outputs)
@@ -96,7 +99,7 @@ class ModelServer:
         return str(ray.get_runtime_context().get_node_id())
 
 
-class RayModelHandle:
+class RayModelHandle(AttachesClients, BatchAudited):
     """A NodeSetHandle that calls a :class:`ModelServer` actor; retries across its restarts."""
 
     def __init__(

@@ -29,11 +29,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx
-
+from agentcanvas.errors import ServerError, UserInputError
 from agentcanvas.eval.config import BatchedFunctionInfo, DeterminismInfo, DeterminismLevel
 from agentcanvas.graph.model import Graph
-from agentcanvas.server import protocol
+from agentcanvas.nodes.handles import BatchAudited
+from agentcanvas.server.deadlines import call_deadline
 from agentcanvas.server.registry import WorkspaceComponentRegistry
 
 REASON_PREFIX = "batched function "
@@ -173,22 +173,15 @@ def batched_functions(registry: WorkspaceComponentRegistry, graph: Graph) -> dic
 async def _server_report(
     registry: WorkspaceComponentRegistry, nodeset: str, run_id: str
 ) -> dict[str, Any] | str:
-    """The server's ``/batch_audit`` for this run, or why it could not be read."""
+    """The server's audit report for this run (``/batch_audit``, or a model actor's), or why
+    it could not be read; ``in_process`` when no server runs the node set."""
     handle = registry.bound(nodeset)
-    audit = getattr(handle, "batch_audit", None)  # the Ray engine's model actors
-    if callable(audit):
-        audited: dict[str, Any] = await audit(run_id)
-        return audited
-    url = getattr(handle, "url", None)
-    if not isinstance(url, str):
+    if not isinstance(handle, BatchAudited):
         return "in_process"
     try:
-        async with httpx.AsyncClient(base_url=url, timeout=AUDIT_TIMEOUT_S) as client:
-            response = await client.get(protocol.BATCH_AUDIT, params={"run": run_id})
-            response.raise_for_status()
-            report: dict[str, Any] = response.json()
-            return report
-    except (httpx.HTTPError, ValueError) as exc:
+        with call_deadline(AUDIT_TIMEOUT_S):
+            return await handle.batch_audit(run_id)
+    except (ServerError, UserInputError) as exc:
         return f"the server's audit could not be read ({type(exc).__name__}: {exc})"
 
 
@@ -197,19 +190,12 @@ async def _certify(
 ) -> str:
     """Tell the node set's server to certify ``run_id`` (or stop); why it failed, or ""."""
     handle = registry.bound(nodeset)
-    certify = getattr(handle, "batch_certify", None)  # the Ray engine's model actors
-    if callable(certify):
-        return "" if await certify(run_id, on) else "it keeps no audit"
-    url = getattr(handle, "url", None)
-    if not isinstance(url, str):
+    if not isinstance(handle, BatchAudited):
         return ""  # in process: every call is a batch of one
     try:
-        async with httpx.AsyncClient(base_url=url, timeout=AUDIT_TIMEOUT_S) as client:
-            body = {"run": run_id, "certify": on}
-            response = await client.post(protocol.BATCH_CERTIFY, json=body)
-            response.raise_for_status()
-            return "" if response.json().get("ok") else "it keeps no audit"
-    except (httpx.HTTPError, ValueError, AttributeError) as exc:
+        with call_deadline(AUDIT_TIMEOUT_S):
+            return "" if await handle.batch_certify(run_id, on) else "it keeps no audit"
+    except (ServerError, UserInputError) as exc:
         return f"{type(exc).__name__}: {exc}"
 
 

@@ -32,6 +32,7 @@ from agentcanvas.graph.loop_runner import LoopRunner
 from agentcanvas.graph.model import DEFAULT_STEP_BUDGET, Graph, Node
 from agentcanvas.nodes.base import LocalNodeSet, NodeSetHandle
 from agentcanvas.nodes.boundary import WireBoundary, is_in_process
+from agentcanvas.nodes.handles import SaysIfItEvicts
 from agentcanvas.nodes.manifest import LoadInfo
 from agentcanvas.server.deadlines import call_deadline, reset_call_timeout, set_call_timeout
 from agentcanvas.server.proxy import Opening, RemoteNodeSet
@@ -206,10 +207,10 @@ async def _settle_opening(env: RemoteNodeSet, result: EpisodeResult, propagating
     task is ending anyway; one that does not come makes the episode a timeout, so that the
     worker gets fresh servers."""
     if propagating:
-        env.drop_opening()
+        env.opening.drop()
         return
     try:
-        await env.settle_opening()
+        await env.opening.settle()
     except ServerTimeoutError as exc:
         result.status, result.error = "timeout", describe(exc)
 
@@ -301,7 +302,7 @@ async def _evict(graph: Graph, wiring: EpisodeWiring, key: str) -> None:
         handle = wiring.env_panel_overrides.get(nodeset) or wiring.resolver.handle_for(
             nodeset, wiring.server_url_overrides.get(nodeset)
         )
-        if getattr(handle, "evicts", True) is False:  # a server that keeps no episode state
+        if isinstance(handle, SaysIfItEvicts) and not handle.evicts:  # it keeps no episode state
             continue
         local = handle.inner if isinstance(handle, WireBoundary) else handle
         with contextlib.suppress(Exception):  # a dead server has nothing left to evict

@@ -73,6 +73,7 @@ from agentcanvas.fileio import (
 )
 from agentcanvas.graph.executor import ExecutionPrinciples, opening_firing
 from agentcanvas.graph.model import Graph
+from agentcanvas.nodes.handles import AttachesClients, HealthChecked
 from agentcanvas.server.registry import WorkspaceComponentRegistry
 
 LIVE_AGGREGATE_MIN_INTERVAL_S = 0.25  # live aggregates are refreshed at most this often
@@ -485,11 +486,11 @@ class BatchEvalRunner:
     async def _require_shared(self) -> None:
         """ServerDiedError naming the server and its URL when a shared server is gone."""
         for name in self.registry.shared_in(self.graph):
-            health = getattr(self.registry.bound(name), "health", None)
-            if health is None:
+            handle = self.registry.bound(name)
+            if not isinstance(handle, HealthChecked):
                 continue
             try:
-                await health()
+                await handle.health()
             except ServerDiedError as exc:
                 raise ServerDiedError(f"shared {exc}") from exc
             except ServerError:  # slow or odd, not gone: the episode keeps its own failure
@@ -802,11 +803,10 @@ def _require_replicated_env(registry: WorkspaceComponentRegistry, graph: Graph) 
 async def _set_attached(handles: list[Any], client: str, attach: bool) -> None:
     """Tell shared servers how many workers may send requests (their batching rendezvous)."""
     for handle in handles:
-        method = getattr(handle, "attach" if attach else "detach", None)
-        if method is None:
+        if not isinstance(handle, AttachesClients):
             continue
         try:
-            await method(client)
+            await (handle.attach if attach else handle.detach)(client)
         except ServerError:
             if attach:
                 raise

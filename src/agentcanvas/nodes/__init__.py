@@ -18,7 +18,8 @@ examples on this list.
 from agentcanvas.errors import NodeSetError, UserInputError
 from agentcanvas.frame_caption import MIN_FRAME_PX, caption_lines, captioned, upscaled
 from agentcanvas.nodes.assets import save_frame
-from agentcanvas.nodes.base import BatchItem, CallContext, LocalNodeSet, NodeSet, Panel
+from agentcanvas.nodes.base import LocalNodeSet, NodeSet, Panel
+from agentcanvas.nodes.definitions import BatchItem, CallContext
 from agentcanvas.nodes.manifest import FieldSpec, LoadInfo, MetricSpec, PanelSpec, PortSpec
 from agentcanvas.nodes.panels import TaskPanel, Tasks, find_task, task_fields
 

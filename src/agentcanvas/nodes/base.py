@@ -23,12 +23,21 @@ import inspect
 import json
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ValidationError
 
 from agentcanvas.errors import NodeSetError, UserInputError
 from agentcanvas.nodes.blocking import run_blocking
+from agentcanvas.nodes.definitions import (
+    BatchFn,
+    BatchItem,
+    CallContext,
+    NodeDef,
+    NodeFn,
+    check_examples,
+)
+from agentcanvas.nodes.handles import NodeSetHandle
 from agentcanvas.nodes.manifest import (
     LoadInfo,
     MetricSpec,
@@ -44,6 +53,7 @@ __all__ = [
     "BatchFn",
     "BatchItem",
     "CallContext",
+    "ClosableState",
     "LocalNodeSet",
     "NodeFn",
     "NodeSet",
@@ -51,23 +61,6 @@ __all__ = [
     "Panel",
     "start_episode",
 ]
-
-NodeFn = Callable[[dict[str, Any], dict[str, Any], Any, "CallContext"], Any]
-BatchItem = tuple[dict[str, Any], "CallContext"]
-BatchFn = Callable[[list[BatchItem], dict[str, Any], Any], list[dict[str, Any]]]
-
-
-@dataclass(frozen=True)
-class CallContext:
-    """Per-call facts a node may use. Seeds come from episode identity, never a worker slot."""
-
-    node_id: str
-    step: int
-    episode_key: str = ""
-    episode_seed: int = 0
-    task: str = ""
-    asset_dir: str = ""
-    client: str = ""  # which worker sent the call: for batching only, never for results
 
 
 class Panel:
@@ -120,22 +113,6 @@ class Panel:
 
 
 @dataclass
-class _NodeDef:
-    spec: NodeTypeSpec
-    fn: NodeFn
-    config_model: type[BaseModel] | None
-    batch_fn: BatchFn | None = None
-    examples: tuple[dict[str, Any], ...] = ()
-    """Example inputs of a batched node: the start-up batch-invariance check runs on them."""
-
-    is_async: bool = field(init=False)
-    """Whether ``fn`` is a coroutine function (asked on every call: answered once)."""
-
-    def __post_init__(self) -> None:
-        self.is_async = inspect.iscoroutinefunction(self.fn)
-
-
-@dataclass
 class NodeSet:
     """Declaration of a node set: its manifest data plus the Python that implements it."""
 
@@ -156,7 +133,7 @@ class NodeSet:
     # The kind of each metric its nodes report (binary, bounded with a range, count,
     # continuous): a run's intervals follow it.
     metrics: Mapping[str, MetricSpec] = field(default_factory=dict)
-    _nodes: dict[str, _NodeDef] = field(default_factory=dict)
+    _nodes: dict[str, NodeDef] = field(default_factory=dict)
 
     def node(
         self,
@@ -190,7 +167,7 @@ class NodeSet:
                 batch_examples=batch_examples,
                 external=external,
             )
-            self._nodes[name] = _NodeDef(spec, fn, config)
+            self._nodes[name] = NodeDef(spec, fn, config)
             return fn
 
         return register
@@ -213,7 +190,7 @@ class NodeSet:
         ``examples``: a few ``inputs`` dicts on which a shared server checks, at start-up,
         that every batch size and position gives the bits of each example run alone.
         """
-        declared = _check_examples(self.name, name, inputs or [], examples)
+        declared = check_examples(self.name, name, inputs or [], examples)
 
         def register(fn: BatchFn) -> BatchFn:
             def single(
@@ -252,7 +229,7 @@ class NodeSet:
             metrics=dict(self.metrics),
         )
 
-    def definition(self, node_name: str) -> _NodeDef:
+    def definition(self, node_name: str) -> NodeDef:
         try:
             return self._nodes[node_name]
         except KeyError as exc:
@@ -269,55 +246,6 @@ class NodeSet:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"])
             raise UserInputError(f"config field '{where}': {first['msg']}") from exc
-
-
-def _check_examples(
-    nodeset: str, node: str, ports: list[PortSpec], examples: Sequence[Mapping[str, Any]] | None
-) -> tuple[dict[str, Any], ...]:
-    """Declared examples as dicts; each must give every required input port a value."""
-    if examples is None:
-        return ()
-    if isinstance(examples, Mapping | str) or not isinstance(examples, Sequence):
-        raise NodeSetError(f"{nodeset}.{node}: examples must be a list of inputs dicts")
-    required = {p.name for p in ports if p.required}
-    declared = []
-    for i, example in enumerate(examples):
-        if not isinstance(example, Mapping):
-            raise NodeSetError(
-                f"{nodeset}.{node}: examples[{i}] is a {type(example).__name__}, not an inputs dict"
-            )
-        missing = sorted(required - set(example))
-        if missing:
-            raise NodeSetError(
-                f"{nodeset}.{node}: examples[{i}] has no value for the required input(s) {missing}"
-            )
-        declared.append(dict(example))
-    return tuple(declared)
-
-
-class NodeSetHandle(Protocol):
-    """How the executor reaches a node set: in-process or over HTTP (a proxy)."""
-
-    name: str
-    manifest: NodeSetManifest
-
-    async def call(
-        self, node_name: str, config: dict[str, Any], inputs: dict[str, Any], ctx: CallContext
-    ) -> dict[str, Any]: ...
-
-    async def panel_change(self, field_name: str, value: Any) -> dict[str, Any]: ...
-
-    async def panel_action(self, action: str) -> dict[str, Any]: ...
-
-    async def panel_load(self) -> LoadInfo: ...
-
-    async def panel_episode(self, fields: list[tuple[str, Any]]) -> LoadInfo: ...
-
-    async def evict(self, episode_key: str) -> None: ...
-
-    async def determinism(self) -> dict[str, str]: ...
-
-    async def close(self) -> None: ...
 
 
 class LocalNodeSet:
@@ -465,11 +393,19 @@ class LocalNodeSet:
             await run_blocking(self.evict_here, episode_key)
 
     async def close(self) -> None:
-        closer = getattr(self.state, "close", None)
-        if callable(closer):
-            closed = closer()
+        """Close the node set's state, if it can be closed (sync or async)."""
+        if isinstance(self.state, ClosableState):
+            closed = self.state.close()
             if inspect.isawaitable(closed):
                 await closed
+
+
+@runtime_checkable
+class ClosableState(Protocol):
+    """A node set's state that holds something to release (a model, a simulator): its
+    ``close`` (plain or async) runs when the instance is closed."""
+
+    def close(self) -> object: ...
 
 
 @dataclass

@@ -8,22 +8,49 @@
 The fleet launches through the :class:`~agentcanvas.server.launcher.ServerLauncher` it is
 built with (local child processes today, another engine later): whoever builds the fleet
 chooses where servers run. Nothing below this layer imports it (docs/architecture.md).
+
+Its lifecycle (`FleetState`)::
+
+    open --stop_all--> closing --(servers stopped, launches over, launcher closed)--> closed
+
+Only an open fleet starts, restarts or borrows a server; after ``stop_all`` begins, a launch
+still in flight that completes is stopped at once and its caller gets FleetClosedError, and
+``stop_all`` returns only when no launch is left (each within its own deadline).
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from agentcanvas.errors import NodeSetError, ServerError
+from agentcanvas import envsettings
+from agentcanvas.errors import FleetClosedError, NodeSetError, ServerError, StateError
 from agentcanvas.nodes.manifest import NodeSetManifest
-from agentcanvas.server.launcher import LaunchedServer, ServerLauncher
+from agentcanvas.server.launcher import STOP_TIMEOUT_S, LaunchedServer, ServerLauncher
 from agentcanvas.server.proxy import RemoteNodeSet, fetch_manifest
 
-__all__ = ["ServerFleet", "ServerRecord", "ServerStatus", "server_key"]
+__all__ = ["FleetState", "ServerFleet", "ServerRecord", "ServerStatus", "server_key"]
 
 ManifestOf = Callable[[str], NodeSetManifest]
+log = logging.getLogger("agentcanvas.server")
+
+
+class FleetState(enum.Enum):
+    """Lifecycle of a `ServerFleet`; `_TRANSITIONS` lists the allowed moves."""
+
+    OPEN = "open"  # servers start, restart and are borrowed
+    CLOSING = "closing"  # stop_all began: nothing new starts; a completed launch is stopped
+    CLOSED = "closed"  # every server stopped, every launch over, the launcher closed
+
+
+_TRANSITIONS: dict[FleetState, frozenset[FleetState]] = {
+    FleetState.OPEN: frozenset({FleetState.CLOSING}),
+    FleetState.CLOSING: frozenset({FleetState.CLOSED}),
+    FleetState.CLOSED: frozenset(),
+}
 
 
 def server_key(nodeset: str, tag: int | None) -> str:
@@ -74,6 +101,45 @@ class ServerFleet:
         self._manifest_of = manifest_of
         self.records: dict[str, ServerRecord] = {}
         self._launching: dict[str, asyncio.Future[ServerRecord]] = {}
+        self._state = FleetState.OPEN
+        self._in_flight = 0  # launcher.launch calls not over yet (start and restart)
+        self._no_launch = asyncio.Event()  # set while _in_flight == 0
+        self._no_launch.set()
+        self._closed = asyncio.Event()
+
+    # -- lifecycle state -------------------------------------------------------------------
+    @property
+    def state(self) -> FleetState:
+        return self._state
+
+    def _move(self, new: FleetState) -> None:
+        if new not in _TRANSITIONS[self._state]:
+            raise StateError(f"server fleet: cannot go from {self._state.value} to {new.value}")
+        self._state = new
+
+    def _require_open(self, what: str) -> None:
+        if self._state is not FleetState.OPEN:
+            raise FleetClosedError(f"server fleet is {self._state.value}: {what} refused")
+
+    async def _launch_server(self, key: str, nodeset: str, tag: int | None) -> LaunchedServer:
+        """``launcher.launch``, counted in flight until it is over; a server that comes up
+        after ``stop_all`` began is stopped at once (FleetClosedError)."""
+        self._require_open(f"starting {key}")
+        self._in_flight += 1
+        self._no_launch.clear()
+        try:
+            server = await self.launcher.launch(nodeset, tag)
+            if self._state is not FleetState.OPEN:
+                await server.stop()
+                raise FleetClosedError(
+                    f"server fleet is {self._state.value}: {key} came up after stop_all "
+                    "began and was stopped"
+                )
+            return server
+        finally:
+            self._in_flight -= 1
+            if self._in_flight == 0:
+                self._no_launch.set()
 
     # -- queries ---------------------------------------------------------------------------
     def record(self, key: str) -> ServerRecord | None:
@@ -135,6 +201,7 @@ class ServerFleet:
         """The server of ``key``, launched once: concurrent callers share one launch. An
         owned server found dead is launched again (its record, refcount included, kept)."""
         key = server_key(nodeset, tag)
+        self._require_open(f"starting {key}")
         record = self.records.get(key)
         if record is not None and (record.is_alive() or not record.owned):
             return record
@@ -148,7 +215,7 @@ class ServerFleet:
     async def _launch(self, key: str, nodeset: str, tag: int | None) -> ServerRecord:
         if key in self.records:  # owned and dead
             return await self.restart(key)
-        server = await self.launcher.launch(nodeset, tag)
+        server = await self._launch_server(key, nodeset, tag)
         handle = self._handle(key, nodeset, server)
         record = ServerRecord(nodeset, tag, server.url, handle, server)
         self.records[key] = record
@@ -179,10 +246,14 @@ class ServerFleet:
     async def borrow(self, nodeset: str, url: str) -> ServerRecord:
         """Reach somebody else's server at ``url``: fetch its manifest (and from it the call
         endpoint: no ``/health`` round trip before the first call); never stop it."""
+        self._require_open(f"borrowing {nodeset}")
         served = await fetch_manifest(url)
         if served.name != nodeset:
             raise NodeSetError(f"server at {url} serves {served.name!r}, not {nodeset!r}")
         handle = RemoteNodeSet(nodeset, url, served.declared(), call_endpoint=served.call_endpoint)
+        if self._state is not FleetState.OPEN:  # stop_all began while we asked
+            await handle.close()
+            self._require_open(f"borrowing {nodeset}")
         record = ServerRecord(nodeset, None, url, handle, server=None)
         self.records[nodeset] = record
         return record
@@ -190,11 +261,12 @@ class ServerFleet:
     async def restart(self, key: str, *, kill: bool = False) -> ServerRecord:
         """Stop (if needed; ``kill``: SIGKILL at once) and relaunch an owned server; the
         record keeps its key."""
+        self._require_open(f"restarting {key}")
         old = self.records[key]
         if not old.owned:
             raise NodeSetError(f"{key} is borrowed; only its owner can restart it")
         await old.stop(kill=kill)
-        server = await self.launcher.launch(old.nodeset, old.tag)
+        server = await self._launch_server(key, old.nodeset, old.tag)
         old.server, old.url = server, server.url
         old.handle = self._handle(key, old.nodeset, server)
         old.restarts += 1
@@ -206,9 +278,32 @@ class ServerFleet:
             await record.stop()
 
     async def stop_all(self) -> None:
-        """Stop every server (borrowed ones: close our connections) and the launcher."""
-        records, self.records = list(self.records.values()), {}
-        await asyncio.gather(*(r.stop() for r in records), return_exceptions=True)
-        closer = getattr(self.launcher, "close", None)  # templates of forked servers
-        if closer is not None:
-            await closer()
+        """Close the fleet: stop every server (borrowed ones: close our connections), wait
+        for the launches still in flight (each stops what it launched), close the launcher.
+        Once only; a second call waits for the first."""
+        if self._state is not FleetState.OPEN:
+            await self._closed.wait()  # the first stop_all's waits all have deadlines
+            return
+        self._move(FleetState.CLOSING)
+        try:
+            records, self.records = list(self.records.values()), {}
+            await asyncio.gather(*(r.stop() for r in records), return_exceptions=True)
+            await self._launches_over()
+            await self.launcher.close()  # e.g. the templates of forked servers
+        finally:
+            self._move(FleetState.CLOSED)
+            self._closed.set()
+
+    async def _launches_over(self) -> None:
+        """Wait for the launches in flight (within a launch's own deadlines); past that,
+        cancel the fleet's own (a launch cancelled stops its child)."""
+        wait_s = envsettings.SERVER_READY_TIMEOUT_S.get() + STOP_TIMEOUT_S
+        try:
+            async with asyncio.timeout(wait_s):
+                await self._no_launch.wait()
+        except TimeoutError:
+            log.warning("server launches still in flight after %.0f s: cancelled", wait_s)
+            launching = list(self._launching.values())
+            for future in launching:
+                future.cancel()
+            await asyncio.gather(*launching, return_exceptions=True)

@@ -3,7 +3,7 @@
     python -m agentcanvas.server.forkserver --nodeset NAME     (started by `ForkTemplate`)
 
 A fresh auto_host interpreter spends most of its start importing FastAPI, uvicorn, msgspec and
-the workspace's node sets. The template does that once — imports done, node set loaded, no
+its node set. The template does that once — imports done, node set loaded, no
 thread and no event loop started — and then forks one server per request, so a server starts
 in milliseconds and shares the template's memory pages until it writes to them.
 
@@ -155,9 +155,7 @@ def _template(nodeset: str) -> None:
     from agentcanvas.catalogue import NodeSetCatalogue
     from agentcanvas.server import auto_host  # noqa: F401  (FastAPI, uvicorn, msgspec: loaded)
 
-    catalogue = NodeSetCatalogue()
-    catalogue.scan_all()
-    loaded = catalogue.nodeset(nodeset)
+    loaded = NodeSetCatalogue().load_one(nodeset)  # its own node set only, as auto_host
     if loaded.preload is not None:
         loaded.preload()
     _preload_server_imports()

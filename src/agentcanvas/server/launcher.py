@@ -49,9 +49,12 @@ class LaunchedServer(Protocol):
 
 
 class ServerLauncher(Protocol):
-    """Starts a node-set server, tagged or not."""
+    """Starts a node-set server, tagged or not; `close` releases what the launcher keeps
+    besides the servers (the fleet stops those first)."""
 
     async def launch(self, nodeset: str, tag: int | None) -> LaunchedServer: ...
+
+    async def close(self) -> None: ...
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """The node-set server's protocol: its routes and rpc operations, named once, its version,
 and every request and reply body, typed.
 
-``auto_host`` serves these routes and operations; ``proxy`` and ``rpc`` (and anything else
+``auto_host`` serves these routes and operations; ``proxy`` and ``rpc_client`` (and anything else
 that talks to a node-set server) name them from here. Bodies travel as wire maps (msgpack, or
 JSON for the small control requests and replies)::
 
@@ -18,12 +18,12 @@ JSON for the small control requests and replies)::
     DETERMINISM                       -                     DeterminismModes
     STATS, BATCH_AUDIT                -                     free-form maps (for people)
     BATCH_CERTIFY                     CertifyRequest        OkReply
-    any route that fails              -                     ErrorReply (HTTP 400 / 500)
+    any route that fails              -                     ErrorReply (status: STATUS_BY_TYPE)
     the rpc envelope                  RpcRequest            RpcReply[reply] (``ok`` | RpcError)
 
 A request that does not fit its struct is a UserInputError (HTTP 400) naming the route and the
 field (`parse`); a reply that does not fit is a ProtocolError naming the server, the route and
-the field (`fit`). The bodies are msgspec structs, not the pydantic models issue 12 names:
+the field (`fit`). The bodies are msgspec structs, not pydantic models:
 msgspec is the wire's library (``agentcanvas.wire``), it decodes a reply straight into its
 struct in one pass — no dearer than the dict it replaces on the per-call path (bench/rpc.py)
 — and it is as strict. The two replies that *are* node-API models stay pydantic:
@@ -39,7 +39,7 @@ versions and the URL) before it judges the reply's shape.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Generic, TypeVar
+from typing import Annotated, Any, Final, Generic, TypeVar
 
 import msgspec
 import pydantic
@@ -67,6 +67,7 @@ __all__ = [
     "PANEL_LOAD",
     "PROTOCOL_VERSION",
     "STATS",
+    "STATUS_BY_TYPE",
     "AttachedReply",
     "CallReply",
     "CallRequest",
@@ -89,17 +90,20 @@ __all__ = [
     "Versioned",
     "call_path",
     "check_version",
+    "error_reply",
     "fit",
     "fit_versioned",
     "major",
     "not_fitting",
     "parse",
+    "rpc_error",
     "rpc_reply",
+    "status_of",
 ]
 
 PROTOCOL_VERSION = "2.1"
 """This package's protocol, ``MAJOR.MINOR``; see the module docstring for what each part means.
-2.0: the call endpoint is a framed stream socket (`server.rpc`), no longer ZeroMQ.
+2.0: the call endpoint is a framed stream socket (`server.rpc_framing`), no longer ZeroMQ.
 2.1: an rpc request may say ``after``: run only if the connection's previous request, of that
 id, succeeded (a 2.0 server ignores it and runs the request anyway)."""
 
@@ -179,7 +183,7 @@ class ClientRequest(msgspec.Struct):
 class RpcRequest(msgspec.Struct):
     """One rpc request's header frame: ``op`` (an ``OP_*``) applied to ``args``; with
     ``after``, only if the request of that id, the one before it on this connection,
-    succeeded (the second of a pair sent in one write: `rpc.RpcClient.request_then`)."""
+    succeeded (the second of a pair sent in one write: `rpc_client.RpcClient.request_then`)."""
 
     id: int
     op: str
@@ -286,6 +290,29 @@ class RpcReply(msgspec.Struct, Generic[Reply]):
     err: RpcError | msgspec.UnsetType = msgspec.UNSET
 
 
+STATUS_BY_TYPE: Final[tuple[tuple[type[BaseException], int], ...]] = ((UserInputError, 400),)
+"""The status a server answers an exception with, by its type, most specific first; the
+rest is a 500. One table for both transports (the HTTP status, `RpcError.status`): a client
+reads 400 as the caller's mistake (UserInputError) and anything else as the server's
+(RemoteError), whichever way the request went."""
+
+
+def status_of(exc: BaseException) -> int:
+    """The status of an exception raised handling a request, by its type (never its text)."""
+    return next((status for kind, status in STATUS_BY_TYPE if isinstance(exc, kind)), 500)
+
+
+def error_reply(exc: BaseException) -> ErrorReply:
+    """How a server reports an exception over HTTP: ``{"error": "Type: message", ...}``."""
+    name = type(exc).__name__
+    return ErrorReply(error=f"{name}: {exc}", type=name, message=str(exc))
+
+
+def rpc_error(exc: BaseException) -> RpcError:
+    """How a server reports an exception on the call socket: type, message and status."""
+    return RpcError(type(exc).__name__, str(exc), status_of(exc))
+
+
 def rpc_reply(kind: type[Reply]) -> type[RpcReply[Reply]]:
     """The rpc envelope of a reply of ``kind``, to decode in one pass."""
     envelope: type[RpcReply[Reply]] = RpcReply[kind]  # type: ignore[valid-type]  # built at run time
@@ -293,11 +320,12 @@ def rpc_reply(kind: type[Reply]) -> type[RpcReply[Reply]]:
 
 
 # -- checks ----------------------------------------------------------------------------------
-Body = TypeVar("Body", bound=msgspec.Struct)
+Body = TypeVar("Body")
 
 
 def parse(value: Any, body: type[Body], where: str) -> Body:
-    """``value`` (a decoded wire or JSON map) as ``body``; UserInputError naming ``where``."""
+    """``value`` (a decoded wire or JSON map) as ``body`` (a msgspec struct, or a plain
+    ``dict[str, Any]``); UserInputError naming ``where``."""
     try:
         return msgspec.convert(value, body)
     except msgspec.ValidationError as exc:

@@ -8,8 +8,8 @@ Two transports, one server identity (its HTTP URL, named in every error):
 
 - the per-episode hot path — ``call``, ``panel_episode``, ``evict`` — goes over the call
   socket to the endpoint the server advertises on ``/health`` and in its ``/manifest``
-  (`server.rpc`, msgpack + raw array frames); a proxy given the endpoint (a borrower read it in the
-  manifest) never asks ``/health`` for it;
+  (`server.rpc_client`, msgpack + raw array frames); a proxy given the endpoint (a borrower
+  read it in the manifest) never asks ``/health`` for it;
 - everything else (manifest, health, the panel's other requests, attach/detach, stats) is
   HTTP through ``httpx``.
 
@@ -47,15 +47,17 @@ from agentcanvas.errors import (
     WireError,
 )
 from agentcanvas.nodes.base import CallContext
+from agentcanvas.nodes.handles import AttachesClients, BatchAudited, HealthChecked, SaysIfItEvicts
 from agentcanvas.nodes.manifest import LoadInfo, NodeSetManifest
 from agentcanvas.server import protocol
 from agentcanvas.server.deadlines import call_timeout_s
-from agentcanvas.server.rpc import Pending, RpcClient
+from agentcanvas.server.opening import Opening, OpeningCall, call_args
+from agentcanvas.server.rpc_client import RpcClient
+
+__all__ = ["CONNECT_TIMEOUT_S", "Opening", "RemoteNodeSet", "fetch_manifest"]
 
 CONNECT_TIMEOUT_S = 5.0
 Reply = TypeVar("Reply")
-# An episode's opening call: node name, config, inputs, context (`RemoteNodeSet.panel_episode`).
-Opening = tuple[str, dict[str, Any], dict[str, Any], CallContext]
 Tree = dict[str, Any]  # a reply read as a map first: its version before its shape, or pydantic
 
 
@@ -84,14 +86,22 @@ class _Http:
         timeout_s: float,
         reply: type[Reply],
         body: bytes | dict[str, Any] | None = None,
+        *,
+        params: dict[str, str] | None = None,
     ) -> Reply:
-        """One request (``body``: msgpack bytes or a JSON map); the answer as ``reply``, or an
-        error naming the server."""
+        """One request (``body``: msgpack bytes or a JSON map; ``params``: its query); the
+        answer as ``reply``, or an error naming the server."""
         content, json = (body, None) if isinstance(body, bytes) else (None, body)
         headers = {"content-type": wire.WIRE_CONTENT_TYPE} if content is not None else None
         try:
             response = await self._session().request(
-                method, path, content=content, json=json, headers=headers, timeout=timeout_s
+                method,
+                path,
+                content=content,
+                json=json,
+                headers=headers,
+                params=params,
+                timeout=timeout_s,
             )
         except httpx.TimeoutException as exc:
             raise ServerTimeoutError(
@@ -151,9 +161,10 @@ async def fetch_manifest(url: str, timeout_s: float = CONNECT_TIMEOUT_S) -> prot
     return protocol.fit_versioned(tree, protocol.ServedManifest, where, protocol.MANIFEST)
 
 
-class RemoteNodeSet:
+class RemoteNodeSet(HealthChecked, AttachesClients, SaysIfItEvicts, BatchAudited):
     """A node set behind an auto_host server: HTTP at ``url``, calls on its rpc endpoint
-    (``call_endpoint`` when known, else asked of ``/health`` before the first call)."""
+    (``call_endpoint`` when known, else asked of ``/health`` before the first call). Its
+    capabilities besides `NodeSetHandle` are those of `nodes.handles` it subclasses."""
 
     def __init__(
         self,
@@ -171,8 +182,7 @@ class RemoteNodeSet:
         self._http = _Http(self.url, self.where)
         self._rpc = RpcClient(call_endpoint, self.where) if call_endpoint else None
         self._evicts = True  # until the server says its node set has no evict hook
-        # The episode's opening call, sent with its panel request: (args, its answer).
-        self._opening: tuple[dict[str, Any], Pending[protocol.CallReply]] | None = None
+        self.opening = OpeningCall(self.where, self._deadline)  # sent with a panel request
 
     def _deadline(self) -> float:
         return self.timeout_s or call_timeout_s()
@@ -192,18 +202,19 @@ class RemoteNodeSet:
         """POST msgpack ``bytes`` or a JSON map."""
         return await self._http.request("POST", path, self._deadline(), reply, body)
 
-    async def _get(self, path: str, reply: type[Reply]) -> Reply:
-        return await self._http.request("GET", path, self._deadline(), reply)
+    async def _get(
+        self, path: str, reply: type[Reply], params: dict[str, str] | None = None
+    ) -> Reply:
+        return await self._http.request("GET", path, self._deadline(), reply, params=params)
 
     async def call(
         self, node_name: str, config: dict[str, Any], inputs: dict[str, Any], ctx: CallContext
     ) -> dict[str, Any]:
-        args = {"node": node_name, "config": config, "inputs": inputs, "ctx": ctx.__dict__}
-        opening, self._opening = self._opening, None
-        if opening is not None:
-            if _same_call(opening[0], args):  # sent with the panel request: answer on its way
-                return (await opening[1].value(self._deadline())).outputs
-            await self._settle(opening[1])  # it must not overlap this call on the server
+        args = call_args(node_name, config, inputs, ctx)
+        if self.opening.in_flight:  # sent with the panel request: its answer may be this one
+            claimed = await self.opening.claim(args)
+            if claimed is not None:
+                return claimed
         what = protocol.call_path(node_name)
         return (await self._request(protocol.OP_CALL, args, what, protocol.CallReply)).outputs
 
@@ -223,46 +234,24 @@ class RemoteNodeSet:
         ``opening``, the call the episode's first firing on this node set will make
         (`graph.executor.opening_firing`), goes in the same write: the server runs it right
         after the panel request, and this proxy's `call` with exactly those arguments gets
-        its answer instead of sending it again — a round trip per episode fewer, the same
-        calls in the same order on the server. Any other call, and `settle_opening` at the
-        end of an episode that never made it, first wait for its answer and drop it."""
-        await self.settle_opening()
+        its answer instead of sending it again (`server.opening`: ``self.opening`` owns that
+        answer until it is claimed, settled or dropped)."""
+        await self.opening.settle()
         args = {"fields": [list(f) for f in fields]}
         where = protocol.PANEL_EPISODE
         if opening is None:
             tree = await self._request(protocol.OP_PANEL_EPISODE, args, where, Tree)
         else:
-            node_name, config, inputs, ctx = opening
-            call = {"node": node_name, "config": config, "inputs": inputs, "ctx": ctx.__dict__}
+            node_name = opening[0]
+            call = call_args(*opening)
             calls = self._rpc or await self._calls()
             tree, pending = await calls.request_then(
                 (protocol.OP_PANEL_EPISODE, args, where, Tree),
                 (protocol.OP_CALL, call, protocol.call_path(node_name), protocol.CallReply),
                 self._deadline(),
             )
-            self._opening = (call, pending)
+            self.opening.sent(call, pending)
         return protocol.fit(tree, LoadInfo, self.where, where)
-
-    async def settle_opening(self) -> None:
-        """Wait for the answer of an opening call the episode did not make (it ended before
-        its first firing) and drop it, so that nothing of this episode runs on the server
-        when the next one starts; ServerTimeoutError when it did not come in time (the call
-        may still be running: the worker replaces its servers, as after any timeout)."""
-        opening, self._opening = self._opening, None
-        if opening is not None:
-            await self._settle(opening[1])
-
-    async def _settle(self, pending: Pending[protocol.CallReply]) -> None:
-        why = await pending.drain(self._deadline())
-        if why is not None:  # it may still run there: the worker's servers are replaced
-            raise ServerTimeoutError(f"{self.where}: the episode's opening call: {why}")
-
-    def drop_opening(self) -> None:
-        """Forget an opening call at once (cancelled, or closing): its connection is closed
-        unless its answer is in."""
-        opening, self._opening = self._opening, None
-        if opening is not None:
-            opening[1].abandon()
 
     async def panel_load(self) -> LoadInfo:
         return await self._get(protocol.PANEL_LOAD, LoadInfo)
@@ -290,6 +279,17 @@ class RemoteNodeSet:
         body = {"client": client_id}
         return (await self._post(protocol.DETACH, body, protocol.AttachedReply)).attached
 
+    async def batch_audit(self, run_id: str) -> dict[str, Any]:
+        """``/batch_audit`` for ``run_id``: each batched function's start-up check and audit
+        (`server.batch_audit`); ``{}`` from a server that keeps no audit."""
+        return await self._get(protocol.BATCH_AUDIT, Tree, params={"run": run_id})
+
+    async def batch_certify(self, run_id: str, on: bool) -> bool:
+        """Have the server audit every batched row of ``run_id`` (or stop); False when it
+        keeps no audit."""
+        body = {"run": run_id, "certify": on}
+        return (await self._post(protocol.BATCH_CERTIFY, body, protocol.OkReply)).ok
+
     async def determinism(self) -> dict[str, str]:
         """The server's measured per-node batch modes (e.g. ``{"embed": "padded"}``)."""
         return await self._get(protocol.DETERMINISM, protocol.DeterminismModes)
@@ -301,18 +301,7 @@ class RemoteNodeSet:
 
     async def close(self) -> None:
         """Close the connections only: a proxy never stops the server it talks to."""
-        self.drop_opening()
+        self.opening.drop()
         if self._rpc is not None:
             self._rpc.close()
         await self._http.aclose()
-
-
-def _same_call(sent: dict[str, Any], args: dict[str, Any]) -> bool:
-    """Whether ``args`` is the call ``sent`` (identity and context first: an array among the
-    inputs of another call must not be compared with ``==``)."""
-    if sent["node"] != args["node"] or sent["ctx"] != args["ctx"]:
-        return False
-    try:
-        return bool(sent["config"] == args["config"] and sent["inputs"] == args["inputs"])
-    except (TypeError, ValueError):  # arrays: not the opening's inputs (JSON values)
-        return False

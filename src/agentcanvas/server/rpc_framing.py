@@ -1,0 +1,159 @@
+"""The call socket's framing: messages of wire frames on a byte stream, and its endpoints.
+
+A node-set server answers per-call requests on one stream socket (`rpc_server.RpcServer`);
+a proxy calls it through `rpc_client.RpcClient`. Both speak what this module defines. A
+message is a list of wire frames (`agentcanvas.wire`)::
+
+    [wire header {"id", "op", "args"}, array frames...]  ->  [wire header {"id", "ok" | "err"}, ...]
+
+framed on the stream as ``u32 n | u64 len_1 .. len_n | frame_1 .. frame_n`` (little endian;
+`pack`), the way ``multiprocessing.connection`` (Gymnasium's ``AsyncVectorEnv`` pipes) frames
+its messages, with one length per frame so arrays travel as their own frames, never copied
+on the way out. The headers are `protocol.RpcRequest` and `protocol.RpcReply`.
+
+An endpoint is ``ipc://@NAME`` (an abstract unix socket, Linux) or ``tcp://HOST:PORT``.
+
+Why not a messaging library: this path was ZeroMQ (DEALER/ROUTER) until measured. libzmq
+moves every message through I/O threads on both sides — six thread wake-ups per round trip
+where a pipe has two — and no library we know has a thread-free path. The framing above is
+three fields; the sockets are the standard library's (asyncio transports in the client,
+blocking sockets in the server).
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+from collections.abc import Sequence
+from typing import Any
+
+from agentcanvas import wire
+from agentcanvas.errors import WireError
+
+__all__ = [
+    "COUNT",
+    "MAX_FRAMES",
+    "MAX_MESSAGE_BYTES",
+    "FramingError",
+    "blocking_connection",
+    "encode",
+    "endpoint_address",
+    "frame_count",
+    "frame_lengths",
+    "pack",
+    "recv_message",
+    "send_message",
+    "set_nodelay",
+    "split_frames",
+]
+
+MAX_FRAMES = 4096  # frames of one message (a header and its arrays); its head fits a read
+MAX_MESSAGE_BYTES = 1 << 34  # 16 GiB: past it a length field is garbage, not a message
+COUNT = struct.Struct("<I")  # the frame count that starts every message
+_IOV_MAX = 1024  # buffers one sendmsg takes (Linux's IOV_MAX)
+
+
+class FramingError(WireError):
+    """Bytes on a call socket that are not a framed message (the stream is out of step)."""
+
+
+def encode(obj: object) -> list[wire.Buffer]:
+    """`wire.encode`, refusing a message of more than MAX_FRAMES frames (WireError), which
+    the other side could not read."""
+    frames = wire.encode(obj)
+    if len(frames) > MAX_FRAMES:
+        raise WireError(
+            f"{len(frames) - 1} arrays of {wire.INLINE_MAX_BYTES} bytes or more in "
+            f"one message (at most {MAX_FRAMES - 1})"
+        )
+    return frames
+
+
+def pack(frames: Sequence[wire.Buffer]) -> list[wire.Buffer]:
+    """The buffers that put ``frames`` on a stream as one message (the frames uncopied)."""
+    sizes = [memoryview(f).nbytes for f in frames]
+    head = COUNT.pack(len(sizes)) + struct.pack(f"<{len(sizes)}Q", *sizes)
+    return [head, *frames]
+
+
+def frame_count(raw: bytes) -> int:
+    """The frame count at a message's start (FramingError when out of range)."""
+    (count,) = COUNT.unpack(raw)
+    if not 1 <= count <= MAX_FRAMES:
+        raise FramingError(f"a message of {count} frames (1 to {MAX_FRAMES})")
+    return int(count)
+
+
+def frame_lengths(count: int, raw: bytes) -> list[int]:
+    """The ``count`` frame lengths after the count (FramingError past MAX_MESSAGE_BYTES)."""
+    lengths = list(struct.unpack(f"<{count}Q", raw))
+    if sum(lengths) > MAX_MESSAGE_BYTES:
+        raise FramingError(f"a message of {sum(lengths)} bytes (limit {MAX_MESSAGE_BYTES})")
+    return lengths
+
+
+def split_frames(body: bytearray, lengths: list[int]) -> list[memoryview]:
+    """A message's body cut into its frames (views, no copy)."""
+    view, frames, at = memoryview(body), [], 0
+    for length in lengths:
+        frames.append(view[at : at + length])
+        at += length
+    return frames
+
+
+def _recv_exactly(sock: socket.socket, n: int) -> bytearray:
+    """``n`` bytes; EOFError when the stream ends first (at a message boundary or not)."""
+    buf = bytearray(n)
+    view, got = memoryview(buf), 0
+    while got < n:
+        read = sock.recv_into(view[got:])
+        if read == 0:
+            raise EOFError("the peer closed the connection")
+        got += read
+    return buf
+
+
+def recv_message(sock: socket.socket) -> list[memoryview]:
+    """One message from a blocking socket (EOFError at its end, FramingError for garbage)."""
+    count = frame_count(bytes(_recv_exactly(sock, COUNT.size)))
+    lengths = frame_lengths(count, bytes(_recv_exactly(sock, 8 * count)))
+    return split_frames(_recv_exactly(sock, sum(lengths)), lengths)
+
+
+def send_message(sock: socket.socket, frames: Sequence[wire.Buffer]) -> None:
+    """One message to a blocking socket, in one ``sendmsg`` when the kernel takes it all
+    (at most IOV_MAX buffers a call)."""
+    buffers = [memoryview(b).cast("B") for b in pack(frames)]
+    while buffers:
+        sent = sock.sendmsg(buffers[:_IOV_MAX])
+        while buffers and sent >= buffers[0].nbytes:
+            sent -= buffers[0].nbytes
+            buffers.pop(0)
+        if buffers and sent:
+            buffers[0] = buffers[0][sent:]
+
+
+def set_nodelay(sock: socket.socket) -> None:
+    """TCP_NODELAY on a TCP socket (a request is one write: never wait to coalesce it)."""
+    if sock.family in (socket.AF_INET, socket.AF_INET6):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+def endpoint_address(endpoint: str) -> tuple[socket.AddressFamily, Any]:
+    """The socket family and address of an ``ipc://`` or ``tcp://`` endpoint."""
+    if endpoint.startswith("ipc://"):
+        path = endpoint[len("ipc://") :]
+        return socket.AF_UNIX, "\0" + path[1:] if path.startswith("@") else path
+    host, _, port = endpoint[len("tcp://") :].rpartition(":")
+    return socket.AF_INET, (host, int(port))
+
+
+def blocking_connection(endpoint: str, timeout_s: float | None = None) -> socket.socket:
+    """A plain blocking socket to a call endpoint (benches, tests, foreign peers): speak to
+    it with `send_message` / `recv_message`."""
+    family, address = endpoint_address(endpoint)
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.settimeout(timeout_s)
+    sock.connect(address)
+    set_nodelay(sock)
+    return sock
