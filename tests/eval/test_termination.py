@@ -20,7 +20,8 @@ import pytest
 import pytest_asyncio
 
 from agentcanvas.eval.config import EvalConfig, EvalRun
-from agentcanvas.eval.events import EvalProgress, LiveEvent
+from agentcanvas.eval.events import Broadcast, EvalProgress, LiveEvent
+from agentcanvas.eval.run_context import RunContext
 from agentcanvas.eval.runner import BatchEvalRunner
 from agentcanvas.eval.seeding import episode_seed
 from agentcanvas.eval.store import RunDir
@@ -117,13 +118,20 @@ class Run:
     """One BatchEvalRunner run in its own folder under tmp_path."""
 
     def __init__(
-        self, registry: WorkspaceComponentRegistry, graph: Graph, root: Path, **config: Any
+        self,
+        registry: WorkspaceComponentRegistry,
+        graph: Graph,
+        root: Path,
+        broadcast: Broadcast | None = None,
+        **config: Any,
     ) -> None:
         registry.validate(graph)
         self.config = EvalConfig(graph_name=graph.name, **config)
         self.run_dir = RunDir(root / "run")
         self.runner = BatchEvalRunner(
-            registry, graph, self.config, self.run_dir, run_id="20260101_000000"
+            RunContext(
+                registry, graph, self.config, self.run_dir, "20260101_000000", broadcast=broadcast
+            )
         )
 
     async def execute(self) -> EvalRun:
@@ -261,13 +269,11 @@ async def test_no_graph_out_is_no_verdict(
 async def test_a_run_cancelled_after_its_last_episode_finished_is_completed(
     registry: WorkspaceComponentRegistry, tmp_path: Path
 ) -> None:
-    run = Run(registry, make_graph("ok"), tmp_path, episode_count=2)
-
     def cancel_at_the_end(event: LiveEvent) -> None:
         if isinstance(event, EvalProgress) and event.episodes_done == 2:
             run.runner.cancel()  # the user's cancel arrives just after the last episode
 
-    run.runner.broadcast = cancel_at_the_end
+    run = Run(registry, make_graph("ok"), tmp_path, cancel_at_the_end, episode_count=2)
     summary = await run.execute()
 
     assert run.runner.cancel_event.is_set()

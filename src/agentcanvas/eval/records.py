@@ -47,6 +47,7 @@ from agentcanvas.eval.store import RunDir
 from agentcanvas.fileio import (
     append_jsonl_bytes,
     atomic_write_bytes,
+    atomic_write_json,
     encode_jsonl_line,
     parse_jsonl_line,
     read_json,
@@ -70,6 +71,7 @@ __all__ = [
     "start_index",
     "summary_is_complete",
     "summary_problem",
+    "write_summary",
 ]
 
 log = logging.getLogger(__name__)
@@ -289,6 +291,19 @@ class IndexTail:
         end = data.rfind(b"\n") + 1
         self._offset += end
         return data[:end]
+
+
+def write_summary(
+    run_dir: RunDir, run: EvalRun, episodes: list[dict[str, Any]], durable: bool
+) -> None:
+    """summary.json of ``run`` (atomic; fsync'd when ``durable``) with ``episodes`` (the
+    records already dumped, or ``[]``) in its place among the fields in EvalRun's order;
+    computed fields (``health``) last, as ``model_dump`` puts them."""
+    data = run.model_dump(mode="json", exclude={"episodes"})
+    fields = [*EvalRun.model_fields, *EvalRun.model_computed_fields]
+    names = [name for name in fields if name == "episodes" or name in data]
+    ordered = {name: episodes if name == "episodes" else data[name] for name in names}
+    atomic_write_json(run_dir.summary_path, ordered, durable=durable)
 
 
 def summary_is_complete(summary: Mapping[str, Any]) -> bool:
