@@ -87,14 +87,15 @@ MAX_PROBLEMS_SHOWN: Final = 3
 KEY_FIELDS: Final = frozenset({"run_id", "index"})
 """Fields a reader may not do without; any other field a file leaves out is tolerated (older
 formats, records written by hand), but a field present with the wrong type is damage. A
-``status`` word this version does not know is a word still (readers compare it), not damage."""
+``status`` (or ``end_reason``) word this version does not know is a word still (readers
+compare it), not damage."""
 
 
 def _counts(error: Mapping[str, Any]) -> bool:
     loc = error["loc"]
     if error["type"] == "missing":
         return bool(loc) and loc[-1] in KEY_FIELDS
-    if error["type"] in ("literal_error", "enum") and loc and loc[-1] == "status":
+    if error["type"] in ("literal_error", "enum") and loc and loc[-1] in ("status", "end_reason"):
         return not isinstance(error.get("input"), str)
     return True
 
