@@ -110,7 +110,7 @@ MaxErrors = Annotated[
 class EpisodeRef(BaseModel):
     """One episode by its identity: the task and the env's episode index within it."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     task: str = Field(min_length=1, description="Task id (panel task_id).")
     episode_index: int = Field(ge=0, description="The env's episode index within the task.")
