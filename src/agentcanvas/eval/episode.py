@@ -103,11 +103,11 @@ def episode_result(
         seed=spec.seed,
         status=STATUS_OF_END[reason],
     )
-    end(result, reason, error, exc)
+    _end(result, reason, error, exc)
     return result
 
 
-def end(
+def _end(
     result: EpisodeResult,
     reason: EndReason,
     error: str | None,
@@ -120,7 +120,7 @@ def end(
 
 def mark_cancelled(result: EpisodeResult) -> None:
     """The run's cancel ended ``result`` (what failed then is the cancel's doing)."""
-    end(result, "cancelled", CANCELLED_WITH_THE_RUN)
+    _end(result, "cancelled", CANCELLED_WITH_THE_RUN)
     result.failed_node = None
 
 
@@ -211,7 +211,7 @@ async def run_episode(
         )
         result.step_budget = budget
         if budget < 1:
-            end(result, "error", f"resolved step budget {budget} < 1 refused")
+            _end(result, "error", f"resolved step budget {budget} < 1 refused")
             return result
         runner = _make_runner(wiring, options)
         status, outcome = await _run_guarded(runner, graph, episode, budget, options)
@@ -220,10 +220,10 @@ async def run_episode(
         propagating = True
         raise  # the worker restarts the server and retries the episode
     except ServerTimeoutError as exc:  # a panel call hit its deadline: wall clock decided
-        end(result, "timeout", describe(exc), exc)
+        _end(result, "timeout", describe(exc), exc)
         _harvest_partial(result, runner)
     except Exception as exc:  # a failure of the episode is data on its record
-        end(result, "exception", describe(exc), exc)
+        _end(result, "exception", describe(exc), exc)
         _harvest_partial(result, runner)
     except BaseException:
         propagating = True
@@ -252,7 +252,7 @@ async def _settle_opening(env: RemoteNodeSet, result: EpisodeResult, propagating
     try:
         await env.settle_opening()
     except ServerTimeoutError as exc:
-        end(result, "timeout", describe(exc), exc)
+        _end(result, "timeout", describe(exc), exc)
 
 
 def _make_runner(wiring: EpisodeWiring, options: EpisodeOptions) -> LoopRunner:
@@ -307,9 +307,9 @@ def _fill(
     net cut short (``status``)."""
     if status is not None:
         if status == "cancelled":
-            end(result, "cancelled", CANCELLED_WITH_THE_RUN)
+            _end(result, "cancelled", CANCELLED_WITH_THE_RUN)
         else:
-            end(
+            _end(
                 result,
                 "timeout",
                 f"wall-clock timeout after {timeout_s:g} s (safety net; not a score)",
@@ -324,16 +324,16 @@ def _fill(
     result.node_tracebacks = dict(outcome.node_tracebacks)
     if outcome.timed_out:
         nodes = ", ".join(outcome.timed_out)
-        end(result, "timeout", f"a node-set call hit its wall-clock deadline: {nodes}")
+        _end(result, "timeout", f"a node-set call hit its wall-clock deadline: {nodes}")
         result.failed_node = min(outcome.timed_out)
     elif outcome.node_errors:
-        end(result, "error", "node errors in: " + ", ".join(sorted(outcome.node_errors)))
+        _end(result, "error", "node errors in: " + ", ".join(sorted(outcome.node_errors)))
         result.failed_node = min(outcome.node_errors)
     elif not outcome.metrics:
         error = "the graph completed without metrics (no graphOut value): no verdict"
-        end(result, "no_verdict", error)
+        _end(result, "no_verdict", error)
     else:
-        end(result, _completed(outcome), None)
+        _end(result, _completed(outcome), None)
 
 
 def _completed(outcome: ExecutionResult) -> EndReason:
