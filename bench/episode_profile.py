@@ -21,23 +21,23 @@ so they do not add up with it):
     path    env node calls          RemoteNodeSet.call (env_minigrid.step over the rpc socket)
     path    in-process node calls   LocalNodeSet.call (planner.navigate, core.graphOut)
     path    firing-log entries      GraphExecutor._record less the write (summaries of values)
-    path    firing-log writes       runner._EpisodeLog.record (encode; a write past 256 KiB)
-    path    firing-log timed flush  runner._EpisodeLog._timed (a write 10 ms after a firing)
+    path    firing-log writes       episode_log.EpisodeLog.record (encode; a write past 256 KiB)
+    path    firing-log timed flush  episode_log.EpisodeLog._timed (a write 10 ms after a firing)
     path    evictions               eval.episode._evict (skipped after the first answer)
     path    frames check            media.discard_unwanted_frames (and its thread hop)
-    path    record encoding         BatchEvalRunner._encode (episode.json and the index line,
+    path    record encoding         RunRecorder._encode (episode.json and the index line,
                                     encoded on the loop: the recording thread then holds the
                                     GIL only between its syscalls)
     path    rest of run_episode     run_episode less the phases inside it (executor, tasks)
     path    rest of the worker      wall per episode less run_episode and the path phases
                                     outside it (dispatch, retries, recording hand-off)
-    thread  episode.json write      BatchEvalRunner._write_episode less the two below
+    thread  episode.json write      RunRecorder._write_episode less the two below
                                     (atomic, fsync)
     thread  episode folder          RunDir.create_episode
-    thread  firing-log rest         runner._EpisodeLog.write_rest (what is left, one write)
+    thread  firing-log rest         episode_log.EpisodeLog.write_rest (what is left, one write)
     thread  index append            records.append_line (episodes.jsonl, one write)
-    thread  live summary save       BatchEvalRunner.save while running (atomic, no fsync)
-    thread  live aggregates         runner._aggregates (the owned refresher, rate-bounded)
+    thread  live summary save       RunRecorder.save while running (atomic, no fsync)
+    thread  live aggregates         recorder._aggregates (the owned refresher, rate-bounded)
 
 ``env work in-process`` replays the timed run's env calls (the panel fields ``set_episode``
 sent, then each ``env.step`` firing's inputs from the episode's log.jsonl) on an in-process
@@ -73,9 +73,9 @@ from typing import Any, cast
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import scaling  # the bench folder is not a package
 from agentcanvas.eval import episode as episode_mod
-from agentcanvas.eval import media, records
-from agentcanvas.eval import runner as runner_mod
+from agentcanvas.eval import local_workers, media, recorder, records
 from agentcanvas.eval.config import EvalConfig, EvalRun
+from agentcanvas.eval.episode_log import EpisodeLog
 from agentcanvas.eval.foreground import run_foreground
 from agentcanvas.eval.run_setup import new_run_dir, run_registry
 from agentcanvas.eval.store import RunDir
@@ -148,16 +148,16 @@ PATCHES: list[tuple[Any, str, str]] = [  # (owner, attribute, phase)
     (RemoteNodeSet, "call", "env node calls"),
     (LocalNodeSet, "call", "in-process node calls"),
     (GraphExecutor, "_record", "firing-log entries+writes"),
-    (runner_mod._EpisodeLog, "record", "firing-log writes"),
-    (runner_mod._EpisodeLog, "_timed", "firing-log timed flush"),
-    (runner_mod._EpisodeLog, "write_rest", "firing-log rest"),
+    (EpisodeLog, "record", "firing-log writes"),
+    (EpisodeLog, "_timed", "firing-log timed flush"),
+    (EpisodeLog, "write_rest", "firing-log rest"),
     (episode_mod, "_evict", "evictions"),
     (media, "discard_unwanted_frames", "frames check"),
-    (runner_mod, "run_episode", "run_episode"),
-    (runner_mod.BatchEvalRunner, "_encode", "record encoding"),
-    (runner_mod.BatchEvalRunner, "_write_episode", "episode.json write"),
+    (local_workers, "run_episode", "run_episode"),
+    (recorder.RunRecorder, "_encode", "record encoding"),
+    (recorder.RunRecorder, "_write_episode", "episode.json write"),
     (records, "append_line", "index append"),
-    (runner_mod, "_aggregates", "live aggregates"),
+    (recorder, "_aggregates", "live aggregates"),
 ]
 
 
@@ -165,16 +165,16 @@ PATCHES: list[tuple[Any, str, str]] = [  # (owner, attribute, phase)
 def instrumented(phases: Phases) -> Iterator[None]:
     """Install the timing wrappers; put every original back on exit."""
     originals = [(owner, attr, getattr(owner, attr)) for owner, attr, _ in PATCHES]
-    save = runner_mod.BatchEvalRunner.save
+    save = recorder.RunRecorder.save
     try:
         for owner, attr, name in PATCHES:
             setattr(owner, attr, _timed(phases, name, getattr(owner, attr)))
-        setattr(runner_mod.BatchEvalRunner, "save", _live_save(phases, save))  # noqa: B010
+        setattr(recorder.RunRecorder, "save", _live_save(phases, save))  # noqa: B010
         yield
     finally:
         for owner, attr, original in originals:
             setattr(owner, attr, original)
-        setattr(runner_mod.BatchEvalRunner, "save", save)  # noqa: B010
+        setattr(recorder.RunRecorder, "save", save)  # noqa: B010
 
 
 async def one_run(workspace: Path, n_per_task: int) -> EvalRun:

@@ -43,6 +43,7 @@ from agentcanvas.cluster.engine import RayEngine
 from agentcanvas.eval.config import EvalConfig
 from agentcanvas.eval.engine import Engine, LocalEngine
 from agentcanvas.eval.foreground import finalise_run
+from agentcanvas.eval.run_context import RunContext
 from agentcanvas.eval.store import RunDir
 from agentcanvas.server.registry import WorkspaceComponentRegistry
 
@@ -112,16 +113,11 @@ async def measure(engine: Engine, budget: int, episodes: int, workers: int, base
     run_id = f"{engine.name}_{budget}"
     run_dir = RunDir(base / run_id)
     await engine.start(registry, graph, config)
+    determinism = await engine.determinism(registry, graph)
     runner = engine.runner(
-        registry,
-        graph,
-        config,
-        run_dir,
-        run_id=run_id,
-        broadcast=None,
-        determinism=await engine.determinism(registry, graph),
+        RunContext(registry, graph, config, run_dir, run_id, determinism=determinism)
     )
-    group = getattr(runner, "group", None)
+    group = getattr(runner.workers, "group", None)
     if group is not None:  # the actors start outside the measured span, like the servers
         await group.start(run_id, workers)
     try:

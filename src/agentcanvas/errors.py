@@ -153,6 +153,9 @@ class DiskFullError(RunError):
 
 def describe(exc: BaseException) -> str:
     """``Type: message`` for an episode record — the type once, also when the message
-    already starts with it (an error relayed from a node-set server carries its type)."""
+    already starts with it (an error relayed from a node-set server carries its type), and
+    ``Type (raised without a message)`` when it has none."""
     name, text = type(exc).__name__, str(exc)
+    if not text.strip():  # the record still says something: never a bare "Type: "
+        return f"{name} (raised without a message)"
     return text if text.startswith(f"{name}: ") else f"{name}: {text}"

@@ -86,7 +86,7 @@ async def run(run_dir: RunDir, parent: int) -> str:
         summary = await term.runner.execute()
         return summary.status
     except BaseException as exc:  # also CancelledError/SystemExit: never end as "running"
-        record_failure(run_dir, term.runner, config, exc)
+        record_failure(run_dir, term.runner, config, exc, interrupted_by="a stop signal")
         raise
     finally:
         if term.orphaned():  # nobody waits for a graceful stop: record, then end the group

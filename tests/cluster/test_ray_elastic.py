@@ -15,6 +15,7 @@ from agentcanvas.eval.config import EvalConfig, EvalRun
 from agentcanvas.eval.events import EvalProgress, LiveEvent
 from agentcanvas.eval.foreground import finalise_run
 from agentcanvas.eval.records import recorded_results
+from agentcanvas.eval.run_context import RunContext
 from agentcanvas.eval.store import RunDir
 from agentcanvas.fileio import read_json
 from support.polling import poll_until
@@ -156,13 +157,15 @@ async def test_aborted_run_resumes_its_missing_episodes(
     engine = RayEngine()
     await engine.start(registry, graph, config)
     runner = engine.runner(
-        registry,
-        graph,
-        config,
-        run_dir,
-        run_id="resumed",
-        broadcast=events.append,
-        determinism=await engine.determinism(registry, graph),
+        RunContext(
+            registry,
+            graph,
+            config,
+            run_dir,
+            run_id="resumed",
+            broadcast=events.append,
+            determinism=await engine.determinism(registry, graph),
+        )
     )
     task = asyncio.create_task(runner.execute())
     await asyncio.to_thread(poll_until, lambda: len(runner.results) >= 3, "3 results", 120.0)
@@ -181,14 +184,16 @@ async def test_aborted_run_resumes_its_missing_episodes(
     engine = RayEngine()
     await engine.start(registry, graph, config)
     resumed = engine.runner(
-        registry,
-        graph,
-        config,
-        run_dir,
-        run_id="resumed",
-        broadcast=events.append,
-        determinism=await engine.determinism(registry, graph),
-        previous=kept,
+        RunContext(
+            registry,
+            graph,
+            config,
+            run_dir,
+            run_id="resumed",
+            broadcast=events.append,
+            determinism=await engine.determinism(registry, graph),
+            previous=kept,
+        )
     )
     try:
         second = await resumed.execute()

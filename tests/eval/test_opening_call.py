@@ -5,7 +5,7 @@ episode (``calls``) and what it was given (``given``): a call made twice — onc
 panel request and once more by the executor — would show in the counts. The graph is the
 usual env loop: ``policy.action -> env.action`` on the next iteration, so the episode's first
 firing is an observation with no action, known before the episode starts
-(`executor.opening_firing`).
+(`graph.opening.opening_firing`).
 """
 
 from __future__ import annotations
@@ -19,13 +19,14 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from agentcanvas.eval import runner as runner_module
+from agentcanvas.eval import local_workers
 from agentcanvas.eval.config import EvalConfig, EvalRun
+from agentcanvas.eval.run_context import RunContext
 from agentcanvas.eval.runner import BatchEvalRunner
 from agentcanvas.eval.store import RunDir
 from agentcanvas.fileio import read_json, read_jsonl
-from agentcanvas.graph.executor import opening_firing
 from agentcanvas.graph.model import Graph, parse_graph
+from agentcanvas.graph.opening import opening_firing
 from agentcanvas.server import rpc_client
 from agentcanvas.server.registry import WorkspaceComponentRegistry
 from support.registry import scanned, started_registry
@@ -164,7 +165,9 @@ async def _run(
     run_dir = RunDir(root)
     config = EvalConfig(graph_name="topen_loop", episode_count=4, worker_count=workers, seed=5)
     runner = BatchEvalRunner(
-        registry, registry.load_graph("topen_loop"), config, run_dir, run_id="20260101_000001"
+        RunContext(
+            registry, registry.load_graph("topen_loop"), config, run_dir, run_id="20260101_000001"
+        )
     )
     return await asyncio.wait_for(runner.execute(), 60.0), run_dir
 
@@ -202,7 +205,7 @@ async def test_records_and_logs_are_the_same_with_the_opening_call_and_without(
     registry: WorkspaceComponentRegistry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with_opening, with_dir = await _run(registry, tmp_path / "with", workers=2)
-    monkeypatch.setattr(runner_module, "opening_firing", lambda *args: None)
+    monkeypatch.setattr(local_workers, "opening_firing", lambda *args: None)
     counted = _Counted(monkeypatch)
     without, without_dir = await _run(registry, tmp_path / "without", workers=1)
     assert counted.pairs == 0
@@ -226,7 +229,7 @@ async def test_an_episode_that_ends_before_its_first_firing_waits_for_its_openin
         graph_name="topen_loop", tasks=[refused, "a"], episode_count=3, worker_count=1, seed=5
     )
     graph = registry.load_graph("topen_loop")
-    run = await BatchEvalRunner(registry, graph, config, run_dir, run_id="z").execute()
+    run = await BatchEvalRunner(RunContext(registry, graph, config, run_dir, run_id="z")).execute()
     assert run.status_counts == {"completed": 3, "error": 3}
     assert [e.status for e in run.episodes] == ["error"] * 3 + ["completed"] * 3
     assert all("step budget 0 < 1" in (e.error or "") for e in run.episodes[:3])
@@ -252,7 +255,7 @@ async def test_an_opening_call_that_never_answers_makes_a_timeout_and_fresh_serv
         per_step_timeout_s=0.5,
     )
     graph = registry.load_graph("topen_loop")
-    run = await BatchEvalRunner(registry, graph, config, run_dir, run_id="h").execute()
+    run = await BatchEvalRunner(RunContext(registry, graph, config, run_dir, run_id="h")).execute()
     hung, after = run.episodes
     assert hung.status == "timeout"
     assert "the episode's opening call: no answer within 0.5 s" in (hung.error or "")

@@ -21,10 +21,11 @@ import pytest_asyncio
 from PIL import Image
 
 from agentcanvas.eval import metrics, records
-from agentcanvas.eval import runner as runner_module
+from agentcanvas.eval import recorder as recorder_module
 from agentcanvas.eval.config import EpisodeResult, EvalConfig, EvalRun
 from agentcanvas.eval.events import EvalEpisodeDone, LiveEvent
 from agentcanvas.eval.foreground import ForegroundRun, run_foreground
+from agentcanvas.eval.run_context import RunContext
 from agentcanvas.eval.runner import BatchEvalRunner, plan_episodes
 from agentcanvas.eval.seeding import episode_seed
 from agentcanvas.eval.store import RunDir
@@ -110,12 +111,14 @@ async def run_at(
         graph_name="tgraph", episode_count=N_PER_TASK, worker_count=workers, seed=11
     )
     runner = BatchEvalRunner(
-        registry,
-        registry.load_graph("tgraph"),
-        config,
-        run_dir,
-        run_id="20260101_000000",
-        broadcast=recorder,
+        RunContext(
+            registry,
+            registry.load_graph("tgraph"),
+            config,
+            run_dir,
+            run_id="20260101_000000",
+            broadcast=recorder,
+        )
     )
     summary = await asyncio.wait_for(runner.execute(), RUN_DEADLINE_S)
     assert summary.status_counts == {"completed": N_TOTAL}
@@ -183,7 +186,7 @@ async def test_a_rewrite_the_recordings_skip_is_made_up_by_the_live_refresh(
     """With the recordings' rewrites all but switched off, summary.json still follows the
     run: every boundary shows on disk within a second, while the run goes (the live
     aggregates' refresh saves after each new result)."""
-    monkeypatch.setattr(runner_module, "LIVE_SAVE_MIN_INTERVAL_S", 3600.0)
+    monkeypatch.setattr(recorder_module, "LIVE_SAVE_MIN_INTERVAL_S", 3600.0)
     run_dir = RunDir(tmp_path)
     loop = asyncio.get_running_loop()
     boundaries: list[tuple[int, float]] = []
@@ -194,7 +197,9 @@ async def test_a_rewrite_the_recordings_skip_is_made_up_by_the_live_refresh(
 
     config = EvalConfig(graph_name="tgraph", episode_count=N_PER_TASK, worker_count=1, seed=11)
     runner = BatchEvalRunner(
-        registry, make_graph(latency_ms=120.0), config, run_dir, run_id="r", broadcast=note
+        RunContext(
+            registry, make_graph(latency_ms=120.0), config, run_dir, run_id="r", broadcast=note
+        )
     )
     seen: list[tuple[int, float]] = []
 
@@ -228,13 +233,15 @@ async def test_a_live_refresh_that_ends_after_the_run_leaves_the_final_summary_a
     the complete summary. Here it runs after the end, on results it has not seen stored."""
     run_dir = RunDir(tmp_path)
     config = EvalConfig(graph_name="tgraph", episode_count=1, worker_count=1, seed=11)
-    runner = BatchEvalRunner(registry, make_graph(latency_ms=0.0), config, run_dir, run_id="r")
+    runner = BatchEvalRunner(
+        RunContext(registry, make_graph(latency_ms=0.0), config, run_dir, run_id="r")
+    )
     summary = await asyncio.wait_for(runner.execute(), RUN_DEADLINE_S)
     final = run_dir.summary_path.read_bytes()
     aggregates = dict(summary.aggregate_metrics)
     stray = runner.results[0].model_copy(update={"metrics": {"success": 0.0, "steps": 99}})
-    runner.results = {0: stray}  # what an older snapshot could hold
-    await asyncio.to_thread(runner._refresh_aggregates)
+    runner.recorder._results[0] = stray  # what an older snapshot could hold
+    await asyncio.to_thread(runner.recorder._refresh_aggregates)
     assert runner.run.aggregate_metrics == aggregates
     assert run_dir.summary_path.read_bytes() == final
 
@@ -420,7 +427,9 @@ async def test_graph_json_is_frozen_at_construction(
     graph = registry.load_graph("tgraph")
     original = graph.model_dump(mode="json")
     config = EvalConfig(graph_name="tgraph", episode_count=1, tasks=["t0"])
-    runner = BatchEvalRunner(registry, graph, config, RunDir(tmp_path), run_id="20260101_000000")
+    runner = BatchEvalRunner(
+        RunContext(registry, graph, config, RunDir(tmp_path), run_id="20260101_000000")
+    )
     # Edit the source graph afterwards: in memory (its node config) and on disk.
     graph.node("label").config["value"] = "edited"
     (workspace / "graphs" / "tgraph.json").write_text(
@@ -445,13 +454,15 @@ async def test_a_resumed_runner_runs_only_the_missing_episodes_and_ends_equal(
     recorder = Recorder(run_dir)
     config = EvalConfig(graph_name="tgraph", episode_count=N_PER_TASK, worker_count=2, seed=11)
     runner = BatchEvalRunner(
-        registry,
-        registry.load_graph("tgraph"),
-        config,
-        run_dir,
-        run_id="20260101_000000",
-        broadcast=recorder,
-        previous=kept,
+        RunContext(
+            registry,
+            registry.load_graph("tgraph"),
+            config,
+            run_dir,
+            run_id="20260101_000000",
+            broadcast=recorder,
+            previous=kept,
+        )
     )
     # The index starts with the kept results, sorted by index.
     assert [r["index"] for r in read_jsonl(run_dir.episodes_index_path).records] == [0, 2, 4]

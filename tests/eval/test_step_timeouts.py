@@ -27,6 +27,7 @@ import pytest_asyncio
 
 from agentcanvas.eval.config import EpisodeResult, EvalConfig, EvalRun
 from agentcanvas.eval.invariance import diff_runs
+from agentcanvas.eval.run_context import RunContext
 from agentcanvas.eval.runner import BatchEvalRunner
 from agentcanvas.eval.store import RunDir
 from agentcanvas.graph.model import Graph, parse_graph
@@ -185,7 +186,9 @@ async def run_eval(
 ) -> EvalRun:
     registry.validate(graph)
     cfg = EvalConfig(graph_name=graph.name, **config)
-    runner = BatchEvalRunner(registry, graph, cfg, RunDir(folder), run_id="20260101_000000")
+    runner = BatchEvalRunner(
+        RunContext(registry, graph, cfg, RunDir(folder), run_id="20260101_000000")
+    )
     return await asyncio.wait_for(runner.execute(), RUN_DEADLINE_S)
 
 

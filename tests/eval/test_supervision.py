@@ -21,6 +21,7 @@ import pytest
 import pytest_asyncio
 
 from agentcanvas.eval.config import EpisodeResult, EvalConfig, EvalRun
+from agentcanvas.eval.run_context import RunContext
 from agentcanvas.eval.runner import BatchEvalRunner
 from agentcanvas.eval.store import RunDir
 from agentcanvas.fileio import read_jsonl
@@ -76,7 +77,7 @@ def new_runner(
         graph_name="supervised", episode_count=episode_count, worker_count=N_WORKERS, max_attempts=2
     )
     return BatchEvalRunner(
-        registry, make_graph(30.0), config, RunDir(root), run_id="20260101_000000"
+        RunContext(registry, make_graph(30.0), config, RunDir(root), run_id="20260101_000000")
     )
 
 
@@ -188,7 +189,7 @@ async def test_a_stopped_server_is_killed_at_once_and_the_episode_retried(
         per_step_timeout_s=deadline_s,
     )
     runner = BatchEvalRunner(
-        registry, make_graph(30.0), config, RunDir(tmp_path), run_id="20260101_000000"
+        RunContext(registry, make_graph(30.0), config, RunDir(tmp_path), run_id="20260101_000000")
     )
     victim = server_pid(registry, "tenv#0")
     execution = asyncio.ensure_future(asyncio.wait_for(runner.execute(), RUN_DEADLINE_S))

@@ -1,4 +1,5 @@
-"""The six ways an episode ends, each made to really happen, each a populated EpisodeResult.
+"""The six ways an episode ends, each made to really happen, each a populated EpisodeResult
+that says why it ended (``end_reason``), which node is to blame, and where it was raised.
 
 A replicated test env ``tenv`` (its own auto_host server, found through ``AGENTCANVAS_HOME``)
 and a local glue node set ``tglue`` live in a real workspace under ``tmp_path``. An episode of
@@ -20,7 +21,8 @@ import pytest
 import pytest_asyncio
 
 from agentcanvas.eval.config import EvalConfig, EvalRun
-from agentcanvas.eval.events import EvalProgress, LiveEvent
+from agentcanvas.eval.events import Broadcast, EvalProgress, LiveEvent
+from agentcanvas.eval.run_context import RunContext
 from agentcanvas.eval.runner import BatchEvalRunner
 from agentcanvas.eval.seeding import episode_seed
 from agentcanvas.eval.store import RunDir
@@ -81,7 +83,9 @@ def make_graph(
     act: dict[str, Any] | None = None,
     graph_out: bool = True,
     fields: dict[str, Any] | None = None,
+    success: int | None = None,
 ) -> Graph:
+    """``success``: a constant the graph scores as its success, whatever the env says."""
     nodes: list[dict[str, Any]] = [
         {"id": "env", "type": "tenv.step"},
         {"id": "policy", "type": "tglue.act", "config": act or {}},
@@ -93,6 +97,9 @@ def make_graph(
     if graph_out:
         nodes.append({"id": "out", "type": "core.graphOut"})
         edges.append({"source": "env.metrics", "target": "out.metrics"})
+    if success is not None:  # a port after "metrics": its value wins the harvest
+        nodes.append({"id": "zero", "type": "core.constant", "config": {"value": success}})
+        edges.append({"source": "zero.value", "target": "out.success"})
     env = {"nodeset": "tenv", "fields": fields or {}, "tasks": list(tasks)}
     return parse_graph({"version": 1, "name": name, "env": env, "nodes": nodes, "edges": edges})
 
@@ -117,13 +124,20 @@ class Run:
     """One BatchEvalRunner run in its own folder under tmp_path."""
 
     def __init__(
-        self, registry: WorkspaceComponentRegistry, graph: Graph, root: Path, **config: Any
+        self,
+        registry: WorkspaceComponentRegistry,
+        graph: Graph,
+        root: Path,
+        broadcast: Broadcast | None = None,
+        **config: Any,
     ) -> None:
         registry.validate(graph)
         self.config = EvalConfig(graph_name=graph.name, **config)
         self.run_dir = RunDir(root / "run")
         self.runner = BatchEvalRunner(
-            registry, graph, self.config, self.run_dir, run_id="20260101_000000"
+            RunContext(
+                registry, graph, self.config, self.run_dir, "20260101_000000", broadcast=broadcast
+            )
         )
 
     async def execute(self) -> EvalRun:
@@ -158,6 +172,7 @@ async def test_completed_episodes_carry_metrics_and_load_info(
         assert ep.episode_id == f"ok/{ep.episode_index}"
         assert ep.instruction == f"take {length} steps"
         assert ep.scene_id == f"scene{ep.seed % 5}"
+        assert ep.end_reason == "success" and ep.failed_node is None and ep.traceback is None
     assert summary.determinism.guaranteed
     assert summary.aggregate_metrics["success"].n == 3
 
@@ -191,6 +206,8 @@ async def test_timeout_keeps_partial_steps_and_withdraws_the_guarantee(
     assert ep.partial_metrics["steps"] == 2  # graphOut fired in iteration 2, before the nap
     assert ep.partial_metrics["score"] == (ep.seed % 1000) / 1000.0
     assert ep.step_budget == 4
+    assert ep.end_reason == "timeout"
+    assert ep.failed_node == "policy"  # what the episode was waiting for when it was cut
     assert summary.determinism.guaranteed is False
     assert any("timeout" in reason and "[0]" in reason for reason in summary.determinism.reasons)
     on_disk = EvalRun.model_validate(read_json(run.run_dir.summary_path))
@@ -212,6 +229,10 @@ async def test_exception_in_on_load_is_data_and_the_run_goes_on(
     assert bad.status == "exception"
     assert bad.error is not None and "'bad_load' cannot be built" in bad.error
     assert bad.steps == 0 and bad.metrics == {}
+    assert bad.end_reason == "exception" and bad.failed_node is None
+    # Where it was raised: the traceback, bounded, ends with the error itself.
+    assert bad.traceback is not None and bad.traceback.startswith("Traceback")
+    assert "cannot be built" in bad.traceback.splitlines()[-1]
     assert good.status == "completed" and good.metrics["success"] == 1
     assert summary.aggregate_metrics["success"].n == 1  # the exception is not a failure
 
@@ -237,6 +258,14 @@ async def test_node_error_names_the_node_and_keeps_partial_metrics(
         assert message in ep.node_errors["policy"]
         assert ep.steps == 2  # the failing iteration counts; nothing ran after it
         assert ep.partial_metrics["steps"] == 1  # graphOut saw the env after one action
+        assert ep.end_reason == "error" and ep.failed_node == "policy"
+        assert ep.traceback is None  # the episode itself raised nothing
+        if "raise_at" in act:  # an in-process node that raised keeps its traceback
+            assert list(ep.node_tracebacks) == ["policy"]
+            lines = ep.node_tracebacks["policy"].splitlines()
+            assert lines[-1] == message and any("in act" in line for line in lines)
+        else:  # an error it returned has no traceback
+            assert ep.node_tracebacks == {}
     assert summary.aggregate_metrics == {}
     log = read_jsonl(run.run_dir.episode_log_path(0)).records
     assert [r["status"] for r in log if r["node"] == "policy"] == ["ok", "error"]
@@ -255,19 +284,38 @@ async def test_no_graph_out_is_no_verdict(
         assert ep.error is not None and "no verdict" in ep.error
         assert ep.metrics == {}
         assert ep.steps == episode_length(ep.seed) + 1  # it ran to its end, it just said nothing
+        assert ep.end_reason == "no_verdict"
     assert summary.aggregate_metrics == {}
+
+
+async def test_a_completed_episode_says_whether_the_env_or_the_step_budget_ended_it(
+    registry: WorkspaceComponentRegistry, tmp_path: Path
+) -> None:
+    """Not a success: the env said done (scored a failure here, its success overridden by a
+    constant), or the step budget ran out first."""
+    run = Run(registry, make_graph("verdicts", success=0), tmp_path / "env", episode_count=2)
+    summary = await run.execute()
+    assert summary.status_counts == {"completed": 2}
+    for ep in summary.episodes:
+        assert ep.metrics["success"] == 0 and ep.steps == episode_length(ep.seed) + 1
+        assert ep.end_reason == "env_done" and ep.error is None
+
+    run = Run(registry, make_graph("short"), tmp_path / "budget", episode_count=2, step_budget=2)
+    summary = await run.execute()
+    assert summary.status_counts == {"completed": 2}
+    for ep in summary.episodes:
+        assert ep.steps == 2 < episode_length(ep.seed) + 1 and ep.metrics["success"] == 0
+        assert ep.end_reason == "budget_exhausted" and ep.error is None
 
 
 async def test_a_run_cancelled_after_its_last_episode_finished_is_completed(
     registry: WorkspaceComponentRegistry, tmp_path: Path
 ) -> None:
-    run = Run(registry, make_graph("ok"), tmp_path, episode_count=2)
-
     def cancel_at_the_end(event: LiveEvent) -> None:
         if isinstance(event, EvalProgress) and event.episodes_done == 2:
             run.runner.cancel()  # the user's cancel arrives just after the last episode
 
-    run.runner.broadcast = cancel_at_the_end
+    run = Run(registry, make_graph("ok"), tmp_path, cancel_at_the_end, episode_count=2)
     summary = await run.execute()
 
     assert run.runner.cancel_event.is_set()
@@ -302,6 +350,7 @@ async def test_cancel_mid_run_leaves_the_episodes_not_started_missing(
     assert 1 <= hit.steps <= episode_length(hit.seed)  # partial: cut short mid-episode
     assert hit.partial_metrics["score"] == (hit.seed % 1000) / 1000.0
     assert hit.partial_metrics["success"] == 0 and hit.metrics == {}
+    assert hit.end_reason == "cancelled" and hit.error == "cancelled with the run"
     assert not run.run_dir.episode_dir(2).exists() and not run.run_dir.episode_dir(3).exists()
     on_disk = EvalRun.model_validate(read_json(run.run_dir.summary_path))
     assert on_disk.status == "cancelled"

@@ -601,8 +601,15 @@ async def test_firing_log_records_every_firing(registry: WorkspaceComponentRegis
         assert entry["latency_ms"] >= 0.0
     first_np = log.entries[1]
     assert (first_np["type"], first_np["status"]) == ("probe.numpy_out", "ok")
-    assert first_np["outputs"]["image"] == "uint8[7,7,3]"  # arrays are summarised
-    assert log.entries[2]["inputs"] == {"image": "uint8[7,7,3]"}
+    # Arrays are summarised: dtype, shape and their first values, with how many were cut.
+    image = {"dtype": "uint8", "shape": [7, 7, 3], "values": [0] * 8, "cut": 7 * 7 * 3 - 8}
+    assert first_np["outputs"]["image"] == image
+    assert first_np["outputs"]["metrics"] == {
+        "i64": 3,
+        "arr1": {"dtype": "float64", "shape": [1], "values": [2.5]},
+        "nan": "nan",
+    }
+    assert log.entries[2]["inputs"] == {"image": image}
     assert log.entries[0]["status"] == "skipped" and "error" in log.entries[0]
     assert "error" not in first_np
 

@@ -14,6 +14,7 @@ import pytest
 import pytest_asyncio
 
 from agentcanvas.eval.config import EvalConfig, EvalRun
+from agentcanvas.eval.run_context import RunContext
 from agentcanvas.eval.runner import BatchEvalRunner
 from agentcanvas.eval.store import RunDir
 from agentcanvas.server.registry import WorkspaceComponentRegistry
@@ -45,7 +46,9 @@ def new_runner(registry: WorkspaceComponentRegistry, root: Path) -> BatchEvalRun
         max_attempts=2,
     )
     graph = registry.load_graph("metaworld_expert")
-    return BatchEvalRunner(registry, graph, config, RunDir(root), run_id="20260101_000000")
+    return BatchEvalRunner(
+        RunContext(registry, graph, config, RunDir(root), run_id="20260101_000000")
+    )
 
 
 async def test_a_killed_mujoco_server_is_restarted_and_its_episode_retried(

@@ -2,8 +2,9 @@
 
 ``engine.RayEngine`` opens a Ray session (``session``), starts one actor per shared node set
 (``model_actor``) and one per worker (``worker_actor``), and gives the run a
-``runner.RayEvalRunner``, which dispatches episode indices with the same work-stealing
-dispatcher as the local engine and records what the actors send back. Ray is an optional
+``BatchEvalRunner`` with ``runner.RayEpisodeWorkers``, which take episode indices from the
+same work-stealing dispatcher as the local engine's workers and hand what the actors send
+back to the run's recorder. Ray is an optional
 dependency (``agentcanvas[ray]``): nothing here is imported unless a run asks for it.
 """
 

@@ -4,31 +4,29 @@
 workspace's node sets and graphs (``shipping``), takes the run's placement group (the one the
 scheduler reserved, else its own: ``run_group``), starts one actor per shared node set in its
 bundle and binds the registry to them (so the determinism block reads their start-up checks
-and audit, as it reads a server's). The worker actors are started by the runner, which knows
-the run id, each in its bundle. ``close`` kills every actor of the run, removes its group and
-ends a session it started.
+and audit, as it reads a server's). The worker actors are started by the run's
+``RayEpisodeWorkers``, which know the run id, each in its bundle. ``close`` kills every
+actor of the run, removes its group and ends a session it started.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Sequence
 from typing import Any
 
 from agentcanvas.cluster.model_actor import ModelServer, RayModelHandle
 from agentcanvas.cluster.placement import model_options, plan_placement
 from agentcanvas.cluster.run_group import START_TIMEOUT_S, RunGroup
-from agentcanvas.cluster.runner import RayEvalRunner
+from agentcanvas.cluster.runner import RayEpisodeWorkers
 from agentcanvas.cluster.session import RaySession, import_ray, open_session
 from agentcanvas.cluster.shipping import ShippedWorkspace, stage_workspace
 from agentcanvas.cluster.workers import RayWorkerGroup
 from agentcanvas.errors import ServerError, StateError
-from agentcanvas.eval.config import DeterminismInfo, EpisodeResult, EvalConfig
+from agentcanvas.eval.config import DeterminismInfo, EvalConfig
 from agentcanvas.eval.determinism import collect_determinism
-from agentcanvas.eval.events import Broadcast
+from agentcanvas.eval.run_context import RunContext
 from agentcanvas.eval.runner import BatchEvalRunner
-from agentcanvas.eval.store import RunDir
 from agentcanvas.graph.model import Graph
 from agentcanvas.server.registry import WorkspaceComponentRegistry
 
@@ -92,31 +90,11 @@ class RayEngine:
         info.engine = self.name
         return info
 
-    def runner(
-        self,
-        registry: WorkspaceComponentRegistry,
-        graph: Graph,
-        config: EvalConfig,
-        run_dir: RunDir,
-        *,
-        run_id: str,
-        broadcast: Broadcast | None,
-        determinism: DeterminismInfo,
-        previous: Sequence[EpisodeResult] = (),
-    ) -> BatchEvalRunner:
+    def runner(self, context: RunContext) -> BatchEvalRunner:
+        """The run's runner, its episodes run by this engine's worker actors."""
         if self.group is None:
             raise StateError("RayEngine.runner before start")
-        return RayEvalRunner(
-            registry,
-            graph,
-            config,
-            run_dir,
-            run_id=run_id,
-            group=self.group,
-            broadcast=broadcast,
-            determinism=determinism,
-            previous=previous,
-        )
+        return BatchEvalRunner(context, RayEpisodeWorkers(self.group))
 
     async def close(self) -> None:
         """Kill the run's actors (workers, then models), remove its placement group, end an

@@ -1,12 +1,14 @@
-"""RayEvalRunner: the BatchEvalRunner whose workers are Ray actors running whole episodes.
+"""RayEpisodeWorkers: a run's workers as Ray actors that run whole episodes.
 
-Everything about the run folder is the local engine's (BatchEvalRunner): the summary, the
-index, the aggregates, cancel and resume. Only ``_run_workers`` differs: each worker loop
-takes an episode (RetryingWork: a retry first, else the work-stealing dispatcher), sends it
-to its actor in one call, and writes what comes back — the episode's log.jsonl and frames,
-then its record. A worker actor or node lost mid-episode puts the episode back for a retry
-with the same seed (``attempts`` counts them); the loop waits for Ray to restart its actor
-and goes on, while the other workers keep taking episodes. When every worker is gone with
+The run is the local engine's (``eval.runner.BatchEvalRunner``): its plan, dispatcher,
+error budget, cancel and resume, and everything about the run folder through its recorder
+(``eval.recorder.RunRecorder``). Only where episodes run differs: each worker loop takes an
+episode (RetryingWork: a retry first, else the work-stealing dispatcher), sends it to its
+actor in one call, and hands what comes back to the recorder — the record with its files
+(the episode's log.jsonl and frames, :class:`ShippedFiles`), written as the local engine
+writes them. A worker actor or node lost mid-episode puts the episode back for a retry with
+the same seed (``attempts`` counts them); the loop waits for Ray to restart its actor and
+goes on, while the other workers keep taking episodes. When every worker is gone with
 episodes left the run raises ServerDiedError: it ends ``aborted`` and can be resumed.
 """
 
@@ -14,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
 from pathlib import Path
 
 from agentcanvas.cluster.elastic import Assignment, RetryingWork
@@ -22,104 +23,98 @@ from agentcanvas.cluster.session import import_ray
 from agentcanvas.cluster.worker_actor import EpisodeReply, EpisodeRequest
 from agentcanvas.cluster.workers import RayWorkerGroup
 from agentcanvas.errors import ServerDiedError
-from agentcanvas.eval.config import DeterminismInfo, EpisodeResult, EvalConfig
+from agentcanvas.eval.config import EpisodeResult
 from agentcanvas.eval.dispatch import WorkStealingDispatcher
-from agentcanvas.eval.events import Broadcast
-from agentcanvas.eval.runner import BatchEvalRunner
+from agentcanvas.eval.episode import episode_result
+from agentcanvas.eval.run_control import RunControl
 from agentcanvas.eval.store import RunDir
-from agentcanvas.graph.model import DEFAULT_STEP_BUDGET, Graph
-from agentcanvas.server.registry import WorkspaceComponentRegistry
+from agentcanvas.graph.model import DEFAULT_STEP_BUDGET
+
+__all__ = ["ACTOR_RETURN_S", "HEAD_MARGIN_S", "RayEpisodeWorkers", "ShippedFiles"]
 
 log = logging.getLogger(__name__)
 ACTOR_RETURN_S = 120.0  # how long a worker loop waits for Ray to bring its actor back
 HEAD_MARGIN_S = 60.0  # beyond the episode's own safety net before the head gives up on it
 
 
-class RayEvalRunner(BatchEvalRunner):
-    """A BatchEvalRunner whose workers are the actors of a RayWorkerGroup."""
+class ShippedFiles:
+    """An episode's log.jsonl and frames as its actor sent them, written by the recorder."""
 
-    def __init__(
-        self,
-        registry: WorkspaceComponentRegistry,
-        graph: Graph,
-        config: EvalConfig,
-        run_dir: RunDir,
-        *,
-        run_id: str,
-        group: RayWorkerGroup,
-        broadcast: Broadcast | None = None,
-        determinism: DeterminismInfo | None = None,
-        previous: Sequence[EpisodeResult] = (),
-    ) -> None:
-        super().__init__(
-            registry,
-            graph,
-            config,
-            run_dir,
-            run_id=run_id,
-            broadcast=broadcast,
-            determinism=determinism,
-            previous=previous,
-        )
+    def __init__(self, run_dir: RunDir, index: int, reply: EpisodeReply, record_log: bool):
+        self.run_dir, self.index, self.reply, self.record_log = run_dir, index, reply, record_log
+
+    def write_rest(self) -> None:
+        log_path = self.run_dir.episode_log_path(self.index)
+        log_path.unlink(missing_ok=True)  # a retry or a resume starts the log afresh
+        if self.record_log and self.reply.log:
+            log_path.write_bytes(self.reply.log)  # one write: no per-step work at the head
+        if self.reply.frames:
+            assets = self.run_dir.episode_assets_dir(self.index)
+            assets.mkdir(parents=True, exist_ok=True)
+            for name, data in self.reply.frames.items():
+                (assets / Path(name).name).write_bytes(data)  # a bare file name
+
+
+class RayEpisodeWorkers:
+    """The Ray engine's workers: the actors of a RayWorkerGroup, one per worker."""
+
+    def __init__(self, group: RayWorkerGroup) -> None:
         self.group = group
-        self.run.determinism.engine = "ray"
-        self.run.determinism.worker_nodes = group.nodes  # filled in as the actors report
         self.lost_workers = 0
 
-    async def _run_workers(self, dispatcher: WorkStealingDispatcher) -> None:
+    async def run(self, control: RunControl, dispatcher: WorkStealingDispatcher) -> None:
+        run = control.recorder.run
         if not self.group.actors:
-            await self.group.start(self.run.run_id, self.config.worker_count)
-        self.run.determinism.worker_nodes = self.group.nodes
-        self.run.determinism.placement_group = self.group.reported_group
+            await self.group.start(control.context.run_id, control.config.worker_count)
+        run.determinism.worker_nodes = self.group.nodes  # filled in as the actors report
+        run.determinism.placement_group = self.group.reported_group
         work = RetryingWork(dispatcher)
         async with asyncio.TaskGroup() as tasks:
-            forward = tasks.create_task(self._forward_cancel())
+            forward = tasks.create_task(self._forward_cancel(control))
             workers = [
-                tasks.create_task(self._worker_loop(k, work))
-                for k in range(self.config.worker_count)
+                tasks.create_task(self._worker_loop(control, k, work))
+                for k in range(control.config.worker_count)
             ]
             await asyncio.wait(workers)
             forward.cancel()
-        if work.remaining and not self.cancel_event.is_set():
+        if work.remaining and not control.cancelled:
             raise ServerDiedError(
                 f"every Ray worker was lost with {work.remaining} episode(s) left; "
                 "resume the run once the cluster has capacity again"
             )
 
-    async def _forward_cancel(self) -> None:
-        await self.cancel_event.wait()
+    async def _forward_cancel(self, control: RunControl) -> None:
+        await control.cancel_event.wait()
         await self.group.cancel_all()
 
-    async def _worker_loop(self, worker_id: int, work: RetryingWork) -> None:
-        while not self.cancel_event.is_set():
+    async def _worker_loop(self, control: RunControl, worker_id: int, work: RetryingWork) -> None:
+        while not control.cancelled:
             item = work.take(worker_id)
             if item is None:
                 if work.finished():
                     return
                 await work.wait_for_change(1.0)  # an episode in flight may come back
                 continue
-            reply = await self._send(worker_id, item)
+            reply = await self._send(control, worker_id, item)
             if reply is None:
-                await self._lost(item, work)
+                await self._lost(control, item, work)
                 back = await self.group.wait_back(
-                    worker_id,
-                    lambda: work.finished() or self.cancel_event.is_set(),
-                    ACTOR_RETURN_S,
+                    worker_id, lambda: work.finished() or control.cancelled, ACTOR_RETURN_S
                 )
                 if not back:
                     self.lost_workers += 1
                     return
                 continue
-            work.done(item, lost=False, max_attempts=self.config.max_attempts)
-            result = await self._write_reply(reply, item)
-            if result.status == "timeout" and not self.cancel_event.is_set():
+            work.done(item, lost=False, max_attempts=control.config.max_attempts)
+            result = await self._record_reply(control, reply, item)
+            if result.status == "timeout" and not control.cancelled:
                 self.group.restart(worker_id)  # a call may still run in the old simulator
                 await self.group.wait_back(worker_id, work.finished, ACTOR_RETURN_S)
 
-    def _request(self, index: int) -> EpisodeRequest:
-        config = self.config
+    def _request(self, control: RunControl, index: int) -> EpisodeRequest:
+        config = control.config
         return EpisodeRequest(
-            spec=self.specs[index],
+            spec=control.specs[index],
             step_budget=config.step_budget,
             per_step_timeout_s=config.per_step_timeout_s,
             episode_timeout_s=config.episode_timeout_s,
@@ -127,21 +122,25 @@ class RayEvalRunner(BatchEvalRunner):
             record_log=config.record_log,
         )
 
-    def _head_deadline_s(self) -> float:
+    def _head_deadline_s(self, control: RunControl) -> float:
         """The head's own limit on one episode call: the episode's safety net plus a margin
         (the step budget the env resolves is not known here, so the largest plausible)."""
-        if self.config.episode_timeout_s is not None:
-            return self.config.episode_timeout_s + HEAD_MARGIN_S
-        budget = self.config.step_budget or self.graph.step_budget or DEFAULT_STEP_BUDGET
-        return max(budget, DEFAULT_STEP_BUDGET) * self.config.per_step_timeout_s + HEAD_MARGIN_S
+        config = control.config
+        if config.episode_timeout_s is not None:
+            return config.episode_timeout_s + HEAD_MARGIN_S
+        budget = config.step_budget or control.context.graph.step_budget or DEFAULT_STEP_BUDGET
+        return max(budget, DEFAULT_STEP_BUDGET) * config.per_step_timeout_s + HEAD_MARGIN_S
 
-    async def _send(self, worker_id: int, item: Assignment) -> EpisodeReply | None:
+    async def _send(
+        self, control: RunControl, worker_id: int, item: Assignment
+    ) -> EpisodeReply | None:
         """One episode on the worker's actor; None when the actor or its node was lost."""
         ray = import_ray()
         actor = self.group.actors[worker_id]
         try:
-            async with asyncio.timeout(self._head_deadline_s()):
-                reply: EpisodeReply = await actor.run.remote(self._request(item.index))
+            async with asyncio.timeout(self._head_deadline_s(control)):
+                request = self._request(control, item.index)
+                reply: EpisodeReply = await actor.run.remote(request)
         except ray.exceptions.RayActorError as exc:
             log.warning("worker %d lost episode %d: %s", worker_id, item.index, exc)
             return None
@@ -157,41 +156,24 @@ class RayEvalRunner(BatchEvalRunner):
         self.group.note_node(worker_id, reply.node_id)
         return reply
 
-    async def _lost(self, item: Assignment, work: RetryingWork) -> None:
-        """Queue a lost episode again; past max_attempts record it as an exception."""
-        if work.done(item, lost=True, max_attempts=self.config.max_attempts):
+    async def _lost(self, control: RunControl, item: Assignment, work: RetryingWork) -> None:
+        """Queue a lost episode again; past max_attempts record it as lost."""
+        if work.done(item, lost=True, max_attempts=control.config.max_attempts):
             return
-        spec = self.specs[item.index]
-        result = EpisodeResult(
-            index=spec.index,
-            task=spec.task,
-            episode_index=spec.episode_index,
-            seed=spec.seed,
-            status="exception",
-            error=f"its Ray worker was lost on each of {item.attempt} attempt(s)",
-            attempts=item.attempt,
-        )
-        await self._record(result)
+        error = f"its Ray worker was lost on each of {item.attempt} attempt(s)"
+        result = episode_result(control.specs[item.index], "worker_lost", error)
+        result.attempts = item.attempt
+        control.spend(result)
+        await control.record(result)
 
-    async def _write_reply(self, reply: EpisodeReply, item: Assignment) -> EpisodeResult:
-        """The episode's log and frames into its folder, then its record (as locally)."""
+    async def _record_reply(
+        self, control: RunControl, reply: EpisodeReply, item: Assignment
+    ) -> EpisodeResult:
+        """The episode's record, with its log and frames, through the run's recorder."""
         result = EpisodeResult.model_validate(reply.result)
         result.attempts = item.attempt
-        if self.cancel_event.is_set() and result.status in ("error", "exception", "timeout"):
-            result.status, result.error = "cancelled", "cancelled with the run"
-        self._spend_error_budget(result)  # before the writes: past it, no episode starts
-        await asyncio.to_thread(self._write_files, result.index, reply)
-        await self._persist_result(result)
+        control.settle_cancelled(result)
+        control.spend(result)  # before the writes: past it, no episode starts
+        run_dir, record_log = control.context.run_dir, control.config.record_log
+        await control.record(result, ShippedFiles(run_dir, result.index, reply, record_log))
         return result
-
-    def _write_files(self, index: int, reply: EpisodeReply) -> None:
-        self.run_dir.create_episode(index)
-        log_path = self.run_dir.episode_log_path(index)
-        log_path.unlink(missing_ok=True)  # a retry or a resume starts the log afresh
-        if self.config.record_log and reply.log:
-            log_path.write_bytes(reply.log)  # one write: no per-step work at the head
-        if reply.frames:
-            assets = self.run_dir.episode_assets_dir(index)
-            assets.mkdir(parents=True, exist_ok=True)
-            for name, data in reply.frames.items():
-                (assets / Path(name).name).write_bytes(data)  # a bare file name

@@ -1,9 +1,12 @@
-"""Versioned data models of a run: EvalConfig (what to run), EpisodeResult, EvalRun (summary)."""
+"""Versioned data models of a run: EvalConfig (what to run) and EvalRun (summary.json).
+
+An episode's record (``EpisodeResult``) and the determinism block (``DeterminismInfo``)
+have modules of their own and are re-exported here, where readers have always found them.
+"""
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -18,16 +21,54 @@ from pydantic import (
     model_validator,
 )
 
+from agentcanvas.eval.determinism_info import (
+    DETERMINISM_LEVELS,
+    BatchedFunctionInfo,
+    DeterminismInfo,
+    DeterminismLevel,
+)
+from agentcanvas.eval.episode_result import (
+    END_REASONS,
+    RUN_FORMAT_VERSION,
+    EndReason,
+    EpisodeResult,
+    EpisodeStatus,
+    MetricValue,
+)
 from agentcanvas.eval.health import RunHealth, assess
 from agentcanvas.eval.metrics import MetricAggregate, MetricRules
 from agentcanvas.eval.run_state import RunStatus, check_move
 
-RUN_FORMAT_VERSION: Literal[1] = 1
-EpisodeStatus = Literal["completed", "timeout", "exception", "error", "no_verdict", "cancelled"]
+__all__ = [
+    "DETERMINISM_LEVELS",
+    "END_REASONS",
+    "MAX_PLANNED_EPISODES",
+    "RAY_ADDRESS_PATTERN",
+    "RUN_FORMAT_VERSION",
+    "RUN_ID_PATTERN",
+    "BatchedFunctionInfo",
+    "BinaryInterval",
+    "DeterminismInfo",
+    "DeterminismLevel",
+    "EndReason",
+    "EpisodeRef",
+    "EpisodeResult",
+    "EpisodeStatus",
+    "EvalConfig",
+    "EvalRun",
+    "FramesMode",
+    "LiveInterval",
+    "MaxErrors",
+    "MetricValue",
+    "StopReport",
+    "WorkerStats",
+]
+
 FramesMode = Literal["every", "failures", "none"]
 BinaryInterval = Literal["wilson", "clopper-pearson"]
-MetricValue = float | int | bool | str | None
 RAY_ADDRESS_PATTERN = r"^(auto|(ray://)?[A-Za-z0-9.\-]+:[0-9]{1,5})$"
+RUN_ID_PATTERN = r"^[0-9]{8}_[0-9]{6}(_[0-9]+)?$"
+MAX_PLANNED_EPISODES = 1_000_000
 
 
 def _max_errors_not_bool(value: Any) -> Any:
@@ -66,8 +107,18 @@ MaxErrors = Annotated[
 """An error budget: a count of error episodes (>= 0) or a fraction of the run (0 < f < 1)."""
 
 
+class EpisodeRef(BaseModel):
+    """One episode by its identity: the task and the env's episode index within it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    task: str = Field(min_length=1, description="Task id (panel task_id).")
+    episode_index: int = Field(ge=0, description="The env's episode index within the task.")
+
+
 class EvalConfig(BaseModel):
-    """What to run. Episodes are ``episode_count`` per task, indexed from ``start_index``."""
+    """What to run. Episodes are ``episode_count`` per task, indexed from ``start_index``,
+    or exactly the listed ``episodes`` (a retry of some of a run's episodes)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -131,7 +182,7 @@ class EvalConfig(BaseModel):
     )
     until_decided_vs: str | None = Field(
         default=None,
-        pattern=r"^[0-9]{8}_[0-9]{6}(_[0-9]+)?$",
+        pattern=RUN_ID_PATTERN,
         description="Stop rule: a baseline run id; end the run once an anytime-valid paired "
         "test (the mixture martingale on discordant pairs, an anytime-valid McNemar) says "
         "this run is better or worse than the baseline on the same episodes (errors count "
@@ -154,6 +205,22 @@ class EvalConfig(BaseModel):
         pattern=RAY_ADDRESS_PATTERN,
         description="Engine ray: auto, host:port or ray://host:10001; default: a local Ray.",
     )
+    episodes: list[EpisodeRef] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_PLANNED_EPISODES,
+        description="Run exactly these episodes, each a (task, episode_index) pair, in this "
+        "order, instead of episode_count per task: run indices are 0..k-1, and each seed "
+        "derives from (seed, task, episode_index) as in any run, so with an earlier run's seed "
+        "they replay that run's episodes. With it, leave tasks and start_index unset; "
+        "episode_count is ignored. Default: episode_count per task.",
+    )
+    retry_of: str | None = Field(
+        default=None,
+        pattern=RUN_ID_PATTERN,
+        description="The run id this run retries episodes of (given with episodes and that "
+        "run's seed): a link to the original, which keeps its records. Default: none.",
+    )
 
     @field_validator("tasks")
     @classmethod
@@ -164,207 +231,27 @@ class EvalConfig(BaseModel):
             raise ValueError("tasks must not repeat a task id (episodes are keyed by task)")
         return value
 
-
-class EpisodeResult(BaseModel):
-    """One episode's self-describing record (episode.json, and an entry of summary.json)."""
-
-    version: Literal[1] = RUN_FORMAT_VERSION
-    index: int = Field(description="Position in the run (0 … episodes_total-1).")
-    episode_id: str = ""
-    task: str = ""
-    episode_index: int = Field(description="The env's episode index within its task.")
-    seed: int
-    status: EpisodeStatus
-    steps: int = 0
-    metrics: dict[str, MetricValue] = Field(
-        default_factory=dict,
-        description="The scored metrics: those of a completed episode (empty otherwise).",
-    )
-    partial_metrics: dict[str, MetricValue] = Field(
-        default_factory=dict,
-        description="What an episode that did not complete had harvested before it ended "
-        "(the seed's partial results): kept, never scored.",
-    )
-    error: str | None = None
-    node_errors: dict[str, str] = Field(default_factory=dict)
-    attempts: int = 1
-    step_budget: int | None = None
-    scene_id: str = ""
-    instruction: str = ""
-    duration_s: float = 0.0
-
-    def identity(self) -> dict[str, Any]:
-        """The fields that must be bit-identical across worker counts.
-
-        Wall time and supervision retries (``attempts``) are how a run went, not what it scored.
-        """
-        return self.model_dump(exclude={"duration_s", "attempts"})
-
-
-DeterminismLevel = Literal["broken", "unverified", "sampled", "certified"]
-DETERMINISM_LEVELS: tuple[DeterminismLevel, ...] = ("broken", "unverified", "sampled", "certified")
-"""Worst first: a run's level is the worst of its batched functions' levels."""
-
-
-class BatchedFunctionInfo(BaseModel):
-    """One batched function the run used (``nodeset.node``): how a shared server ran it."""
-
-    mode: str = Field(
-        description="padded / single / batched (verified, batched), per_request (found "
-        "batch-dependent), audited (batched, unverified, the audit found no mismatch in this "
-        "run's batches), unverified (batched with no check at all), unknown (server unreachable)."
-    )
-    verified: bool = Field(description="Passed its start-up check; no mismatch since.")
-    verified_by: str = ""
-    level: DeterminismLevel = Field(
-        default="unverified",
-        description="certified: no request of this run got an output computed in a batch of "
-        "more than one (each was alone, or --certify recomputed its row alone, matched bit for "
-        "bit, and served the alone result); sampled: served in shared batches, and the start-up "
-        "examples passed and/or some of this run's batches were audited, without a mismatch; "
-        "unverified: served in shared batches with no example and no audited batch, or the "
-        "server's report could not be read; broken: a mismatch was seen (start-up check or "
-        "audit) and the function runs per request since.",
-    )
-    level_detail: str = Field(
-        default="", description="Why it has its level, in plain words (what the check rules out)."
-    )
-    batches_audited: int = Field(default=0, description="Over the server's life so far.")
-    batched_requests: int = Field(
-        default=0,
-        description="This run's requests that were served an output computed in a batch of "
-        "more than one (rows --certify recomputed alone are not counted: see rows_alone).",
-    )
-    run_batches: int = Field(
-        default=0, description="M: this run's batches of more than one request (batched mode)."
-    )
-    run_batches_audited: int = Field(
-        default=0, description="k: how many of those the audit recomputed a row of, alone."
-    )
-    rows_alone: int = Field(
-        default=0,
-        description="This run's rows of such batches recomputed alone and served the alone "
-        "result (--certify).",
-    )
-    certify: bool = Field(
-        default=False, description="The server audited every batched row of this run."
-    )
-    audit_rate: float | None = Field(
-        default=None, description="The server's AGENTCANVAS_AUDIT_RATE (0: the audit was off)."
-    )
-    ruled_out_above: float | None = Field(
-        default=None,
-        description="Sampled with k > 0 audited batches: X = 1 - 0.05^(1/k), the share of "
-        "batch-dependent batches above which k clean audits are ruled out at 95 % confidence.",
-    )
-    mismatch: str | None = Field(default=None, description="The first evidence of dependence.")
-    mismatch_episode_key: str | None = None
-    first_episode_affected: int | None = Field(
-        default=None,
-        description="The first episode of this run served in a shared batch before the "
-        "function dropped to per-request mode (None: no episode was).",
-    )
-
-    @model_validator(mode="before")
-    @classmethod
-    def _level_of_old_entries(cls, data: Any) -> Any:
-        """An entry written before levels existed: the old "verified" rested on the start-up
-        examples, a sample at best; an in-process function ran every call alone."""
-        if isinstance(data, dict) and "level" not in data and "mode" in data:
-            level = (
-                "broken"
-                if data.get("mismatch") is not None
-                else "certified"
-                if data.get("mode") == "in_process"
-                else "sampled"
-                if data.get("verified")
-                else "unverified"
-            )
-            data = {**data, "level": level}
-        return data
-
-
-class DeterminismInfo(BaseModel):
-    """What this run's independence of the worker count rests on: a level, and why.
-
-    ``level`` is the worst of its batched functions' levels (``certified`` when it used
-    none). Wall-clock timeouts are timing, which no audit can vouch for: the episodes they
-    decided are listed in ``timeouts`` (and in ``reasons``) and cap the level at
-    ``unverified`` (a ``broken`` run stays ``broken``). ``guaranteed`` is ``level ==
-    "certified"``, kept for readers of older summaries; an old summary without a level gets
-    one on loading: ``broken`` if a function had a mismatch, else ``sampled`` if it said
-    guaranteed (that claim rested at best on a sample), else ``unverified``.
-    """
-
-    level: DeterminismLevel = Field(
-        default="certified",
-        description="certified / sampled / unverified / broken: the worst of the batched "
-        "functions' levels (certified with none), capped at unverified by wall-clock timeouts.",
-    )
-    level_detail: str = Field(default="", description="Why, in plain words.")
-    certify: bool = Field(
-        default=False, description="The run asked its shared servers to audit every batched row."
-    )
-    timeouts: list[int] = Field(
-        default_factory=list,
-        description="Episodes (run indices) a wall-clock timeout decided: not reproducible by "
-        "construction; any makes the level at most unverified.",
-    )
-    shared_server_modes: dict[str, str] = Field(default_factory=dict)
-    batched_functions: dict[str, BatchedFunctionInfo] = Field(default_factory=dict)
-    reasons: list[str] = Field(
-        default_factory=list, description="Why the level is not certified, one line each."
-    )
-    seed_function: str = "sha256(agentcanvas-v1|run_seed|task|episode_index) mod 2**31"
-    engine: str = Field(default="local", description="The engine that ran the episodes.")
-    worker_nodes: dict[str, list[str]] = Field(
-        default_factory=dict, description="Engine ray: the Ray node ids each worker ran on."
-    )
-    placement_group: str | None = Field(
-        default=None,
-        description="Engine ray: the placement group (hex id) the run's actors were reserved "
-        "in; each worker actor reported it from inside.",
-    )
-
-    @computed_field  # type: ignore[prop-decorator]
-    @property
-    def guaranteed(self) -> bool:
-        """``level == "certified"`` (older summaries' only field)."""
-        return self.level == "certified"
-
-    @model_validator(mode="before")
-    @classmethod
-    def _level_of_old_summaries(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "level" not in data and "guaranteed" in data:
-            functions = data.get("batched_functions") or {}
-            broken = any(
-                isinstance(f, dict) and f.get("mismatch") is not None for f in functions.values()
-            )
-            level = "broken" if broken else "sampled" if data["guaranteed"] else "unverified"
-            data = {**data, "level": level}
-        return data
-
-    @staticmethod
-    def worst(levels: Iterable[DeterminismLevel]) -> DeterminismLevel:
-        """The worst of ``levels``; ``certified`` when there are none."""
-        return min(levels, key=DETERMINISM_LEVELS.index, default="certified")
-
-    def settle(self) -> None:
-        """Recompute ``level`` and ``level_detail`` from the functions and the timeouts."""
-        functions = sorted(self.batched_functions.items())
-        level = self.worst(f.level for _, f in functions)
-        if not functions:
-            detail = "the run used no batched function of a shared server"
-        else:
-            detail = "; ".join(f"{n}: {f.level_detail}" for n, f in functions if f.level == level)
-        if self.timeouts:
-            if level in ("sampled", "certified"):
-                level = "unverified"
-            detail += (
-                f"; wall-clock timeouts decided {len(self.timeouts)} episode(s) "
-                f"(first: {self.timeouts[0]}), which no audit can vouch for"
-            )
-        self.level, self.level_detail = level, detail
+    @model_validator(mode="after")
+    def _episodes_alone(self) -> EvalConfig:
+        """``episodes`` decides the plan alone; ``retry_of`` needs it; no episode twice."""
+        if self.episodes is None:
+            if self.retry_of is not None:
+                raise ValueError("retry_of: give the episodes to retry too (episodes)")
+            return self
+        if self.tasks is not None:
+            raise ValueError("tasks: leave it unset with episodes (their tasks are the run's)")
+        if self.start_index != 0:
+            raise ValueError("start_index: leave it at 0 with episodes (they name their index)")
+        seen: set[tuple[str, int]] = set()
+        for position, ref in enumerate(self.episodes):
+            key = (ref.task, ref.episode_index)
+            if key in seen:
+                raise ValueError(
+                    f"episodes[{position}]: task {ref.task!r} episode_index "
+                    f"{ref.episode_index} is listed twice (a record is keyed by it)"
+                )
+            seen.add(key)
+        return self
 
 
 class WorkerStats(BaseModel):

@@ -1,7 +1,8 @@
 """Which engine runs a run's episodes: the seam between the eval process and where they run.
 
 An engine prepares what the graph needs (``start``), measures the run's determinism block
-from its shared node sets, makes the run's BatchEvalRunner, and releases what it started
+from its shared node sets, makes the run's BatchEvalRunner from its RunContext (with the
+engine's EpisodeWorkers), and releases what it started
 (``close``). :class:`LocalEngine` is the default: node-set servers on this host, the eval
 process drives every step. The Ray engine (``agentcanvas.cluster.engine.RayEngine``) runs
 whole episodes inside Ray actors; the top-level callers (CLI, eval subprocess, API) pick it
@@ -10,14 +11,12 @@ with ``agentcanvas.cluster.select_engine`` when a run's config says ``engine: ra
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Protocol
 
-from agentcanvas.eval.config import DeterminismInfo, EpisodeResult, EvalConfig
+from agentcanvas.eval.config import DeterminismInfo, EvalConfig
 from agentcanvas.eval.determinism import collect_determinism
-from agentcanvas.eval.events import Broadcast
+from agentcanvas.eval.run_context import RunContext
 from agentcanvas.eval.runner import BatchEvalRunner
-from agentcanvas.eval.store import RunDir
 from agentcanvas.graph.model import Graph
 from agentcanvas.server.registry import WorkspaceComponentRegistry
 
@@ -35,18 +34,9 @@ class Engine(Protocol):
         self, registry: WorkspaceComponentRegistry, graph: Graph
     ) -> DeterminismInfo: ...
 
-    def runner(
-        self,
-        registry: WorkspaceComponentRegistry,
-        graph: Graph,
-        config: EvalConfig,
-        run_dir: RunDir,
-        *,
-        run_id: str,
-        broadcast: Broadcast | None,
-        determinism: DeterminismInfo,
-        previous: Sequence[EpisodeResult] = (),
-    ) -> BatchEvalRunner: ...
+    def runner(self, context: RunContext) -> BatchEvalRunner:
+        """The run's runner, its episodes run where this engine runs them."""
+        ...
 
     async def close(self) -> None: ...
 
@@ -66,28 +56,8 @@ class LocalEngine:
     ) -> DeterminismInfo:
         return await collect_determinism(registry, graph)
 
-    def runner(
-        self,
-        registry: WorkspaceComponentRegistry,
-        graph: Graph,
-        config: EvalConfig,
-        run_dir: RunDir,
-        *,
-        run_id: str,
-        broadcast: Broadcast | None,
-        determinism: DeterminismInfo,
-        previous: Sequence[EpisodeResult] = (),
-    ) -> BatchEvalRunner:
-        return BatchEvalRunner(
-            registry,
-            graph,
-            config,
-            run_dir,
-            run_id=run_id,
-            broadcast=broadcast,
-            determinism=determinism,
-            previous=previous,
-        )
+    def runner(self, context: RunContext) -> BatchEvalRunner:
+        return BatchEvalRunner(context)  # its workers are this host's (LocalEpisodeWorkers)
 
     async def close(self) -> None:
         """The registry's shutdown stops the servers (``finalise_run``)."""

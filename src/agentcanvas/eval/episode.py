@@ -3,8 +3,12 @@
 Set the episode on the worker's env panel → resolve the step budget → run a fresh LoopRunner
 under a wall-clock safety net → harvest → evict keyed per-episode state. Six ways it ends
 (completed, timeout, exception, error, no_verdict, cancelled); each returns a populated
-EpisodeResult with what was harvested so far. Only a cancellation from outside the episode
-(the whole task being cancelled) propagates.
+EpisodeResult with what was harvested so far and why it ended (its ``end_reason``). Only a
+cancellation from outside the episode (the whole task being cancelled) and a lost server
+(ServerDiedError: the worker retries) propagate.
+
+Every EpisodeResult of a run is made by :func:`episode_result`, also the record of an episode
+that ended without running (cancelled before it started, its server or worker lost).
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentcanvas.errors import ServerDiedError, ServerTimeoutError, describe
-from agentcanvas.eval.config import EpisodeResult, EpisodeStatus
+from agentcanvas.eval.config import EndReason, EpisodeResult, EpisodeStatus
+from agentcanvas.eval.episode_result import STATUS_OF_END, succeeded
 from agentcanvas.graph.executor import (
     EpisodeContext,
     EventSink,
@@ -30,6 +35,7 @@ from agentcanvas.graph.executor import (
 )
 from agentcanvas.graph.loop_runner import LoopRunner
 from agentcanvas.graph.model import DEFAULT_STEP_BUDGET, Graph, Node
+from agentcanvas.graph.summarize import format_traceback
 from agentcanvas.nodes.base import LocalNodeSet, NodeSetHandle
 from agentcanvas.nodes.boundary import WireBoundary, is_in_process
 from agentcanvas.nodes.handles import SaysIfItEvicts
@@ -73,9 +79,50 @@ class EpisodeOptions:
     log: FiringLog | None = None
     asset_dir: str = ""
     cancel: asyncio.Event | None = None
-    # The env's firing every episode starts with (`executor.opening_firing`): sent with the
+    # The env's firing every episode starts with (`graph.opening.opening_firing`): sent with the
     # panel request when the env is a server.
     opening: tuple[Node, dict[str, Any]] | None = None
+
+
+CANCELLED_WITH_THE_RUN = "cancelled with the run"
+
+
+def episode_result(
+    spec: EpisodeSpec,
+    reason: EndReason,
+    error: str | None = None,
+    *,
+    exc: BaseException | None = None,
+) -> EpisodeResult:
+    """A record of episode ``spec`` that ended for ``reason`` (its status follows), with its
+    ``error`` and the bounded traceback of ``exc``: the record of an episode that ended
+    without running, or the start of one that runs (`run_episode` fills it in)."""
+    result = EpisodeResult(
+        index=spec.index,
+        task=spec.task,
+        episode_index=spec.episode_index,
+        seed=spec.seed,
+        status=STATUS_OF_END[reason],
+    )
+    _end(result, reason, error, exc)
+    return result
+
+
+def _end(
+    result: EpisodeResult,
+    reason: EndReason,
+    error: str | None,
+    exc: BaseException | None = None,
+) -> None:
+    """``result`` ended for ``reason``: its status, end reason, error and traceback."""
+    result.status, result.end_reason, result.error = STATUS_OF_END[reason], reason, error
+    result.traceback = format_traceback(exc) if exc is not None else None
+
+
+def mark_cancelled(result: EpisodeResult) -> None:
+    """The run's cancel ended ``result`` (what failed then is the cancel's doing)."""
+    _end(result, "cancelled", CANCELLED_WITH_THE_RUN)
+    result.failed_node = None
 
 
 def episode_timeout_s(options: EpisodeOptions, budget: int) -> float:
@@ -150,13 +197,7 @@ async def run_episode(
 ) -> EpisodeResult:
     """Run one episode; failures become data on the returned record."""
     started = time.perf_counter()
-    result = EpisodeResult(
-        index=spec.index,
-        task=spec.task,
-        episode_index=spec.episode_index,
-        seed=spec.seed,
-        status="exception",
-    )
+    result = episode_result(spec, "exception")  # until it ends otherwise
     runner: LoopRunner | None = None
     deadline = set_call_timeout(options.per_step_timeout_s)  # every server call's deadline
     episode = EpisodeContext(spec.key, spec.seed, spec.task, options.asset_dir, wiring.client)
@@ -171,7 +212,7 @@ async def run_episode(
         )
         result.step_budget = budget
         if budget < 1:
-            result.status, result.error = "error", f"resolved step budget {budget} < 1 refused"
+            _end(result, "error", f"resolved step budget {budget} < 1 refused")
             return result
         runner = _make_runner(wiring, options)
         status, outcome = await _run_guarded(runner, graph, episode, budget, options)
@@ -180,10 +221,10 @@ async def run_episode(
         propagating = True
         raise  # the worker restarts the server and retries the episode
     except ServerTimeoutError as exc:  # a panel call hit its deadline: wall clock decided
-        result.status, result.error = "timeout", describe(exc)
+        _end(result, "timeout", describe(exc), exc)
         _harvest_partial(result, runner)
     except Exception as exc:  # a failure of the episode is data on its record
-        result.status, result.error = "exception", describe(exc)
+        _end(result, "exception", describe(exc), exc)
         _harvest_partial(result, runner)
     except BaseException:
         propagating = True
@@ -212,7 +253,7 @@ async def _settle_opening(env: RemoteNodeSet, result: EpisodeResult, propagating
     try:
         await env.opening.settle()
     except ServerTimeoutError as exc:
-        result.status, result.error = "timeout", describe(exc)
+        _end(result, "timeout", describe(exc), exc)
 
 
 def _make_runner(wiring: EpisodeWiring, options: EpisodeOptions) -> LoopRunner:
@@ -263,37 +304,55 @@ def _fill(
     runner: LoopRunner,
     timeout_s: float,
 ) -> None:
+    """The record of an episode the loop ended (``outcome``), or the cancel or the safety
+    net cut short (``status``)."""
     if status is not None:
-        result.status = status
-        result.error = (
-            "cancelled with the run"
-            if status == "cancelled"
-            else f"wall-clock timeout after {timeout_s:g} s (safety net; not a score)"
-        )
-        _harvest_partial(result, runner)
+        if status == "cancelled":
+            _end(result, "cancelled", CANCELLED_WITH_THE_RUN)
+        else:
+            _end(
+                result,
+                "timeout",
+                f"wall-clock timeout after {timeout_s:g} s (safety net; not a score)",
+            )
+        partial = _harvest_partial(result, runner)
+        if status == "timeout" and partial is not None and partial.in_flight:
+            result.failed_node = partial.in_flight[0]  # what the episode was waiting for
         return
     assert outcome is not None
     result.steps, result.metrics = outcome.steps, outcome.metrics
     result.node_errors = dict(outcome.node_errors)
+    result.node_tracebacks = dict(outcome.node_tracebacks)
     if outcome.timed_out:
-        result.status = "timeout"
         nodes = ", ".join(outcome.timed_out)
-        result.error = f"a node-set call hit its wall-clock deadline: {nodes}"
+        _end(result, "timeout", f"a node-set call hit its wall-clock deadline: {nodes}")
+        result.failed_node = min(outcome.timed_out)
     elif outcome.node_errors:
-        result.status = "error"
-        result.error = "node errors in: " + ", ".join(sorted(outcome.node_errors))
+        _end(result, "error", "node errors in: " + ", ".join(sorted(outcome.node_errors)))
+        result.failed_node = min(outcome.node_errors)
     elif not outcome.metrics:
-        result.status = "no_verdict"
-        result.error = "the graph completed without metrics (no graphOut value): no verdict"
+        error = "the graph completed without metrics (no graphOut value): no verdict"
+        _end(result, "no_verdict", error)
     else:
-        result.status = "completed"
+        _end(result, _completed(outcome), None)
 
 
-def _harvest_partial(result: EpisodeResult, runner: LoopRunner | None) -> None:
-    if runner is not None and runner.executor is not None:
-        partial = runner.executor.result()
-        result.steps, result.metrics = partial.steps, partial.metrics
-        result.node_errors = dict(partial.node_errors)
+def _completed(outcome: ExecutionResult) -> EndReason:
+    """Why a completed episode ended: success, else the env's done or the step budget."""
+    if succeeded(outcome.metrics):
+        return "success"
+    return "env_done" if outcome.done_signalled else "budget_exhausted"
+
+
+def _harvest_partial(result: EpisodeResult, runner: LoopRunner | None) -> ExecutionResult | None:
+    """What the episode had when it was cut short (None: it never started its loop)."""
+    if runner is None or runner.executor is None:
+        return None
+    partial = runner.executor.result()
+    result.steps, result.metrics = partial.steps, partial.metrics
+    result.node_errors = dict(partial.node_errors)
+    result.node_tracebacks = dict(partial.node_tracebacks)
+    return partial
 
 
 async def _evict(graph: Graph, wiring: EpisodeWiring, key: str) -> None:

@@ -47,6 +47,7 @@ from agentcanvas.eval.store import RunDir
 from agentcanvas.fileio import (
     append_jsonl_bytes,
     atomic_write_bytes,
+    atomic_write_json,
     encode_jsonl_line,
     parse_jsonl_line,
     read_json,
@@ -70,6 +71,7 @@ __all__ = [
     "start_index",
     "summary_is_complete",
     "summary_problem",
+    "write_summary",
 ]
 
 log = logging.getLogger(__name__)
@@ -85,14 +87,15 @@ MAX_PROBLEMS_SHOWN: Final = 3
 KEY_FIELDS: Final = frozenset({"run_id", "index"})
 """Fields a reader may not do without; any other field a file leaves out is tolerated (older
 formats, records written by hand), but a field present with the wrong type is damage. A
-``status`` word this version does not know is a word still (readers compare it), not damage."""
+``status`` (or ``end_reason``) word this version does not know is a word still (readers
+compare it), not damage."""
 
 
 def _counts(error: Mapping[str, Any]) -> bool:
     loc = error["loc"]
     if error["type"] == "missing":
         return bool(loc) and loc[-1] in KEY_FIELDS
-    if error["type"] in ("literal_error", "enum") and loc and loc[-1] == "status":
+    if error["type"] in ("literal_error", "enum") and loc and loc[-1] in ("status", "end_reason"):
         return not isinstance(error.get("input"), str)
     return True
 
@@ -289,6 +292,19 @@ class IndexTail:
         end = data.rfind(b"\n") + 1
         self._offset += end
         return data[:end]
+
+
+def write_summary(
+    run_dir: RunDir, run: EvalRun, episodes: list[dict[str, Any]], durable: bool
+) -> None:
+    """summary.json of ``run`` (atomic; fsync'd when ``durable``) with ``episodes`` (the
+    records already dumped, or ``[]``) in its place among the fields in EvalRun's order;
+    computed fields (``health``) last, as ``model_dump`` puts them."""
+    data = run.model_dump(mode="json", exclude={"episodes"})
+    fields = [*EvalRun.model_fields, *EvalRun.model_computed_fields]
+    names = [name for name in fields if name == "episodes" or name in data]
+    ordered = {name: episodes if name == "episodes" else data[name] for name in names}
+    atomic_write_json(run_dir.summary_path, ordered, durable=durable)
 
 
 def summary_is_complete(summary: Mapping[str, Any]) -> bool:

@@ -19,9 +19,9 @@ from pydantic import ValidationError
 from agentcanvas.errors import RunError
 from agentcanvas.eval import metrics
 from agentcanvas.eval.config import EpisodeResult, EvalConfig, EvalRun
+from agentcanvas.eval.episode_plan import planned_by_task, planned_total
 from agentcanvas.eval.records import recorded_results
 from agentcanvas.eval.run_spec import RunSpec
-from agentcanvas.eval.runner import episode_tasks
 from agentcanvas.eval.store import RunDir
 from agentcanvas.fileio import read_json
 from agentcanvas.graph.model import Graph
@@ -38,7 +38,7 @@ __all__ = [
 
 def episodes_planned(config: EvalConfig, graph: Graph) -> int:
     """How many episodes a run of ``config`` on ``graph`` plans (episodes_total)."""
-    return len(episode_tasks(config, graph)) * config.episode_count
+    return planned_total(config, graph)
 
 
 def episode_records(run_dir: RunDir) -> dict[int, EpisodeResult]:
@@ -107,7 +107,7 @@ def reconcile_summary(run_dir: RunDir) -> EvalRun:
             metric_rules=metrics.MetricRules(
                 kinds=metrics.declared_kinds([], graph.metrics),
                 binary_interval=config.binary_interval,
-                planned_by_task={t: config.episode_count for t in episode_tasks(config, graph)},
+                planned_by_task=planned_by_task(config, graph),
             ),
         )
     refresh_counts(run, episode_records(run_dir))

@@ -18,6 +18,7 @@ from agentcanvas.catalogue import NodeSetCatalogue
 from agentcanvas.eval.config import EpisodeResult, EvalConfig
 from agentcanvas.eval.engine import Engine, LocalEngine
 from agentcanvas.eval.events import Broadcast
+from agentcanvas.eval.run_context import RunContext
 from agentcanvas.eval.runner import BatchEvalRunner
 from agentcanvas.eval.store import RunDir, new_run_id
 from agentcanvas.graph.model import Graph
@@ -81,16 +82,17 @@ async def prepare_run(registry: WorkspaceComponentRegistry, setup: RunSetup) -> 
     await engine.start(registry, setup.graph, config)
     if marks is not None:
         marks["servers_ready_at"] = time.time()
-    runner = engine.runner(
+    context = RunContext(
         registry,
         setup.graph,
         config,
         setup.run_dir,
-        run_id=setup.run_dir.root.name,
+        setup.run_dir.root.name,
         broadcast=setup.broadcast,
         determinism=await engine.determinism(registry, setup.graph),
         previous=setup.previous,
     )
+    runner = engine.runner(context)
     if marks is not None:
         runner.run.timings.update(marks)  # the cold start, phase by phase
     return runner

@@ -23,6 +23,8 @@ The live view's interval (`PrefixWatcher.live`) is the same sequence, for any ru
 
 from __future__ import annotations
 
+import os
+import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Final, Protocol
@@ -37,6 +39,7 @@ from agentcanvas.eval.sequential import (
     paired_sequential_test,
 )
 from agentcanvas.eval.store import RunDir
+from agentcanvas.fileio import make_dirs
 
 __all__ = [
     "KEPT_APART_FOLDER",
@@ -44,6 +47,7 @@ __all__ = [
     "PrefixWatcher",
     "check_baseline_tasks",
     "decision_order",
+    "keep_apart",
     "load_baseline",
     "outcome",
 ]
@@ -70,6 +74,18 @@ def decision_order(specs: Sequence[_Spec]) -> list[int]:
         task_rank.setdefault(spec.task, len(task_rank))
     ordered = sorted(specs, key=lambda s: (s.episode_index, task_rank[s.task], s.index))
     return [s.index for s in ordered]
+
+
+def keep_apart(run_dir: RunDir, index: int) -> None:
+    """Move episode ``index``'s folder (if any) to ``past_stop/``: it finished past a
+    decision, so it is not one of the run's records."""
+    source = run_dir.episode_dir(index)
+    target = run_dir.root / KEPT_APART_FOLDER / source.name
+    make_dirs(target.parent)
+    if target.exists():
+        shutil.rmtree(target)
+    if source.exists():
+        os.replace(source, target)
 
 
 def outcome(result: EpisodeResult) -> bool | None:

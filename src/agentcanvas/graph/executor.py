@@ -2,8 +2,11 @@
 
 Within an iteration, nodes fire as soon as their same-iteration inputs exist; independent
 nodes run concurrently. Every error-shaped result or raised exception goes into the
-``node_errors`` ledger and ends the run with status ``error``. After the terminal iteration
-the inputs of graph-scope ``core.graphOut`` nodes are snapshotted and harvested as metrics.
+``node_errors`` ledger (an in-process node's exception with its traceback, bounded, in
+``node_tracebacks``) and ends the run with status ``error``. The nodes whose call is under
+way are ``in_flight``: those an episode cut short (a timeout) was waiting for. After the
+terminal iteration the inputs of graph-scope ``core.graphOut`` nodes are snapshotted and
+harvested as metrics.
 """
 
 from __future__ import annotations
@@ -20,10 +23,10 @@ import numpy as np
 from agentcanvas.errors import ConfigError, ServerTimeoutError, describe
 from agentcanvas.graph.model import DEFAULT_STEP_BUDGET, GRAPH_SCOPE_ID, Edge, Graph, Node
 from agentcanvas.graph.ready import ReadySet, same_iteration_deps
-from agentcanvas.graph.summarize import summarize
+from agentcanvas.graph.summarize import format_traceback, summarize
 from agentcanvas.nodes.assets import save_frame
 from agentcanvas.nodes.base import CallContext, NodeSetHandle
-from agentcanvas.nodes.boundary import needs_local_deadline, with_boundary
+from agentcanvas.nodes.boundary import is_in_process, needs_local_deadline, with_boundary
 from agentcanvas.nodes.manifest import NodeTypeSpec
 
 __all__ = [
@@ -92,6 +95,9 @@ class ExecutionResult:
     metrics: dict[str, Any]
     outputs: dict[str, dict[str, Any]] = field(default_factory=dict)
     timed_out: list[str] = field(default_factory=list)
+    node_tracebacks: dict[str, str] = field(default_factory=dict)
+    in_flight: list[str] = field(default_factory=list)
+    """Nodes whose call was under way (sorted): those a cut-short episode waited for."""
 
 
 class GraphExecutor:
@@ -127,21 +133,31 @@ class GraphExecutor:
             if edge.target.node in self._incoming:
                 self._incoming[edge.target.node].append(edge)
         self._specs = {n.id: resolver.node_spec(n.type) for n in graph.nodes}
-        self._handles = {ns: self._handle(ns) for ns in graph.nodesets()}
-        self._local_deadlines = {
-            n.id for n in graph.nodes if needs_local_deadline(self._handles[n.nodeset], n.node_name)
-        }
+        self._wire_handles()
         self.status: ExecStatus = "running"
         self.steps = 0
         self.done_signalled = False
         self.node_errors: dict[str, str] = {}
+        self.node_tracebacks: dict[str, str] = {}
         self.timed_out: list[str] = []
+        self.in_flight: set[str] = set()
         self.last_inputs: dict[str, dict[str, Any]] = {}
         self.last_outputs: dict[str, dict[str, Any]] = {}
 
     def get_server_url(self, nodeset: str) -> str | None:
         """This worker's URL for a node set, or None to use the baked-in one."""
         return self.server_url_overrides.get(nodeset)
+
+    def _wire_handles(self) -> None:
+        """Each node set's handle, and which nodes' calls run in this process."""
+        graph = self.graph
+        self._handles = {ns: self._handle(ns) for ns in graph.nodesets()}
+        self._local_deadlines = {
+            n.id for n in graph.nodes if needs_local_deadline(self._handles[n.nodeset], n.node_name)
+        }
+        # A traceback raised here shows the node's own code; a server's error arrives as a
+        # message (its traceback would show only the proxy), so only these keep theirs.
+        self._in_process = {n.id for n in graph.nodes if is_in_process(self._handles[n.nodeset])}
 
     def _handle(self, nodeset: str) -> NodeSetHandle:
         if nodeset in self.env_panel_overrides:
@@ -187,6 +203,8 @@ class GraphExecutor:
             metrics=self.harvest_metrics(),
             timed_out=list(self.timed_out),
             outputs={k: dict(v) for k, v in self.last_outputs.items()},
+            node_tracebacks=dict(self.node_tracebacks),
+            in_flight=sorted(self.in_flight),
         )
 
     def harvest_metrics(self) -> dict[str, Any]:
@@ -292,18 +310,23 @@ class GraphExecutor:
         spec = self._specs[node.id]
         ctx = call_context(node, step, self.episode)
         started = time.perf_counter()
+        raised: Exception | None = None
+        self.in_flight.add(node.id)
         try:
             result = await self._call(node, inputs, ctx)
         except asyncio.CancelledError:
-            raise
+            raise  # left in flight: an episode cut here was waiting for this call
         except ServerTimeoutError as exc:  # wall clock decided: the episode is a timeout
             self.timed_out.append(node.id)
             result = {"error": describe(exc)}
         except Exception as exc:  # a node's failure is data in the ledger, never an escape
-            result = {"error": describe(exc)}
+            result, raised = {"error": describe(exc)}, exc
+        self.in_flight.discard(node.id)
         latency_ms = (time.perf_counter() - started) * 1000.0
         if "error" in result and spec.output("error") is None:
             self.node_errors[node.id] = f"{node.type}: {result['error']}"
+            if raised is not None and node.id in self._in_process:
+                self.node_tracebacks[node.id] = format_traceback(raised)
             self._record(step, node.id, "error", latency_ms, inputs, {}, str(result["error"]))
             return {}
         if self.episode.asset_dir and isinstance(result.get("frame"), np.ndarray):
@@ -378,35 +401,6 @@ def call_context(node: Node, step: int, episode: EpisodeContext) -> CallContext:
         asset_dir=episode.asset_dir,
         client=episode.client,
     )
-
-
-def opening_firing(
-    graph: Graph, nodeset: str, resolver: NodeResolver
-) -> tuple[Node, dict[str, Any]] | None:
-    """The firing on ``nodeset`` that every episode of ``graph`` starts with, with its
-    inputs, when it is known before the episode starts; else None.
-
-    Known when exactly one node of ``nodeset`` waits for nothing within an iteration (so it
-    is in the first wave of iteration 0, and any other node of ``nodeset`` fires after it),
-    and its inputs there, the ``initial`` values of its next-iteration edges, hold every
-    required input (else it is skipped, not fired) — e.g. an env's step node whose action
-    comes from the previous iteration: its first firing is an observation. The batch eval
-    sends that firing with the episode's panel request (one round trip for both); the
-    executor still makes the call, and gets its answer (`RemoteNodeSet.call`)."""
-    deps = same_iteration_deps(graph)
-    first = [n for n in graph.nodes if n.nodeset == nodeset and not deps.get(n.id)]
-    if len(first) != 1:
-        return None
-    node = first[0]
-    inputs = {
-        e.target.port: e.initial
-        for e in graph.edges
-        if e.target.node == node.id and e.next_iteration and e.initial is not None
-    }
-    spec = resolver.node_spec(node.type)
-    if any(p.required and p.name not in inputs for p in spec.inputs):
-        return None
-    return node, inputs
 
 
 async def _cancel_all(running: dict[asyncio.Task[dict[str, Any]], str]) -> None:

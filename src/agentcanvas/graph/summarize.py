@@ -1,83 +1,215 @@
-"""Short, JSON-safe summaries of node inputs/outputs for firing logs and events."""
+"""Bounded JSON summaries: node inputs/outputs for firing logs and events, and tracebacks.
+
+:func:`summarize` keeps a value's JSON kind and cuts it with an explicit marker:
+
+- ``int``, ``bool`` and ``None`` as they are; a float too, unless JSON cannot hold it (nan,
+  inf, -inf: its name as a string); numpy scalars as their Python value;
+- a string up to MAX_STR characters as it is, a longer one its first MAX_STR followed by
+  ``"…[+N chars]"``;
+- a list or tuple (a list) up to MAX_ITEMS items as it is, a longer one its first MAX_ITEMS
+  items followed by the marker item ``{"…": N}`` (N items cut);
+- a dict up to MAX_ITEMS keys as it is (keys as strings), a longer one its first MAX_ITEMS
+  keys and the marker key ``"…"`` with the number of keys cut;
+- a container nested MAX_DEPTH deep is cut whole: ``[{"…": N}]``, ``{"…": N}`` (``[]``/``{}``
+  when empty);
+- a numpy array ``{"dtype": "uint8", "shape": [7, 7, 3], "values": [...]}`` with its first
+  MAX_ARRAY_VALUES values in C order, and ``"cut": N`` when N values were left out;
+- bytes ``{"bytes": N}``; anything else ``"<TypeName>"``.
+
+One summary holds at most MAX_VALUES values (containers count): past that every container is
+cut with the same markers, so a firing's log line stays bounded whatever a node returns.
+
+:func:`format_traceback` is an exception's traceback bounded in lines and bytes.
+"""
 
 from __future__ import annotations
 
 import math
-from typing import Any
+import traceback
+from typing import Any, Final
 
 import numpy as np
 
-__all__ = ["MAX_ITEMS", "MAX_STR", "summarize"]
+__all__ = [
+    "CUT",
+    "MAX_ARRAY_VALUES",
+    "MAX_DEPTH",
+    "MAX_ITEMS",
+    "MAX_STR",
+    "MAX_TRACEBACK_BYTES",
+    "MAX_TRACEBACK_LINES",
+    "MAX_VALUES",
+    "format_traceback",
+    "summarize",
+]
 
-MAX_STR = 120
-MAX_ITEMS = 16
+MAX_STR: Final = 120
+MAX_ITEMS: Final = 16
+MAX_DEPTH: Final = 6
+MAX_ARRAY_VALUES: Final = 8
+MAX_VALUES: Final = 256
+CUT: Final = "…"
+"""The key of a cut marker: ``{"…": N}`` in a list, ``"…": N`` in a dict."""
+
+MAX_TRACEBACK_LINES: Final = 40
+MAX_TRACEBACK_BYTES: Final = 8 * 1024
+MAX_TRACEBACK_LINE: Final = 400
 
 # ``str(dtype)`` runs Python code in numpy 2 (a few µs): every firing-log entry names the
 # dtypes of its arrays, so each dtype's name is computed once.
 _DTYPE_NAMES: dict[np.dtype[Any], str] = {}
 
 
-def _array(value: np.ndarray[Any, Any]) -> str:
-    dtype = value.dtype
-    name = _DTYPE_NAMES.get(dtype)
-    if name is None:
-        name = _DTYPE_NAMES[dtype] = str(dtype)
-    return f"{name}[{','.join(map(str, value.shape))}]"
+def summarize(value: Any) -> Any:
+    """``value`` as bounded JSON of the same kind (see the module's rules)."""
+    return _Summary().of(value, 0)
 
 
-def summarize(value: Any, depth: int = 0) -> Any:
-    """Arrays become ``"uint8[7,7,3]"``; long strings and containers are cut; floats stay exact."""
-    kind = type(value)
-    if kind is int or kind is bool or value is None:  # the common cases first, exact types
-        return value
-    if kind is float:
-        return value if math.isfinite(value) else str(value)
-    if kind is str:
-        return value if len(value) <= MAX_STR else value[:MAX_STR] + "…"
-    if kind is np.ndarray:
-        return _array(value)
-    if kind is dict and depth < 3:
-        out: dict[str, Any] = {}
-        for taken, (key, item) in enumerate(value.items()):
-            if taken == MAX_ITEMS:
+def _cut_str(value: str) -> str:
+    return f"{value[:MAX_STR]}…[+{len(value) - MAX_STR} chars]"
+
+
+def _float(value: float) -> float | str:
+    return value if math.isfinite(value) else str(value)
+
+
+class _Summary:
+    """One summary's walk, with what is left of its MAX_VALUES."""
+
+    __slots__ = ("left",)
+
+    def __init__(self) -> None:
+        self.left = MAX_VALUES
+
+    def of(self, value: Any, depth: int) -> Any:
+        self.left -= 1
+        kind = type(value)
+        if kind is int or kind is bool or value is None:  # the common cases first, exact types
+            return value
+        if kind is float:
+            return _float(value)
+        if kind is str:
+            return value if len(value) <= MAX_STR else _cut_str(value)
+        if kind is dict:
+            return self._dict(value, depth)
+        if kind is list or kind is tuple:
+            return self._list(value, depth)
+        if kind is np.ndarray:
+            return self._array(value)
+        return self._other(value, depth)
+
+    def _list(self, value: list[Any] | tuple[Any, ...], depth: int) -> list[Any]:
+        if depth >= MAX_DEPTH or self.left <= 0:
+            return [{CUT: len(value)}] if value else []
+        out = []
+        left = self.left
+        for item in value[:MAX_ITEMS]:
+            if left <= 0:
                 break
-            out[key if type(key) is str else str(key)] = _item(item, depth + 1)
+            # Plain scalars without a call of `of`: an env's lists of objects and cells are
+            # hundreds of them per episode.
+            kind = type(item)
+            if (
+                kind is int
+                or kind is bool
+                or item is None
+                or (kind is str and len(item) <= MAX_STR)
+            ):
+                left -= 1
+                out.append(item)
+            else:
+                self.left = left
+                out.append(self.of(item, depth + 1))
+                left = self.left
+        self.left = left
+        if len(out) < len(value):
+            out.append({CUT: len(value) - len(out)})
         return out
-    if kind is list and depth < 3:
-        return [_item(item, depth + 1) for item in value[:MAX_ITEMS]]
-    return _other(value, depth)
+
+    def _dict(self, value: dict[Any, Any], depth: int) -> dict[str, Any]:
+        if depth >= MAX_DEPTH or self.left <= 0:
+            return {CUT: len(value)} if value else {}
+        out: dict[str, Any] = {}
+        left = self.left
+        for key, item in value.items():
+            if len(out) == MAX_ITEMS or left <= 0:
+                break
+            name = key if type(key) is str else str(key)
+            kind = type(item)
+            if (
+                kind is int
+                or kind is bool
+                or item is None
+                or (kind is str and len(item) <= MAX_STR)
+            ):
+                left -= 1
+                out[name] = item
+            else:
+                self.left = left
+                out[name] = self.of(item, depth + 1)
+                left = self.left
+        self.left = left
+        if len(out) < len(value):
+            out[CUT] = len(value) - len(out)
+        return out
+
+    def _array(self, value: np.ndarray[Any, Any]) -> dict[str, Any]:
+        dtype = value.dtype
+        name = _DTYPE_NAMES.get(dtype)
+        if name is None:
+            name = _DTYPE_NAMES[dtype] = str(dtype)
+        head = value.flat[:MAX_ARRAY_VALUES].tolist()  # copies only these, whatever the layout
+        out: dict[str, Any] = {
+            "dtype": name,
+            "shape": list(value.shape),
+            "values": [self.of(v, MAX_DEPTH) for v in head],
+        }
+        if value.size > len(head):
+            out["cut"] = value.size - len(head)
+        return out
+
+    def _other(self, value: Any, depth: int) -> Any:
+        """Subclasses, numpy scalars, bytes and the rest: the general rules."""
+        if isinstance(value, np.ndarray):
+            return self._array(value)
+        if isinstance(value, np.generic):
+            self.left += 1  # the same value, once more
+            return self.of(value.item(), depth)
+        if isinstance(value, bool):
+            return bool(value)
+        if isinstance(value, int):
+            return int(value)
+        if isinstance(value, float):
+            return _float(float(value))
+        if isinstance(value, str):
+            text = str.__str__(value)
+            return text if len(text) <= MAX_STR else _cut_str(text)
+        if isinstance(value, bytes | bytearray | memoryview):
+            return {"bytes": len(value)}
+        if isinstance(value, dict):
+            return self._dict(value, depth)
+        if isinstance(value, list | tuple):
+            return self._list(value, depth)
+        return f"<{type(value).__name__}>"
 
 
-def _item(value: Any, depth: int) -> Any:
-    """An item of a container: plain scalars without a call of `summarize` (the env's lists
-    of objects and cells are hundreds of them per episode)."""
-    kind = type(value)
-    if kind is int or kind is bool or value is None:
-        return value
-    if kind is str and len(value) <= MAX_STR:
-        return value
-    return summarize(value, depth)
-
-
-def _other(value: Any, depth: int) -> Any:
-    """Subclasses, numpy scalars, bytes, tuples and what is too deep: the general rules."""
-    if isinstance(value, np.ndarray):
-        return _array(value)
-    if isinstance(value, np.generic):
-        return summarize(value.item(), depth)
-    if isinstance(value, float):
-        return value if math.isfinite(value) else str(value)
-    if isinstance(value, bool | int) or value is None:
-        return value
-    if isinstance(value, str):
-        return value if len(value) <= MAX_STR else value[:MAX_STR] + "…"
-    if isinstance(value, bytes):
-        return f"bytes[{len(value)}]"
-    if depth >= 3:
-        return f"{type(value).__name__}(…)"
-    if isinstance(value, dict):
-        items = list(value.items())[:MAX_ITEMS]
-        return {str(k): summarize(v, depth + 1) for k, v in items}
-    if isinstance(value, list | tuple):
-        return [summarize(v, depth + 1) for v in value[:MAX_ITEMS]]
-    return f"{type(value).__name__}"
+def format_traceback(exc: BaseException) -> str:
+    """``exc``'s traceback (causes included), bounded: each line at most MAX_TRACEBACK_LINE
+    characters, at most MAX_TRACEBACK_LINES lines and MAX_TRACEBACK_BYTES bytes (UTF-8); the
+    innermost lines are kept, after a line saying how many were cut."""
+    lines = "".join(traceback.format_exception(exc)).splitlines()
+    lines = [
+        line
+        if len(line) <= MAX_TRACEBACK_LINE
+        else f"{line[:MAX_TRACEBACK_LINE]}…[+{len(line) - MAX_TRACEBACK_LINE} chars]"
+        for line in lines
+    ]
+    kept = lines[-(MAX_TRACEBACK_LINES - 1) :]
+    budget = MAX_TRACEBACK_BYTES - 64  # room for the marker line
+    size = sum(len(line.encode()) + 1 for line in kept)
+    while len(kept) > 1 and size > budget:
+        size -= len(kept.pop(0).encode()) + 1
+    cut = len(lines) - len(kept)
+    if cut:
+        kept.insert(0, f"… {cut} earlier line(s) cut")
+    return "\n".join(kept)
