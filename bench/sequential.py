@@ -34,13 +34,9 @@ import numpy as np
 import numpy.typing as npt
 
 from agentcanvas.eval.intervals import betting_interval, wilson
-from agentcanvas.eval.sequential import (
-    beta_binomial_cs,
-    betting_cs,
-    decide_paired,
-    paired_sample_size,
-    paired_sequential_expected_n,
-)
+from agentcanvas.eval.paired_sequential import decide_paired
+from agentcanvas.eval.sample_size import paired_sample_size, paired_sequential_expected_n
+from agentcanvas.eval.sequential import beta_binomial_cs, betting_cs
 
 BoolArray = npt.NDArray[np.bool_]
 Z975 = 1.959963984540054  # the normal quantile at 0.975

@@ -163,7 +163,7 @@ def test_the_leaderboard_never_ranks_a_run_with_errors_level_with_a_clean_one() 
 
 def test_the_sequential_verdict_says_decided_or_how_many_more_pairs() -> None:
     from agentcanvas.eval.comparison import PairedCounts, sequential_verdict
-    from agentcanvas.eval.sequential import paired_sequential_test
+    from agentcanvas.eval.paired_sequential import paired_sequential_test
 
     decided = sequential_verdict(PairedCounts(both=10, a_only=0, b_only=9, neither=1))
     test = paired_sequential_test(9, 0, 0.05)

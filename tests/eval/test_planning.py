@@ -9,7 +9,7 @@ import pytest
 
 from agentcanvas.errors import UserInputError
 from agentcanvas.eval.planning import plan_comparison
-from agentcanvas.eval.sequential import paired_sample_size
+from agentcanvas.eval.sample_size import paired_sample_size
 
 
 def episode(task: str, i: int, success: bool, status: str = "completed") -> dict[str, Any]:

@@ -22,17 +22,17 @@ from scipy.special import betaln, ndtri
 from statsmodels.stats.contingency_tables import mcnemar
 
 from agentcanvas.eval.intervals import wilson
-from agentcanvas.eval.sequential import (
-    DECISIONS,
+from agentcanvas.eval.paired_sequential import DECISIONS, decide_paired, paired_sequential_test
+from agentcanvas.eval.sample_size import (
     SEQUENTIAL_INFLATION,
+    paired_sample_size,
+    paired_sequential_expected_n,
+)
+from agentcanvas.eval.sequential import (
     SEQUENTIAL_METHOD_NAMES,
     beta_binomial_cs,
     betting_cs,
-    decide_paired,
     first_narrow_enough,
-    paired_sample_size,
-    paired_sequential_expected_n,
-    paired_sequential_test,
     running_intersection,
 )
 

@@ -30,12 +30,9 @@ from agentcanvas.errors import UserInputError
 from agentcanvas.eval import intervals
 from agentcanvas.eval.health import ERROR_STATUSES
 from agentcanvas.eval.metrics import mcnemar
-from agentcanvas.eval.sequential import (
-    SEQUENTIAL_METHOD_NAMES,
-    paired_sample_size,
-    paired_sequential_expected_n,
-    paired_sequential_test,
-)
+from agentcanvas.eval.paired_sequential import paired_sequential_test
+from agentcanvas.eval.sample_size import paired_sample_size, paired_sequential_expected_n
+from agentcanvas.eval.sequential import SEQUENTIAL_METHOD_NAMES
 
 __all__ = [
     "METHODS",

@@ -15,10 +15,13 @@ slow to import, and most processes that import this module never call them.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from typing import Any, Final
+from collections.abc import Sequence
+from typing import Final
 
 import numpy as np
+
+from agentcanvas.eval import betting
+from agentcanvas.eval.stat_args import check_confidence, check_counts, z_quantile
 
 __all__ = [
     "METHOD_NAMES",
@@ -46,36 +49,6 @@ METHOD_NAMES: Final[dict[str, str]] = {
     "holm": "Holm step-down adjustment (Holm 1979)",
 }
 
-# betting_interval: candidate means per unit of the (rescaled) range, the truncation c of the
-# bets and the weight θ of the upward bet in the hedged capital process.
-# A coarse grid of candidate means, then each bound narrowed twice on a grid of 50 steps:
-# a resolution of 1 / (200 · 50 · 50) = 2e-6 of the range for ~400 evaluations per value.
-_BETTING_GRID: Final = 200
-_BETTING_FINE: Final = 50
-_BETTING_REFINE: Final = 2
-_BETTING_MAX_CELLS: Final = 4_000_000
-_BETTING_TRUNCATION: Final = 0.5
-_BETTING_THETA: Final = 0.5
-
-
-def _check_confidence(name: str, confidence: float) -> float:
-    """``alpha = 1 - confidence``, after checking that ``0 < confidence < 1``."""
-    if not 0.0 < confidence < 1.0:  # also rejects NaN
-        raise ValueError(f"{name} needs 0 < confidence < 1, got confidence={confidence!r}")
-    return 1.0 - confidence
-
-
-def _check_counts(name: str, k: int, n: int) -> None:
-    if n <= 0 or not 0 <= k <= n:
-        raise ValueError(f"{name} needs n > 0 and 0 <= k <= n, got k={k}, n={n}")
-
-
-def _z(alpha: float) -> float:
-    """The standard normal quantile at ``1 - alpha / 2``."""
-    from scipy.special import ndtri  # imported on first use: scipy is slow to import
-
-    return float(ndtri(1.0 - alpha / 2.0))
-
 
 def wilson(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
     """Wilson score interval for ``k`` successes in ``n`` trials (Wilson 1927, JASA 22:209).
@@ -83,8 +56,8 @@ def wilson(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
     At ``k == 0`` the lower bound is exactly 0.0, at ``k == n`` the upper exactly 1.0; the
     quantile comes from ``scipy.special.ndtri``.
     """
-    _check_counts("wilson", k, n)
-    z = _z(_check_confidence("wilson", confidence))
+    check_counts("wilson", k, n)
+    z = z_quantile(check_confidence("wilson", confidence))
     z2 = z * z
     denom = n + z2
     center = (k + z2 / 2.0) / denom
@@ -98,8 +71,8 @@ def clopper_pearson(k: int, n: int, confidence: float = 0.95) -> tuple[float, fl
     """Clopper-Pearson exact interval for ``k`` successes in ``n`` trials (Clopper & Pearson
     1934, Biometrika 26:404): the beta quantiles ``B(alpha/2; k, n-k+1)`` and
     ``B(1-alpha/2; k+1, n-k)``, exactly 0.0 at ``k == 0`` and 1.0 at ``k == n``."""
-    _check_counts("clopper_pearson", k, n)
-    alpha = _check_confidence("clopper_pearson", confidence)
+    check_counts("clopper_pearson", k, n)
+    alpha = check_confidence("clopper_pearson", confidence)
     from scipy.special import betaincinv  # the beta quantile scipy.stats.beta.ppf uses
 
     lo = 0.0 if k == 0 else float(betaincinv(k, n - k + 1, alpha / 2.0))
@@ -132,96 +105,19 @@ def betting_interval(
     Valid (coverage >= confidence) for any distribution on ``[lo, hi]``, n = 1 included
     (the interval is then wide). About 10 ms at n = 1000.
     """
-    alpha = _check_confidence("betting_interval", confidence)
-    if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
-        raise ValueError(f"betting_interval needs finite lo < hi, got lo={lo!r}, hi={hi!r}")
-    x = np.asarray(values, dtype=np.float64).ravel()
-    if x.size == 0:
-        raise ValueError("betting_interval needs at least one value, got none")
-    outside = ~((x >= lo) & (x <= hi))  # NaN is outside too
-    if outside.any():
-        i = int(np.argmax(outside))
-        raise ValueError(
-            f"betting_interval: values[{i}] = {float(x[i])!r} is outside "
-            f"[lo, hi] = [{lo!r}, {hi!r}]"
-        )
-    z = np.clip((x - lo) / (hi - lo), 0.0, 1.0)
+    alpha = check_confidence("betting_interval", confidence)
+    z = betting.bounded_values("betting_interval", values, lo, hi)
     n = z.size
     t = np.arange(1, n + 1, dtype=np.float64)
     mu_hat = (0.5 + np.cumsum(z)) / (t + 1.0)
     sigma2 = (0.25 + np.cumsum((z - mu_hat) ** 2)) / (t + 1.0)
     sigma2_prev = np.concatenate(([0.25], sigma2[:-1]))
     lam = np.sqrt(2.0 * math.log(2.0 / alpha) / (n * sigma2_prev))
-
-    threshold = math.log(1.0 / (_BETTING_THETA * alpha))
-
-    def rejected(grid: np.ndarray[Any, np.dtype[np.float64]]) -> np.ndarray[Any, Any]:
-        return _betting_rejected(z, lam, grid, threshold)
-
-    coarse = np.linspace(0.0, 1.0, _BETTING_GRID + 1)
-    kept = np.flatnonzero(~rejected(coarse))
-    if kept.size == 0:  # cannot happen at the sample mean in practice; stay conservative
-        return lo, hi
-    low01 = _refine(rejected, coarse, int(kept[0]), -1)
-    high01 = _refine(rejected, coarse, int(kept[-1]), +1)
-    width = hi - lo
-    return max(lo, lo + low01 * width), min(hi, lo + high01 * width)
-
-
-def _betting_rejected(
-    z: np.ndarray[Any, np.dtype[np.float64]],
-    lam: np.ndarray[Any, np.dtype[np.float64]],
-    grid: np.ndarray[Any, np.dtype[np.float64]],
-    threshold: float,
-) -> np.ndarray[Any, Any]:
-    """Which candidate means the hedged capital rejects at some t <= n; the grid is taken in
-    row blocks so that memory stays near ``_BETTING_MAX_CELLS`` floats whatever n is."""
-    c = _BETTING_TRUNCATION
-    out = np.empty(grid.size, dtype=bool)
-    rows = max(1, _BETTING_MAX_CELLS // max(z.size, 1))
-    for start in range(0, grid.size, rows):
-        m = grid[start : start + rows]
-        with np.errstate(divide="ignore"):
-            cap_up = c / m  # inf at m = 0: the bet is then λ itself
-            cap_down = c / (1.0 - m)
-        diff = z[None, :] - m[:, None]
-        # Each factor is >= 1 - c > 0 (|λ (x - m)| <= c), so log1p never sees -1.
-        up = np.minimum(lam[None, :], cap_up[:, None])
-        up *= diff
-        np.log1p(up, out=up)
-        np.cumsum(up, axis=1, out=up)
-        hit = up.max(axis=1) >= threshold
-        down = np.minimum(lam[None, :], cap_down[:, None])
-        down *= diff
-        np.negative(down, out=down)
-        np.log1p(down, out=down)
-        np.cumsum(down, axis=1, out=down)
-        hit |= down.max(axis=1) >= threshold
-        out[start : start + rows] = hit
-    return out
-
-
-def _refine(
-    rejected: Callable[[np.ndarray[Any, np.dtype[np.float64]]], np.ndarray[Any, Any]],
-    grid: np.ndarray[Any, np.dtype[np.float64]],
-    kept: int,
-    outward: int,
-) -> float:
-    """The bound beyond the outermost kept grid point ``kept``: the bracket between it and
-    its rejected outer neighbour is narrowed ``_BETTING_REFINE`` times on a finer grid, and
-    the rejected end of the last bracket is returned (so a mean between a rejected and a kept
-    point is never excluded)."""
-    outer = kept + outward
-    if outer < 0 or outer >= grid.size:
-        return float(grid[kept])  # the kept point is 0 or 1 itself
-    inside, outside = float(grid[kept]), float(grid[outer])
-    for _ in range(_BETTING_REFINE):
-        fine = np.linspace(outside, inside, _BETTING_FINE + 1)  # fine[0] rejected, fine[-1] kept
-        first_kept = int(np.argmax(~rejected(fine)))
-        if first_kept == 0:  # not monotone here: keep the bracket we have
-            break
-        outside, inside = float(fine[first_kept - 1]), float(fine[first_kept])
-    return outside
+    # max(θ K⁺, (1-θ) K⁻) >= 1/α: each capital against 1/(θ α)
+    log_threshold = math.log(1.0 / (betting.THETA * alpha))
+    return betting.kept_interval(
+        lambda grid: betting.capital_rejected(z, lam, grid, log_threshold, "max"), lo, hi
+    )
 
 
 def t_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float]:
@@ -230,7 +126,7 @@ def t_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float
     The quantile is ``scipy.special.stdtrit``, the function behind ``scipy.stats.t.ppf``.
     Needs n >= 2 finite values; when all values are equal the interval is ``(mean, mean)``.
     """
-    alpha = _check_confidence("t_interval", confidence)
+    alpha = check_confidence("t_interval", confidence)
     x = np.asarray(values, dtype=np.float64).ravel()
     if x.size < 2:
         raise ValueError(f"t_interval needs at least 2 values, got {x.size}")
@@ -268,7 +164,7 @@ def newcombe_paired(
     n = both + a_only + b_only + neither
     if n == 0:
         raise ValueError("newcombe_paired needs at least one pair, got n = 0")
-    alpha = _check_confidence("newcombe_paired", confidence)
+    alpha = check_confidence("newcombe_paired", confidence)
     confidence = 1.0 - alpha
     k_a, k_b = both + a_only, both + b_only
     p_a, p_b = k_a / n, k_b / n

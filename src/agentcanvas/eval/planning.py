@@ -20,11 +20,8 @@ from typing import Any, Final
 
 from agentcanvas.errors import UserInputError
 from agentcanvas.eval.comparison import compare_runs
-from agentcanvas.eval.sequential import (
-    SEQUENTIAL_METHOD_NAMES,
-    paired_sample_size,
-    paired_sequential_expected_n,
-)
+from agentcanvas.eval.sample_size import paired_sample_size, paired_sequential_expected_n
+from agentcanvas.eval.sequential import SEQUENTIAL_METHOD_NAMES
 
 __all__ = ["plan_comparison"]
 

@@ -31,13 +31,10 @@ from typing import Final, Protocol
 
 from agentcanvas.errors import ConfigError, RunNotFoundError
 from agentcanvas.eval.config import EpisodeResult, EvalConfig, LiveInterval, StopReport
+from agentcanvas.eval.paired_sequential import paired_sequential_test
 from agentcanvas.eval.records import recorded_results
 from agentcanvas.eval.run_spec import RunSpec
-from agentcanvas.eval.sequential import (
-    SEQUENTIAL_METHOD_NAMES,
-    beta_binomial_cs,
-    paired_sequential_test,
-)
+from agentcanvas.eval.sequential import SEQUENTIAL_METHOD_NAMES, beta_binomial_cs
 from agentcanvas.eval.store import RunDir
 from agentcanvas.fileio import make_dirs
 
