@@ -13,13 +13,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agentcanvas.cli_common import command, print_json
+from agentcanvas.cli.command import Command
+from agentcanvas.cli.common import print_json
+from agentcanvas.cli.options import add_json
 from agentcanvas.eval.comparison import compare_runs
 from agentcanvas.eval.planning import plan_comparison
 from agentcanvas.export import FORMATS, _workspace_runs, export_run, read_run
 
 
-@command("export")
 def cmd_export(args: argparse.Namespace) -> int:
     if args.output == "-":
         output = None
@@ -38,7 +39,6 @@ def _with_records(run_id: str) -> dict[str, Any]:
     return {**summary, "episodes": records}
 
 
-@command("plan")
 def cmd_plan(args: argparse.Namespace) -> int:
     baseline = _with_records(args.run_id)
     other = _with_records(args.vs) if args.vs else None
@@ -79,7 +79,6 @@ def plan_text(plan: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-@command("compare")
 def cmd_compare(args: argparse.Namespace) -> int:
     result = compare_runs(_with_records(args.a), _with_records(args.b))
     if args.json:
@@ -129,8 +128,7 @@ def compare_text(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def extend_parser(sub: Any) -> None:
-    p = sub.add_parser("export", help="write a run's episodes (one row each) as CSV or parquet")
+def _export_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_id", metavar="RUN", help="run id (a folder of outputs/eval_runs)")
     p.add_argument("--format", choices=FORMATS, default="csv", help="csv (default) or parquet")
     p.add_argument(
@@ -140,9 +138,9 @@ def extend_parser(sub: Any) -> None:
         help="file to write (default RUN_episodes.FORMAT in the current directory; "
         "'-' writes CSV to stdout)",
     )
-    p = sub.add_parser(
-        "plan", help="paired episodes needed to detect a difference against a baseline run"
-    )
+
+
+def _plan_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_id", metavar="RUN", help="the baseline run id")
     p.add_argument(
         "--delta", type=float, required=True, help="difference in success rate to detect"
@@ -153,8 +151,30 @@ def extend_parser(sub: Any) -> None:
     p.add_argument(
         "--vs", metavar="RUN2", help="a run of the other policy: its observed discordance"
     )
-    p.add_argument("--json", action="store_true", help="print the plan as JSON")
-    p = sub.add_parser("compare", help="pair two runs' episodes: difference, test, decision")
+    add_json(p, "the plan")
+
+
+def _compare_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("a", metavar="RUN_A", help="the baseline run id")
     p.add_argument("b", metavar="RUN_B", help="the run compared with it")
-    p.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    add_json(p, "the comparison")
+
+
+EXPORT = Command(
+    "export",
+    "write a run's episodes (one row each) as CSV or parquet",
+    cmd_export,
+    _export_arguments,
+)
+PLAN = Command(
+    "plan",
+    "paired episodes needed to detect a difference against a baseline run",
+    cmd_plan,
+    _plan_arguments,
+)
+COMPARE = Command(
+    "compare",
+    "pair two runs' episodes: difference, test, decision",
+    cmd_compare,
+    _compare_arguments,
+)

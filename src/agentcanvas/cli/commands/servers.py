@@ -29,7 +29,9 @@ import psutil
 from pydantic import ValidationError
 
 from agentcanvas.api.security import TOKEN_RULE, is_loopback, token_problem
-from agentcanvas.cli_common import command, print_json, workspace_registry
+from agentcanvas.cli.command import Command
+from agentcanvas.cli.common import print_json, workspace_registry
+from agentcanvas.cli.options import add_json
 from agentcanvas.errors import RunError, UserInputError
 from agentcanvas.fileio import read_json
 from agentcanvas.nodes import CallContext
@@ -120,7 +122,6 @@ def _prune(path: Path) -> None:
         path.unlink()
 
 
-@command("serve-nodeset")
 def cmd_serve_nodeset(args: argparse.Namespace) -> int:
     name = check_name("nodeset", args.name, field="NAME")
     if args.tag is not None and args.tag < 0:
@@ -140,7 +141,6 @@ def cmd_serve_nodeset(args: argparse.Namespace) -> int:
     return auto_host.main(argv)
 
 
-@command("servers")
 def cmd_servers(args: argparse.Namespace) -> int:
     servers = recorded_servers(servers_dir())
     if args.json:
@@ -218,7 +218,6 @@ def _api_key(args: argparse.Namespace) -> str | None:
     return key
 
 
-@command("serve-policy")
 def cmd_serve_policy(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         raise UserInputError(f"--port must be 0..65535, got {args.port}")
@@ -296,15 +295,12 @@ async def _serve_policy(
         await registry.shutdown_all()
 
 
-def extend_parser(sub: Any) -> None:
-    """Registers the server sub-commands."""
-    p = sub.add_parser("serve-nodeset", help="serve one node set over HTTP in the foreground")
+def _serve_nodeset_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("name", metavar="NAME", help="node-set name (see `agentcanvas nodesets`)")
     p.add_argument("--tag", type=int, default=None, help="replica tag K (serves NAME#K)")
-    p = sub.add_parser(
-        "serve-policy",
-        help="serve a model node set over the openpi WebSocket policy-server protocol",
-    )
+
+
+def _serve_policy_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("target", metavar="NODESET.NODE", help="e.g. policy_mlp.act")
     p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000, as openpi; 0: any)")
@@ -320,5 +316,23 @@ def extend_parser(sub: Any) -> None:
         metavar="VAR",
         help="environment variable holding the API key clients must send (needed off loopback)",
     )
-    p = sub.add_parser("servers", help="list the node-set servers started with serve-nodeset")
-    p.add_argument("--json", action="store_true", help="print the list as JSON")
+
+
+SERVE_NODESET = Command(
+    "serve-nodeset",
+    "serve one node set over HTTP in the foreground",
+    cmd_serve_nodeset,
+    _serve_nodeset_arguments,
+)
+SERVE_POLICY = Command(
+    "serve-policy",
+    "serve a model node set over the openpi WebSocket policy-server protocol",
+    cmd_serve_policy,
+    _serve_policy_arguments,
+)
+SERVERS = Command(
+    "servers",
+    "list the node-set servers started with serve-nodeset",
+    cmd_servers,
+    lambda p: add_json(p, "the list"),
+)

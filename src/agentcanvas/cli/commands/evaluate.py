@@ -1,0 +1,217 @@
+"""``agentcanvas eval``, ``verify-invariance`` and ``demo``: runs in the foreground."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from collections.abc import Mapping
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from agentcanvas import envsettings, exit_codes
+from agentcanvas.cli.command import Command, Parser
+from agentcanvas.cli.common import print_json, resolve_graph, stderr, workspace_registry
+from agentcanvas.cli.options import add_json, add_meta, meta_of
+from agentcanvas.cli.run_options import add_eval_arguments, build_config
+from agentcanvas.cli.summary import print_summary
+from agentcanvas.cluster import select_engine
+from agentcanvas.errors import ConfigError
+from agentcanvas.eval.config import EvalConfig
+from agentcanvas.eval.events import EvalProgress, LiveEvent
+from agentcanvas.eval.foreground import ForegroundRun, run_foreground
+from agentcanvas.eval.invariance import diff_runs
+from agentcanvas.eval.run_meta import RunMeta, write_meta
+from agentcanvas.eval.run_setup import new_run_dir, run_registry
+from agentcanvas.eval.runner import episode_tasks
+from agentcanvas.eval.store import RunDir
+from agentcanvas.eval.tasks import check_tasks
+from agentcanvas.graph.model import Graph
+from agentcanvas.paths import runs_dir
+from agentcanvas.server.registry import WorkspaceComponentRegistry
+
+__all__ = ["DEMO", "EVAL", "VERIFY_INVARIANCE"]
+
+
+class _ProgressView:
+    """Rich progress on stderr: episodes done/total, running success rate, ETA."""
+
+    def __init__(self, total: int, label: str) -> None:
+        self.progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("SR {task.fields[sr]}"),
+            TimeRemainingColumn(),
+            console=stderr,
+            transient=False,
+        )
+        self.task = self.progress.add_task(label, total=total, sr="-")
+
+    def __call__(self, event: LiveEvent) -> None:
+        if isinstance(event, EvalProgress) and event.episodes_done is not None:
+            sr, errors = event.success_rate, event.error_count or 0
+            shown = "-" if sr is None else f"{sr:.3f} of {event.success_n} scored"
+            if event.success_cs is not None:  # valid however often one looks
+                lo, hi = event.success_cs
+                shown += f" · anytime CS [{lo:.3f}, {hi:.3f}] (n={event.success_cs_n})"
+            if errors:
+                shown += f" [red]· {errors} error(s), not scored[/]"
+            self.progress.update(self.task, completed=event.episodes_done, sr=shown)
+
+
+def _run(
+    args: argparse.Namespace, workers: int, label: str, meta: RunMeta | None = None
+) -> ForegroundRun:
+    envsettings.check_all()  # refused here, naming the variable, before any server starts
+    registry = workspace_registry()
+    graph = resolve_graph(registry, args.graph)
+    config = build_config(args, graph.name, workers)
+    check_tasks(registry, graph, config.tasks, field="--tasks")
+    run_dir = new_run_dir(runs_dir(registry.workspace))
+    if meta is not None and meta != RunMeta():  # the folder first, so the name shows at once
+        write_meta(run_dir.root, meta)
+    return asyncio.run(_run_here(registry, graph, config, run_dir, label))
+
+
+async def _run_here(
+    registry: WorkspaceComponentRegistry,
+    graph: Graph,
+    config: EvalConfig,
+    run_dir: RunDir,
+    label: str,
+    shared_urls: Mapping[str, str] | None = None,
+) -> ForegroundRun:
+    """One foreground run with a progress bar; ``shared_urls``: shared servers to borrow."""
+    view = _ProgressView(config.episode_count * len(episode_tasks(config, graph)), label)
+    run = run_registry(registry.catalogue, run_dir)  # its servers log into the run folder
+    with view.progress:
+        return await run_foreground(
+            run,
+            graph,
+            config,
+            broadcast=view,
+            run_dir=run_dir,
+            shared_urls=shared_urls,
+            engine=select_engine(config),
+        )
+
+
+async def _runs_at(args: argparse.Namespace, counts: list[int]) -> list[ForegroundRun]:
+    """The same run at each worker count. The graph's shared node sets (models) start once,
+    in the first run's folder, and every run borrows them by URL as runs queued on the
+    backend do: a model loads once, not once per worker count. (The Ray engine starts its
+    own model actors per run.)"""
+    registry = workspace_registry()
+    graph = resolve_graph(registry, args.graph)
+    configs = [build_config(args, graph.name, w) for w in counts]  # all refused up front
+    check_tasks(registry, graph, configs[0].tasks, field="--tasks")
+    base = runs_dir(registry.workspace)
+    run_dirs = [new_run_dir(base)]
+    owner = run_registry(registry.catalogue, run_dirs[0])
+    runs: list[ForegroundRun] = []
+    try:
+        local = configs[0].engine == "local"
+        urls = await owner.ensure_shared_nodesets_for_graph(graph) if local else {}
+        for config in configs:
+            run_dir = run_dirs.pop() if run_dirs else new_run_dir(base)
+            label = f"w={config.worker_count}"
+            runs.append(await _run_here(registry, graph, config, run_dir, label, urls))
+    finally:
+        await asyncio.shield(owner.shutdown_all())
+    return runs
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    meta = meta_of(args)  # refused before anything runs
+    result = _run(args, args.workers, f"eval w={args.workers}", meta)
+    summary = result.summary
+    if args.json:
+        print_json(summary.model_dump(mode="json"), indent=1)
+    else:
+        print_summary(summary, str(result.run_dir.root))
+    return exit_codes.for_run(summary.status, summary.health.verdict)
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    try:
+        counts = [int(w) for w in args.workers.split(",")]
+    except ValueError as exc:
+        raise ConfigError(f"--workers: expected e.g. 1,2,4, got {args.workers!r}") from exc
+    if len(counts) < 2 or any(not 1 <= w <= 64 for w in counts):
+        raise ConfigError(f"--workers: give two or more counts from 1 to 64, got {args.workers!r}")
+    envsettings.check_all()  # refused here, naming the variable, before any server starts
+    runs = asyncio.run(_runs_at(args, counts))
+    base = runs[0].summary
+    failed = False
+    for other in runs[1:]:
+        diffs = diff_runs(base, other.summary)
+        label = f"workers {counts[0]} vs {other.summary.config.worker_count}"
+        if diffs:
+            failed = True
+            print(f"DIFFER ({label}): {len(diffs)} difference(s)")
+            for line in diffs[:50]:
+                print(f"  {line}")
+        else:
+            print(f"identical ({label}): {base.episodes_done} episodes, aggregates equal")
+    for r in runs:
+        health = r.summary.health
+        print(
+            f"  run {r.run_id} (w={r.summary.config.worker_count}): {r.run_dir.root} "
+            f"[{r.summary.status}, health {health.verdict}, {health.error_count} errors]"
+        )
+    codes = [exit_codes.for_run(r.summary.status, r.summary.health.verdict) for r in runs]
+    if exit_codes.RUN_FAILED in codes:
+        return exit_codes.RUN_FAILED
+    return exit_codes.NOT_INVARIANT if failed else max(codes)
+
+
+DEMO_ARGV = ("babyai_oracle", "-n", "10", "-w", "2", "--save-frames")
+"""``demo`` is ``eval`` with these arguments, parsed by eval's own parser."""
+
+
+def demo_arguments() -> argparse.Namespace:
+    """The demo's arguments, through the eval command's parser: they cannot drift."""
+    parser = Parser(prog="agentcanvas demo")
+    EVAL.arguments(parser)
+    return parser.parse_args(list(DEMO_ARGV))
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """The main job on built-in defaults: a 2-worker batch eval of babyai_oracle."""
+    demo_args = demo_arguments()
+    stderr.print("demo: batch eval of babyai_oracle, 10 episodes x 2 tasks on 2 workers")
+    result = _run(demo_args, demo_args.workers, "demo")
+    print_summary(result.summary, str(result.run_dir.root))
+    print(f"run folder: {result.run_dir.root}")
+    return exit_codes.for_run(result.summary.status, result.summary.health.verdict)
+
+
+def _eval_arguments(p: argparse.ArgumentParser) -> None:
+    add_eval_arguments(p)
+    p.add_argument("-w", "--workers", type=int, default=1, help="parallel workers (speed only)")
+    add_json(p, "only the final summary")
+    add_meta(p)
+
+
+def _verify_arguments(p: argparse.ArgumentParser) -> None:
+    add_eval_arguments(p)
+    p.add_argument(
+        "--workers", default="1,3,4", help="comma-separated worker counts (default 1,3,4)"
+    )
+
+
+EVAL = Command(
+    "eval",
+    "batch-evaluate a graph over many episodes",
+    cmd_eval,
+    _eval_arguments,
+    exit_codes="eval",
+)
+VERIFY_INVARIANCE = Command(
+    "verify-invariance",
+    "run at several worker counts and diff the results",
+    cmd_verify,
+    _verify_arguments,
+    exit_codes="verify-invariance",
+)
+DEMO = Command("demo", "run the main job on built-in defaults", cmd_demo)

@@ -1,0 +1,113 @@
+"""What the workspace holds: ``nodesets``, ``graphs``, ``schema`` and ``validate``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from agentcanvas.cli.command import Command
+from agentcanvas.cli.common import print_json, resolve_graph, workspace_registry
+from agentcanvas.cli.options import add_json
+from agentcanvas.errors import AgentCanvasError, UserInputError
+from agentcanvas.graph.model import graph_json_schema, load_graph_file
+
+__all__ = ["GRAPHS", "NODESETS", "SCHEMA", "VALIDATE"]
+
+
+def cmd_nodesets(args: argparse.Namespace) -> int:
+    registry = workspace_registry()
+    manifests = [registry.manifest(n).model_dump(mode="json") for n in registry.nodeset_names()]
+    if args.json:
+        print_json({"nodesets": manifests, "load_errors": registry.load_errors})
+        return 0
+    for m in manifests:
+        origin = registry.origin(m["name"])
+        print(f"{m['name']} {m['version']} [{m['parallelism']}, {origin}] - {m['description']}")
+        for node in m["nodes"]:
+            ins = ", ".join(p["name"] for p in node["inputs"]) or (
+                "*" if node["dynamic_inputs"] else ""
+            )
+            outs = ", ".join(p["name"] for p in node["outputs"])
+            print(f"    {m['name']}.{node['name']}({ins}) -> ({outs})")
+    for name, err in registry.load_errors.items():
+        print(f"{name}: FAILED TO LOAD: {err}", file=sys.stderr)
+    return 0
+
+
+def cmd_graphs(args: argparse.Namespace) -> int:
+    registry = workspace_registry()
+    if args.action == "show":
+        if not args.name:
+            raise UserInputError("graphs show: give a graph NAME (see `agentcanvas graphs`)")
+        sys.stdout.write(resolve_graph(registry, args.name).to_json())
+        return 0
+    entries = registry.graph_entries()
+    rows = []
+    for item in entries:
+        try:
+            graph = load_graph_file(item.path)
+            rows.append(
+                {
+                    "name": item.name,
+                    "origin": item.origin,
+                    "path": str(item.path),
+                    "description": graph.description,
+                    "nodesets": graph.nodesets(),
+                }
+            )
+        except AgentCanvasError as exc:
+            rows.append(
+                {
+                    "name": item.name,
+                    "origin": item.origin,
+                    "path": str(item.path),
+                    "error": str(exc),
+                }
+            )
+    if args.json:
+        print_json({"graphs": rows})
+    else:
+        for row in rows:
+            print(f"{row['name']} [{row['origin']}] - {row.get('description') or row.get('error')}")
+    return 0
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    print_json(graph_json_schema())
+    return 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    graph = resolve_graph(workspace_registry(), args.graph)
+    print(f"{graph.name}: ok ({len(graph.nodes)} nodes, {len(graph.edges)} edges)")
+    return 0
+
+
+def _graphs_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "action", nargs="?", choices=["list", "show"], default="list", help="list or show"
+    )
+    p.add_argument("name", nargs="?", help="the graph to show")
+    add_json(p, "the list")
+
+
+def _graph_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("graph", metavar="GRAPH", help="graph name or path to a graph .json")
+
+
+NODESETS = Command(
+    "nodesets",
+    "list the discovered node sets and their node types",
+    cmd_nodesets,
+    lambda p: add_json(p, "the manifests and load errors"),
+)
+GRAPHS = Command(
+    "graphs", "list graphs, or show one (graphs show NAME)", cmd_graphs, _graphs_arguments
+)
+SCHEMA = Command("schema", "print the graph format's JSON Schema", cmd_schema)
+VALIDATE = Command(
+    "validate",
+    "check a graph (schema and semantics) without running it",
+    cmd_validate,
+    _graph_argument,
+)
