@@ -14,9 +14,8 @@ from agentcanvas import exit_codes
 from agentcanvas.cli.command import Command
 from agentcanvas.cli.common import print_json
 from agentcanvas.cli.options import add_json, add_meta, add_url, meta_of, url_of
-from agentcanvas.cli.run_options import FRAMES_HELP, parse_max_errors
+from agentcanvas.cli.run_options import add_run_options, build_config, given_options
 from agentcanvas.errors import UserInputError
-from agentcanvas.eval.config import EvalConfig
 
 __all__ = ["CANCEL", "RESUME", "RUNS", "STATUS", "SUBMIT"]
 
@@ -27,9 +26,6 @@ def _client(args: argparse.Namespace) -> httpx.Client:
     token = os.environ.get("AGENTCANVAS_TOKEN")
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     return httpx.Client(base_url=url_of(args), timeout=30.0, headers=headers)
-
-
-STOP_ALPHA_DEFAULT = EvalConfig.model_fields["stop_alpha"].default
 
 
 def _call(args: argparse.Namespace, method: str, path: str, **kwargs: Any) -> Any:
@@ -47,37 +43,22 @@ def _call(args: argparse.Namespace, method: str, path: str, **kwargs: Any) -> An
     return response.json()
 
 
+def start_body(args: argparse.Namespace) -> dict[str, Any]:
+    """The body of ``POST /api/eval/v2/start``: the run options given (checked here by
+    EvalConfig, so a bad one exits 1 naming its flag before any request), the priority and
+    the run's meta. Options not given are left to the backend's defaults (EvalConfig's)."""
+    meta = _meta_body(args)
+    config = build_config(args, args.graph)
+    given = set(given_options(args))
+    body: dict[str, Any] = {"graph_name": args.graph}
+    body.update(config.model_dump(mode="json", include=given))
+    body["priority"] = args.priority
+    body.update(meta)
+    return body
+
+
 def cmd_submit(args: argparse.Namespace) -> int:
-    body: dict[str, Any] = {
-        "graph_name": args.graph,
-        "episode_count": args.episodes,
-        "worker_count": args.workers,
-        "seed": args.seed,
-        "priority": args.priority,
-        "start_index": args.start_index,
-    }
-    if args.tasks:
-        body["tasks"] = [t.strip() for t in args.tasks.split(",")]
-    if args.step_budget is not None:
-        body["step_budget"] = args.step_budget
-    if args.max_errors is not None:
-        body["max_errors"] = parse_max_errors(args.max_errors)
-    if args.episode_timeout is not None:
-        body["episode_timeout_s"] = args.episode_timeout
-    if args.save_frames or args.frames:
-        body["frames"] = args.frames or "every"
-    if args.certify:
-        body["certify"] = True
-    if args.binary_interval:
-        body["binary_interval"] = args.binary_interval
-    if args.until_halfwidth is not None:
-        body["until_halfwidth"] = args.until_halfwidth
-    if args.until_decided_vs is not None:
-        body["until_decided_vs"] = args.until_decided_vs
-    if args.stop_alpha != STOP_ALPHA_DEFAULT:
-        body["stop_alpha"] = args.stop_alpha
-    body.update(_meta_body(args))
-    started = _call(args, "POST", "/api/eval/v2/start", json=body)
+    started = _call(args, "POST", "/api/eval/v2/start", json=start_body(args))
     print_json(started, indent=None)
     if not args.follow:
         return 0
@@ -143,32 +124,17 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 
 def _submit_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("graph", metavar="GRAPH", help="graph name (on the backend)")
-    p.add_argument("-n", "--episodes", type=int, default=10)
-    p.add_argument("-w", "--workers", type=int, default=1)
-    p.add_argument("--tasks")
-    p.add_argument("--start-index", type=int, default=0)
-    p.add_argument("--step-budget", type=int)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--priority", type=int, default=0)
-    p.add_argument("--max-errors", metavar="N|FRACTION", help="error budget (see eval --help)")
-    p.add_argument("--episode-timeout", type=float, help="wall-clock limit per episode, s")
-    p.add_argument("--follow", action="store_true", help="follow progress until the run ends")
-    p.add_argument("--save-frames", action="store_true", help="save frames (= --frames every)")
-    p.add_argument("--frames", choices=["every", "failures", "none"], help=FRAMES_HELP)
+    p.add_argument("graph", metavar="GRAPH", help="graph name (as the backend knows it)")
     p.add_argument(
-        "--certify", action="store_true", help="audit every batched row (see eval --help)"
+        "--priority",
+        type=int,
+        default=0,
+        help="queue priority, -100 to 100: higher runs first, FIFO within one (default: 0)",
     )
-    p.add_argument(
-        "--binary-interval",
-        choices=("wilson", "clopper-pearson"),
-        help="interval of 0/1 metrics (default wilson)",
-    )
-    p.add_argument("--until-halfwidth", type=float, metavar="H", help="stop rule (eval --help)")
-    p.add_argument("--until-decided-vs", metavar="RUN", help="stop rule (see eval --help)")
-    p.add_argument("--stop-alpha", type=float, default=STOP_ALPHA_DEFAULT)
+    p.add_argument("--follow", action="store_true", help="follow the run's progress until it ends")
     add_url(p)
     add_meta(p)
+    add_run_options(p)
 
 
 def _runs_arguments(p: argparse.ArgumentParser) -> None:

@@ -12,7 +12,7 @@ from agentcanvas import envsettings, exit_codes
 from agentcanvas.cli.command import Command, Parser
 from agentcanvas.cli.common import print_json, resolve_graph, stderr, workspace_registry
 from agentcanvas.cli.options import add_json, add_meta, meta_of
-from agentcanvas.cli.run_options import add_eval_arguments, build_config
+from agentcanvas.cli.run_options import add_run_options, build_config
 from agentcanvas.cli.summary import print_summary
 from agentcanvas.cluster import select_engine
 from agentcanvas.errors import ConfigError
@@ -59,17 +59,16 @@ class _ProgressView:
             self.progress.update(self.task, completed=event.episodes_done, sr=shown)
 
 
-def _run(
-    args: argparse.Namespace, workers: int, label: str, meta: RunMeta | None = None
-) -> ForegroundRun:
+def _run(args: argparse.Namespace, label: str, meta: RunMeta | None = None) -> ForegroundRun:
     envsettings.check_all()  # refused here, naming the variable, before any server starts
     registry = workspace_registry()
     graph = resolve_graph(registry, args.graph)
-    config = build_config(args, graph.name, workers)
+    config = build_config(args, graph.name)
     check_tasks(registry, graph, config.tasks, field="--tasks")
     run_dir = new_run_dir(runs_dir(registry.workspace))
     if meta is not None and meta != RunMeta():  # the folder first, so the name shows at once
         write_meta(run_dir.root, meta)
+    label = f"{label} w={config.worker_count}"
     return asyncio.run(_run_here(registry, graph, config, run_dir, label))
 
 
@@ -103,7 +102,9 @@ async def _runs_at(args: argparse.Namespace, counts: list[int]) -> list[Foregrou
     own model actors per run.)"""
     registry = workspace_registry()
     graph = resolve_graph(registry, args.graph)
-    configs = [build_config(args, graph.name, w) for w in counts]  # all refused up front
+    configs = [
+        build_config(args, graph.name, worker_count=w) for w in counts
+    ]  # all refused up front
     check_tasks(registry, graph, configs[0].tasks, field="--tasks")
     base = runs_dir(registry.workspace)
     run_dirs = [new_run_dir(base)]
@@ -123,7 +124,7 @@ async def _runs_at(args: argparse.Namespace, counts: list[int]) -> list[Foregrou
 
 def cmd_eval(args: argparse.Namespace) -> int:
     meta = meta_of(args)  # refused before anything runs
-    result = _run(args, args.workers, f"eval w={args.workers}", meta)
+    result = _run(args, "eval", meta)
     summary = result.summary
     if args.json:
         print_json(summary.model_dump(mode="json"), indent=1)
@@ -133,12 +134,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    text = args.worker_counts
     try:
-        counts = [int(w) for w in args.workers.split(",")]
+        counts = [int(w) for w in text.split(",")]
     except ValueError as exc:
-        raise ConfigError(f"--workers: expected e.g. 1,2,4, got {args.workers!r}") from exc
+        raise ConfigError(f"--workers: expected e.g. 1,2,4, got {text!r}") from exc
     if len(counts) < 2 or any(not 1 <= w <= 64 for w in counts):
-        raise ConfigError(f"--workers: give two or more counts from 1 to 64, got {args.workers!r}")
+        raise ConfigError(f"--workers: give two or more counts from 1 to 64, got {text!r}")
     envsettings.check_all()  # refused here, naming the variable, before any server starts
     runs = asyncio.run(_runs_at(args, counts))
     base = runs[0].summary
@@ -180,24 +182,33 @@ def cmd_demo(args: argparse.Namespace) -> int:
     """The main job on built-in defaults: a 2-worker batch eval of babyai_oracle."""
     demo_args = demo_arguments()
     stderr.print("demo: batch eval of babyai_oracle, 10 episodes x 2 tasks on 2 workers")
-    result = _run(demo_args, demo_args.workers, "demo")
+    result = _run(demo_args, "demo")
     print_summary(result.summary, str(result.run_dir.root))
     print(f"run folder: {result.run_dir.root}")
     return exit_codes.for_run(result.summary.status, result.summary.health.verdict)
 
 
+def _graph_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("graph", metavar="GRAPH", help="graph name or path to a graph .json")
+
+
 def _eval_arguments(p: argparse.ArgumentParser) -> None:
-    add_eval_arguments(p)
-    p.add_argument("-w", "--workers", type=int, default=1, help="parallel workers (speed only)")
-    add_json(p, "only the final summary")
+    _graph_argument(p)
+    add_json(p, "only the final summary (progress and tables go to stderr)")
     add_meta(p)
+    add_run_options(p)
 
 
 def _verify_arguments(p: argparse.ArgumentParser) -> None:
-    add_eval_arguments(p)
+    _graph_argument(p)
     p.add_argument(
-        "--workers", default="1,3,4", help="comma-separated worker counts (default 1,3,4)"
+        "--workers",
+        dest="worker_counts",
+        metavar="W1,W2,...",
+        default="1,3,4",
+        help="comma-separated worker counts, two or more from 1 to 64 (default: 1,3,4)",
     )
+    add_run_options(p, exclude={"worker_count"})
 
 
 EVAL = Command(
