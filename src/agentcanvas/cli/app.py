@@ -20,7 +20,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
         envsettings.check_all()  # a bad AGENTCANVAS_* setting: exit 1 naming it, up front
-        args = build_parser(COMMANDS).parse_args(argv)
+        words = list(sys.argv[1:] if argv is None else argv)
+        args = build_parser(COMMANDS).parse_args(words)
+        args.argv = words  # the command line, to say how to run it again
         code: int = args.handler(args)
         sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
         return code

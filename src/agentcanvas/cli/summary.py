@@ -10,6 +10,7 @@ from rich.table import Table
 
 from agentcanvas.cli.common import stderr
 from agentcanvas.cli.determinism import determinism_line, determinism_table
+from agentcanvas.cli.status_text import counts_text
 from agentcanvas.eval.config import EvalRun
 from agentcanvas.eval.metrics import MetricAggregate
 
@@ -122,7 +123,7 @@ def print_summary(run: EvalRun, where: str) -> None:
         if agg.note:
             stderr.print(f"  {name}: {agg.note}", style="yellow", markup=False)
     stderr.print(task_table(run.aggregate_by_task))
-    stderr.print(f"status counts: {run.status_counts}")
+    stderr.print(f"status counts: {counts_text(run.status_counts)}", markup=False)
     health = run.health
     style = "green" if health.verdict == "clean" else "bold red"
     stderr.print(

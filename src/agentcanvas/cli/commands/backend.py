@@ -1,53 +1,39 @@
-"""The backend's client commands: ``submit``, ``runs``, ``status``, ``cancel``, ``resume``."""
+"""The backend's client commands: ``submit``, ``runs``, ``status``, ``cancel``, ``resume``.
+
+Each talks to ``--url`` (default ``$AGENTCANVAS_URL``, else http://127.0.0.1:8765).
+"""
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from typing import Any
 
-import httpx
-
 from agentcanvas import exit_codes
+from agentcanvas.cli.backend_client import Backend
 from agentcanvas.cli.command import Command
 from agentcanvas.cli.common import print_json
 from agentcanvas.cli.options import add_json, add_meta, add_url, meta_of, url_of
 from agentcanvas.cli.run_options import add_run_options, build_config, given_options
-from agentcanvas.errors import UserInputError
+from agentcanvas.cli.status_text import status_text
+from agentcanvas.eval.run_state import TERMINAL_RUN_STATUSES
 
 __all__ = ["CANCEL", "RESUME", "RUNS", "STATUS", "SUBMIT"]
 
 FOLLOW_POLL_S = 1.0
+START = "/api/eval/v2/start"
 
 
-def _client(args: argparse.Namespace) -> httpx.Client:
-    token = os.environ.get("AGENTCANVAS_TOKEN")
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    return httpx.Client(base_url=url_of(args), timeout=30.0, headers=headers)
-
-
-def _call(args: argparse.Namespace, method: str, path: str, **kwargs: Any) -> Any:
-    try:
-        with _client(args) as client:
-            response = client.request(method, path, **kwargs)
-    except httpx.TransportError as exc:
-        raise UserInputError(
-            f"--url {url_of(args)}: no backend answers ({type(exc).__name__}); "
-            "start one with `agentcanvas serve`"
-        ) from exc
-    if response.status_code >= 400:
-        detail = response.json().get("detail", response.text) if response.content else ""
-        raise UserInputError(f"backend answered {response.status_code}: {detail}")
-    return response.json()
+def backend(args: argparse.Namespace) -> Backend:
+    return Backend(url_of(args))
 
 
 def start_body(args: argparse.Namespace) -> dict[str, Any]:
     """The body of ``POST /api/eval/v2/start``: the run options given (checked here by
     EvalConfig, so a bad one exits 1 naming its flag before any request), the priority and
     the run's meta. Options not given are left to the backend's defaults (EvalConfig's)."""
-    meta = _meta_body(args)
+    meta = meta_of(args).model_dump(exclude_defaults=True)
     config = build_config(args, args.graph)
     given = set(given_options(args))
     body: dict[str, Any] = {"graph_name": args.graph}
@@ -58,22 +44,19 @@ def start_body(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    started = _call(args, "POST", "/api/eval/v2/start", json=start_body(args))
+    started = backend(args).call("POST", START, json=start_body(args))
     print_json(started, indent=None)
     if not args.follow:
-        return 0
-    return _follow(args, started["run_id"])
+        return exit_codes.OK
+    return follow(backend(args), started["run_id"])
 
 
-def _meta_body(args: argparse.Namespace) -> dict[str, Any]:
-    """--name/--tag/--note as start-body fields, checked here (exit 1 naming the flag)."""
-    return meta_of(args).model_dump(exclude_defaults=True)
-
-
-def _follow(args: argparse.Namespace, run_id: str) -> int:
+def follow(client: Backend, run_id: str) -> int:
+    """Print the run's progress on stderr until it ends, then its summary (JSON, stdout,
+    without the records); the exit code of its status and health."""
     last = None
     while True:
-        summary = _call(args, "GET", f"/api/eval/v2/status/{run_id}", params={"compact": True})
+        summary = client.call("GET", f"/api/eval/v2/status/{run_id}", params={"compact": True})
         line = (
             f"{run_id}: {summary['status']} {summary.get('episodes_done', 0)}/"
             f"{summary.get('episodes_total', 0)}"
@@ -81,7 +64,8 @@ def _follow(args: argparse.Namespace, run_id: str) -> int:
         if line != last:
             print(line, file=sys.stderr, flush=True)
             last = line
-        if summary["status"] in ("completed", "failed", "cancelled", "aborted"):
+        if summary["status"] in TERMINAL_RUN_STATUSES:
+            print(status_text(summary), file=sys.stderr)
             print_json({k: v for k, v in summary.items() if k != "episodes"}, indent=1)
             verdict = (summary.get("health") or {}).get("verdict", "unknown")
             return exit_codes.for_run(summary["status"], verdict)
@@ -89,10 +73,10 @@ def _follow(args: argparse.Namespace, run_id: str) -> int:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    listing = _call(args, "GET", "/api/eval/v2/runs", params={"limit": args.limit})
+    listing = backend(args).call("GET", "/api/eval/v2/runs", params={"limit": args.limit})
     if args.json:
         print_json(listing, indent=1)
-        return 0
+        return exit_codes.OK
     for run in listing["runs"]:
         sr = run.get("success_rate")
         health = run.get("health") or {}
@@ -102,25 +86,36 @@ def cmd_runs(args: argparse.Namespace) -> int:
             f"SR {'-' if sr is None else f'{sr:.3f}'}  "
             f"health {health.get('verdict', '-')} ({health.get('error_count', '-')} errors)"
         )
-    return 0
+    return exit_codes.OK
 
 
 def cmd_status(args: argparse.Namespace) -> int:
     params = {"compact": not args.full}  # the per-episode records only when asked for
-    summary = _call(args, "GET", f"/api/eval/v2/status/{args.run_id}", params=params)
+    summary = backend(args).call("GET", f"/api/eval/v2/status/{args.run_id}", params=params)
+    if not args.json:
+        print(status_text(summary))
+        return exit_codes.OK
     shown = summary if args.full else {k: v for k, v in summary.items() if k != "episodes"}
     print_json(shown, indent=1)
-    return 0
+    return exit_codes.OK
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    print_json(_call(args, "POST", f"/api/eval/v2/cancel/{args.run_id}"), indent=None)
-    return 0
+    print_json(backend(args).call("POST", f"/api/eval/v2/cancel/{args.run_id}"), indent=None)
+    return exit_codes.OK
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    print_json(_call(args, "POST", f"/api/eval/v2/resume/{args.run_id}"), indent=None)
-    return _follow(args, args.run_id) if args.follow else 0
+    print_json(backend(args).call("POST", f"/api/eval/v2/resume/{args.run_id}"), indent=None)
+    return follow(backend(args), args.run_id) if args.follow else exit_codes.OK
+
+
+def _follow_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--follow",
+        action="store_true",
+        help="follow the run's progress until it ends; exit with its code (table below)",
+    )
 
 
 def _submit_arguments(p: argparse.ArgumentParser) -> None:
@@ -131,31 +126,36 @@ def _submit_arguments(p: argparse.ArgumentParser) -> None:
         default=0,
         help="queue priority, -100 to 100: higher runs first, FIFO within one (default: 0)",
     )
-    p.add_argument("--follow", action="store_true", help="follow the run's progress until it ends")
+    _follow_flag(p)
     add_url(p)
     add_meta(p)
     add_run_options(p)
 
 
 def _runs_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--limit", type=int, default=50)
+    p.add_argument(
+        "--limit", type=int, default=50, help="at most this many runs, newest first (default: 50)"
+    )
     add_json(p, "the listing")
     add_url(p)
 
 
 def _run_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run_id", metavar="RUN")
+    p.add_argument("run_id", metavar="RUN", help="the run's id")
     add_url(p)
 
 
 def _status_arguments(p: argparse.ArgumentParser) -> None:
     _run_arguments(p)
-    p.add_argument("--full", action="store_true", help="include per-episode records")
+    add_json(p, "the run's summary")
+    p.add_argument(
+        "--full", action="store_true", help="with --json: include the per-episode records"
+    )
 
 
 def _resume_arguments(p: argparse.ArgumentParser) -> None:
     _run_arguments(p)
-    p.add_argument("--follow", action="store_true")
+    _follow_flag(p)
 
 
 SUBMIT = Command(
@@ -163,15 +163,41 @@ SUBMIT = Command(
     "queue a run on the backend",
     cmd_submit,
     _submit_arguments,
+    examples=(
+        "submit babyai_oracle -n 20 -w 4 --follow",
+        'submit my_graph -n 100 --name "lr 3e-4" --tag sweep --priority 10',
+        "submit my_graph --per-step-timeout 2 --max-errors 0.1 --url http://gpu-box:8765",
+    ),
     exit_codes="submit --follow",
+    description="Queue a run on the backend (it starts when admitted). Prints "
+    '{"run_id", "status", "via_subprocess"}; without --follow, exits 0 once queued.',
 )
-RUNS = Command("runs", "list runs on the backend", cmd_runs, _runs_arguments)
-STATUS = Command("status", "show a run's status", cmd_status, _status_arguments)
-CANCEL = Command("cancel", "cancel a queued or running run", cmd_cancel, _run_arguments)
+RUNS = Command(
+    "runs",
+    "list the backend's runs, newest first",
+    cmd_runs,
+    _runs_arguments,
+    examples=("runs", "runs --limit 10 --json"),
+)
+STATUS = Command(
+    "status",
+    "show a run's status, health, progress and success rate",
+    cmd_status,
+    _status_arguments,
+    examples=("status 20261201_050254", "status 20261201_050254 --json --full"),
+)
+CANCEL = Command(
+    "cancel",
+    "cancel a queued or running run",
+    cmd_cancel,
+    _run_arguments,
+    examples=("cancel 20261201_050254",),
+)
 RESUME = Command(
     "resume",
-    "run a stopped run's missing episodes",
+    "run only the missing episodes of a stopped run, into its folder",
     cmd_resume,
     _resume_arguments,
+    examples=("resume 20261201_050254 --follow",),
     exit_codes="resume --follow",
 )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import shlex
 from collections.abc import Mapping
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -15,8 +16,8 @@ from agentcanvas.cli.options import add_json, add_meta, meta_of
 from agentcanvas.cli.run_options import add_run_options, build_config
 from agentcanvas.cli.summary import print_summary
 from agentcanvas.cluster import select_engine
-from agentcanvas.errors import ConfigError
-from agentcanvas.eval.config import EvalConfig
+from agentcanvas.errors import ConfigError, RunError
+from agentcanvas.eval.config import EvalConfig, EvalRun
 from agentcanvas.eval.events import EvalProgress, LiveEvent
 from agentcanvas.eval.foreground import ForegroundRun, run_foreground
 from agentcanvas.eval.invariance import diff_runs
@@ -25,6 +26,7 @@ from agentcanvas.eval.run_setup import new_run_dir, run_registry
 from agentcanvas.eval.runner import episode_tasks
 from agentcanvas.eval.store import RunDir
 from agentcanvas.eval.tasks import check_tasks
+from agentcanvas.fileio import read_json
 from agentcanvas.graph.model import Graph
 from agentcanvas.paths import runs_dir
 from agentcanvas.server.registry import WorkspaceComponentRegistry
@@ -32,8 +34,9 @@ from agentcanvas.server.registry import WorkspaceComponentRegistry
 __all__ = ["DEMO", "EVAL", "VERIFY_INVARIANCE"]
 
 
-class _ProgressView:
-    """Rich progress on stderr: episodes done/total, running success rate, ETA."""
+class ProgressView:
+    """Rich progress on stderr: episodes done/total, the running success rate (with its
+    anytime-valid sequence), the errors so far, the ETA; at the end, the final summary's."""
 
     def __init__(self, total: int, label: str) -> None:
         self.progress = Progress(
@@ -41,22 +44,44 @@ class _ProgressView:
             BarColumn(),
             MofNCompleteColumn(),
             TextColumn("SR {task.fields[sr]}"),
+            TextColumn("{task.fields[errors]}"),
             TimeRemainingColumn(),
             console=stderr,
             transient=False,
         )
-        self.task = self.progress.add_task(label, total=total, sr="-")
+        self.task = self.progress.add_task(label, total=total, sr="-", errors=_errors(0))
 
     def __call__(self, event: LiveEvent) -> None:
         if isinstance(event, EvalProgress) and event.episodes_done is not None:
-            sr, errors = event.success_rate, event.error_count or 0
+            sr = event.success_rate
             shown = "-" if sr is None else f"{sr:.3f} of {event.success_n} scored"
             if event.success_cs is not None:  # valid however often one looks
                 lo, hi = event.success_cs
                 shown += f" · anytime CS [{lo:.3f}, {hi:.3f}] (n={event.success_cs_n})"
-            if errors:
-                shown += f" [red]· {errors} error(s), not scored[/]"
-            self.progress.update(self.task, completed=event.episodes_done, sr=shown)
+            self.progress.update(
+                self.task,
+                completed=event.episodes_done,
+                sr=shown,
+                errors=_errors(event.error_count or 0),
+            )
+
+    def finish(self, run: EvalRun) -> None:
+        """The bar's last state is the final summary's (live aggregates lag behind)."""
+        success = run.aggregate_metrics.get("success")
+        shown = "-"
+        if success is not None and success.mean is not None:
+            shown = f"{success.mean:.3f} of {success.n} scored (final)"
+        self.progress.update(
+            self.task,
+            total=run.episodes_total or None,
+            completed=run.episodes_done,
+            sr=shown,
+            errors=_errors(run.health.error_count),
+        )
+
+
+def _errors(count: int) -> str:
+    return f"[red]{count} error(s), not scored[/]" if count else "0 errors"
 
 
 def _run(args: argparse.Namespace, label: str, meta: RunMeta | None = None) -> ForegroundRun:
@@ -69,7 +94,11 @@ def _run(args: argparse.Namespace, label: str, meta: RunMeta | None = None) -> F
     if meta is not None and meta != RunMeta():  # the folder first, so the name shows at once
         write_meta(run_dir.root, meta)
     label = f"{label} w={config.worker_count}"
-    return asyncio.run(_run_here(registry, graph, config, run_dir, label))
+    try:
+        return asyncio.run(_run_here(registry, graph, config, run_dir, label))
+    except KeyboardInterrupt:
+        stderr.print(interrupted_text(run_dir, args), markup=False, highlight=False)
+        raise
 
 
 async def _run_here(
@@ -81,10 +110,10 @@ async def _run_here(
     shared_urls: Mapping[str, str] | None = None,
 ) -> ForegroundRun:
     """One foreground run with a progress bar; ``shared_urls``: shared servers to borrow."""
-    view = _ProgressView(config.episode_count * len(episode_tasks(config, graph)), label)
+    view = ProgressView(config.episode_count * len(episode_tasks(config, graph)), label)
     run = run_registry(registry.catalogue, run_dir)  # its servers log into the run folder
     with view.progress:
-        return await run_foreground(
+        result = await run_foreground(
             run,
             graph,
             config,
@@ -93,6 +122,8 @@ async def _run_here(
             shared_urls=shared_urls,
             engine=select_engine(config),
         )
+        view.finish(result.summary)
+    return result
 
 
 async def _runs_at(args: argparse.Namespace, counts: list[int]) -> list[ForegroundRun]:
@@ -120,6 +151,26 @@ async def _runs_at(args: argparse.Namespace, counts: list[int]) -> list[Foregrou
     finally:
         await asyncio.shield(owner.shutdown_all())
     return runs
+
+
+def interrupted_text(run_dir: RunDir, args: argparse.Namespace) -> str:
+    """What Ctrl-C leaves: the run's folder, what it holds, how to go on from there."""
+    run_id = run_dir.root.name
+    done = "?"
+    try:
+        summary = read_json(run_dir.summary_path)
+        done = f"{summary.get('episodes_done', 0)} of {summary.get('episodes_total', '?')}"
+        status = summary.get("status", "?")
+    except (RunError, OSError):
+        status = "not started"
+    again = shlex.join(["agentcanvas", *getattr(args, "argv", [])]) or "agentcanvas eval ..."
+    return (
+        f"interrupted: run {run_id} is {status} with {done} episodes done; its folder: "
+        f"{run_dir.root}\n"
+        f"  to finish it (only the missing episodes, same folder): start a backend in this "
+        f"workspace (`agentcanvas serve`), then `agentcanvas resume {run_id} --follow`\n"
+        f"  or run it again from the start: {again}"
+    )
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -216,6 +267,13 @@ EVAL = Command(
     "batch-evaluate a graph over many episodes",
     cmd_eval,
     _eval_arguments,
+    examples=(
+        "eval babyai_oracle -n 50 -w 4",
+        "eval my_graph --tasks T1,T2 --start-index 100 --step-budget 64 --seed 7 --json",
+        "eval my_graph -n 100 --max-errors 5 --per-step-timeout 2 --episode-timeout 60",
+        "eval my_graph -n 500 --until-halfwidth 0.05",
+        'eval my_graph -n 20 --name "lr 3e-4" --tag sweep --save-frames',
+    ),
     exit_codes="eval",
 )
 VERIFY_INVARIANCE = Command(
@@ -223,6 +281,14 @@ VERIFY_INVARIANCE = Command(
     "run at several worker counts and diff the results",
     cmd_verify,
     _verify_arguments,
+    examples=("verify-invariance babyai_oracle -n 12 --workers 1,4",),
     exit_codes="verify-invariance",
 )
-DEMO = Command("demo", "run the main job on built-in defaults", cmd_demo)
+DEMO = Command(
+    "demo",
+    "run the main job on built-in defaults",
+    cmd_demo,
+    examples=("demo",),
+    description="A 2-worker batch eval of babyai_oracle, 10 episodes x 2 tasks, saving "
+    f"frames: `agentcanvas eval {' '.join(DEMO_ARGV)}`.",
+)

@@ -85,7 +85,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def _graphs_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "action", nargs="?", choices=["list", "show"], default="list", help="list or show"
+        "action",
+        nargs="?",
+        choices=["list", "show"],
+        default="list",
+        help="list (default) or show NAME",
     )
     p.add_argument("name", nargs="?", help="the graph to show")
     add_json(p, "the list")
@@ -100,14 +104,25 @@ NODESETS = Command(
     "list the discovered node sets and their node types",
     cmd_nodesets,
     lambda p: add_json(p, "the manifests and load errors"),
+    examples=("nodesets", "nodesets --json"),
 )
 GRAPHS = Command(
-    "graphs", "list graphs, or show one (graphs show NAME)", cmd_graphs, _graphs_arguments
+    "graphs",
+    "list graphs, or show one (graphs show NAME)",
+    cmd_graphs,
+    _graphs_arguments,
+    examples=("graphs", "graphs show babyai_oracle > my_graph.json"),
 )
-SCHEMA = Command("schema", "print the graph format's JSON Schema", cmd_schema)
+SCHEMA = Command(
+    "schema",
+    "print the graph format's JSON Schema",
+    cmd_schema,
+    examples=("schema > graph.schema.json",),
+)
 VALIDATE = Command(
     "validate",
     "check a graph (schema and semantics) without running it",
     cmd_validate,
     _graph_argument,
+    examples=("validate babyai_oracle", "validate graphs/my_graph.json"),
 )

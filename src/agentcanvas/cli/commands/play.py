@@ -69,8 +69,14 @@ def _play_options(args: argparse.Namespace, graph_name: str) -> tuple[EpisodeOpt
 
 def _play_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("graph", metavar="GRAPH", help="graph name or path to a graph .json")
-    p.add_argument("--episode", type=int, default=0, help="episode_index (default 0)")
-    p.add_argument("--task", help="task id (default: the graph's first task)")
+    p.add_argument(
+        "--episode",
+        type=int,
+        default=0,
+        metavar="INDEX",
+        help="the episode's episode_index within its task (default: 0)",
+    )
+    p.add_argument("--task", help="task id (default: the graph's first task; see `tasks GRAPH`)")
     add_json(p, "the episode record")
     add_run_options(p, only=PLAY_FIELDS)
 
@@ -80,5 +86,9 @@ PLAY = Command(
     "run one episode in this process, like canvas Play",
     cmd_play,
     _play_arguments,
+    examples=(
+        "play babyai_oracle --episode 3",
+        "play my_graph --task BabyAI-GoToLocal-v0 --seed 7 --json",
+    ),
     exit_codes="play",
 )

@@ -130,7 +130,7 @@ def compare_text(result: dict[str, Any]) -> str:
 
 def _export_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_id", metavar="RUN", help="run id (a folder of outputs/eval_runs)")
-    p.add_argument("--format", choices=FORMATS, default="csv", help="csv (default) or parquet")
+    p.add_argument("--format", choices=FORMATS, default="csv", help="csv or parquet (default: csv)")
     p.add_argument(
         "--output",
         "-o",
@@ -145,9 +145,9 @@ def _plan_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--delta", type=float, required=True, help="difference in success rate to detect"
     )
-    p.add_argument("--power", type=float, default=0.8, help="power (default 0.8)")
-    p.add_argument("--alpha", type=float, default=0.05, help="two-sided alpha (default 0.05)")
-    p.add_argument("-w", "--workers", type=int, default=1, help="workers for the ETA")
+    p.add_argument("--power", type=float, default=0.8, help="power (default: 0.8)")
+    p.add_argument("--alpha", type=float, default=0.05, help="two-sided alpha (default: 0.05)")
+    p.add_argument("-w", "--workers", type=int, default=1, help="workers for the ETA (default: 1)")
     p.add_argument(
         "--vs", metavar="RUN2", help="a run of the other policy: its observed discordance"
     )
@@ -165,16 +165,23 @@ EXPORT = Command(
     "write a run's episodes (one row each) as CSV or parquet",
     cmd_export,
     _export_arguments,
+    examples=(
+        "export 20261201_050254",
+        "export 20261201_050254 --format parquet --output runs/ep.parquet",
+        "export 20261201_050254 -o - | head",
+    ),
 )
 PLAN = Command(
     "plan",
     "paired episodes needed to detect a difference against a baseline run",
     cmd_plan,
     _plan_arguments,
+    examples=("plan 20261201_050254 --delta 0.05", "plan BASELINE --delta 0.1 --vs OTHER -w 4"),
 )
 COMPARE = Command(
     "compare",
     "pair two runs' episodes: difference, test, decision",
     cmd_compare,
     _compare_arguments,
+    examples=("compare 20261201_050254 20261202_093000", "compare A B --json"),
 )

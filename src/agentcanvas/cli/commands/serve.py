@@ -82,12 +82,16 @@ def allowed_hosts(host: str, extra: list[str]) -> set[str]:
 
 
 def _serve_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8765, help="port (default 8765; 0: any free)")
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="bind address (default: 127.0.0.1; off loopback needs --token)",
+    )
+    p.add_argument("--port", type=int, default=8765, help="port (default: 8765; 0: any free port)")
     p.add_argument(
         "--token",
-        help="required when binding off loopback (or AGENTCANVAS_TOKEN): at least 12 "
-        "printable ASCII characters without spaces",
+        help="required when binding off loopback: at least 12 printable ASCII characters "
+        "without spaces (default: $AGENTCANVAS_TOKEN, else none)",
     )
     p.add_argument(
         "--allow-host",

@@ -297,20 +297,27 @@ async def _serve_policy(
 
 def _serve_nodeset_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("name", metavar="NAME", help="node-set name (see `agentcanvas nodesets`)")
-    p.add_argument("--tag", type=int, default=None, help="replica tag K (serves NAME#K)")
+    p.add_argument(
+        "--tag",
+        type=int,
+        default=None,
+        help="replica tag K: serves NAME#K (default: none, one untagged server)",
+    )
 
 
 def _serve_policy_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("target", metavar="NODESET.NODE", help="e.g. policy_mlp.act")
-    p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8000, help="port (default 8000, as openpi; 0: any)")
+    p.add_argument("--host", default="127.0.0.1", help="bind address (default: 127.0.0.1)")
+    p.add_argument(
+        "--port", type=int, default=8000, help="port (default: 8000, as openpi; 0: any free port)"
+    )
     p.add_argument(
         "--input",
         action="append",
         metavar="PORT=KEY",
         help="read input PORT from request key KEY (repeatable; default: the port's name)",
     )
-    p.add_argument("--config", help="the node's config, as JSON (default {})")
+    p.add_argument("--config", help="the node's config, as JSON (default: {})")
     p.add_argument(
         "--api-key-env",
         metavar="VAR",
@@ -323,16 +330,22 @@ SERVE_NODESET = Command(
     "serve one node set over HTTP in the foreground",
     cmd_serve_nodeset,
     _serve_nodeset_arguments,
+    examples=("serve-nodeset env_minigrid", "serve-nodeset env_minigrid --tag 1"),
 )
 SERVE_POLICY = Command(
     "serve-policy",
     "serve a model node set over the openpi WebSocket policy-server protocol",
     cmd_serve_policy,
     _serve_policy_arguments,
+    examples=(
+        "serve-policy policy_mlp.act",
+        "serve-policy policy_mlp.act --input obs=observation/state --port 8001",
+    ),
 )
 SERVERS = Command(
     "servers",
     "list the node-set servers started with serve-nodeset",
     cmd_servers,
     lambda p: add_json(p, "the list"),
+    examples=("servers", "servers --json"),
 )
