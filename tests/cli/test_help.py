@@ -103,8 +103,11 @@ def test_status_counts_read_as_words() -> None:
     assert "determinism  certified - no batched function" in text
 
 
+LISTED = {"total": 1, "runs": [{"run_id": "20260101_000000", "name": "flaky cli"}]}
+
+
 def test_status_in_words_json_on_demand_from_agentcanvas_url(tmp_path: Path) -> None:
-    with recording_server([(200, SUMMARY)]) as server:
+    with recording_server([(200, LISTED), (200, SUMMARY)] * 2) as server:
         env = {**os.environ, "AGENTCANVAS_URL": server.url}
         words = run_cli(
             "status", "20260101_000000", workspace=tmp_path, timeout_s=CLI_TIMEOUT_S, env=env
@@ -118,10 +121,12 @@ def test_status_in_words_json_on_demand_from_agentcanvas_url(tmp_path: Path) -> 
             env=env,
         )
     assert words.returncode == as_json.returncode == 0, words.stderr + as_json.stderr
-    assert words.stdout == status_text(SUMMARY) + "\n"
+    assert words.stdout == status_text(SUMMARY, "flaky cli") + "\n"
+    assert words.stdout.startswith('run 20260101_000000 "flaky cli" - graph walk')
     assert as_json.stdout.startswith("{") and '"status_counts"' in as_json.stdout
     assert [r.path for r in server.requests] == [
-        "/api/eval/v2/status/20260101_000000?compact=true"
+        "/api/eval/v2/runs?q=20260101_000000&limit=500&offset=0",
+        "/api/eval/v2/status/20260101_000000?compact=true",
     ] * 2
 
 

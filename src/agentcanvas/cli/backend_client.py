@@ -10,10 +10,14 @@ from typing import Any
 import httpx
 
 from agentcanvas.errors import UserInputError
+from agentcanvas.eval.run_lookup import is_run_id, pick_run
 
 __all__ = ["REQUEST_TIMEOUT_S", "Backend"]
 
 REQUEST_TIMEOUT_S = 30.0
+RUNS = "/api/eval/v2/runs"
+PAGE = 500  # the listing's largest page
+MAX_QUERY = 200  # the listing's longest ``q``; a longer text names no run
 
 
 class Backend:
@@ -46,6 +50,29 @@ class Backend:
                 "start one with `agentcanvas serve`"
             ) from exc
         return answer(response)
+
+    def find_run(self, ref: str) -> tuple[str, str | None]:
+        """The id and name of the run ``ref`` names (an id or a name, see
+        :mod:`agentcanvas.eval.run_lookup`), from the backend's listing. An id the listing
+        does not show is passed on as it is (the route that takes it answers 404)."""
+        rows = self._listed(ref) if len(ref) <= MAX_QUERY else []
+        for row in rows:
+            if row.get("run_id") == ref:
+                return ref, row.get("name")
+        if is_run_id(ref):
+            return ref, None
+        run_id = pick_run(ref, rows, f"the backend at {self.url}", "RUN")
+        return run_id, ref
+
+    def _listed(self, text: str) -> list[dict[str, Any]]:
+        """Every listed run whose name, tags, note, id or graph holds the words of ``text``."""
+        rows: list[dict[str, Any]] = []
+        while True:
+            params = {"q": text, "limit": PAGE, "offset": len(rows)}
+            page = self.call("GET", RUNS, params=params)
+            rows += page["runs"]
+            if not page["runs"] or len(rows) >= page["total"]:
+                return rows
 
 
 def answer(response: httpx.Response) -> Any:

@@ -1,4 +1,5 @@
-"""What the commands share: the workspace's registry, graph resolution and strict JSON output."""
+"""What the commands share: the workspace's registry, graph resolution, its runs by id or
+name, and strict JSON output."""
 
 from __future__ import annotations
 
@@ -10,10 +11,22 @@ from typing import Any
 from rich.console import Console
 
 from agentcanvas import jsontext
+from agentcanvas.eval.run_lookup import local_run_id
+from agentcanvas.export import read_run, workspace_runs
 from agentcanvas.graph.model import Graph, load_graph_file
 from agentcanvas.server.registry import WorkspaceComponentRegistry
 
-__all__ = ["print_json", "resolve_graph", "stderr", "workspace_registry"]
+__all__ = [
+    "RUN_HELP",
+    "print_json",
+    "resolve_graph",
+    "run_id_of",
+    "stderr",
+    "with_records",
+    "workspace_registry",
+]
+
+RUN_HELP = "a run's id (a folder of outputs/eval_runs), or its name when one run has it"
 
 stderr = Console(stderr=True)
 """Progress, tables and notes: stdout is kept for what a script reads (``--json``)."""
@@ -38,3 +51,15 @@ def resolve_graph(registry: WorkspaceComponentRegistry, name_or_path: str) -> Gr
         registry.validate(graph)
         return graph
     return registry.load_graph(name_or_path)
+
+
+def run_id_of(ref: str, field: str = "RUN") -> str:
+    """The id of the workspace's run that ``ref`` (given as ``field``) names: its id or
+    its name."""
+    return local_run_id(workspace_runs(None), ref, field)
+
+
+def with_records(ref: str, field: str = "RUN") -> dict[str, Any]:
+    """The summary of the run ``ref`` names, with its records (a live run's so far)."""
+    summary, records = read_run(workspace_runs(None), run_id_of(ref, field))
+    return {**summary, "episodes": records}

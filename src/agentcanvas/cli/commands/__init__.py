@@ -7,7 +7,16 @@ A command is added here and nowhere else: its module defines a
 from __future__ import annotations
 
 from agentcanvas.cli.command import Command
-from agentcanvas.cli.commands import backend, evaluate, graphs, play, runs, serve, servers
+from agentcanvas.cli.commands import (
+    backend,
+    compare,
+    evaluate,
+    graphs,
+    play,
+    runs,
+    serve,
+    servers,
+)
 
 __all__ = ["COMMANDS"]
 
@@ -25,7 +34,7 @@ COMMANDS: tuple[Command, ...] = (
     # finished runs, from their folders
     runs.EXPORT,
     runs.PLAN,
-    runs.COMPARE,
+    compare.COMPARE,
     # node-set servers by hand
     servers.SERVE_NODESET,
     servers.SERVE_POLICY,

@@ -6,6 +6,7 @@ Each talks to ``--url`` (default ``$AGENTCANVAS_URL``, else http://127.0.0.1:876
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from typing import Any
@@ -23,6 +24,7 @@ __all__ = ["CANCEL", "RESUME", "RUNS", "STATUS", "SUBMIT"]
 
 FOLLOW_POLL_S = 1.0
 START = "/api/eval/v2/start"
+RUN_HELP = "the run's id, or its name when one run has it (quote a name with spaces)"
 
 
 def backend(args: argparse.Namespace) -> Backend:
@@ -78,22 +80,34 @@ def cmd_runs(args: argparse.Namespace) -> int:
         print_json(listing, indent=1)
         return exit_codes.OK
     for run in listing["runs"]:
-        sr = run.get("success_rate")
-        health = run.get("health") or {}
-        print(
-            f"{run['run_id']}  {run['status']:<10} {run['graph_name']:<20} "
-            f"{run.get('episodes_done', 0)}/{run.get('episodes_total', 0)}  "
-            f"SR {'-' if sr is None else f'{sr:.3f}'}  "
-            f"health {health.get('verdict', '-')} ({health.get('error_count', '-')} errors)"
-        )
+        print(run_line(run))
     return exit_codes.OK
 
 
+def run_line(run: dict[str, Any]) -> str:
+    """One run of the listing: id, status, graph, progress, success, health, name, tags."""
+    sr = run.get("success_rate")
+    health = run.get("health") or {}
+    line = (
+        f"{run['run_id']}  {run['status']:<10} {run.get('graph_name') or '-':<20} "
+        f"{run.get('episodes_done', 0)}/{run.get('episodes_total', 0)}  "
+        f"SR {'-' if sr is None else f'{sr:.3f}'}  "
+        f"health {health.get('verdict', '-')} ({health.get('error_count', '-')} errors)"
+    )
+    if run.get("name"):
+        line += f"  {json.dumps(run['name'], ensure_ascii=False)}"
+    if run.get("tags"):
+        line += "  tags " + ",".join(run["tags"])
+    return line
+
+
 def cmd_status(args: argparse.Namespace) -> int:
+    client = backend(args)
+    run_id, name = client.find_run(args.run)
     params = {"compact": not args.full}  # the per-episode records only when asked for
-    summary = backend(args).call("GET", f"/api/eval/v2/status/{args.run_id}", params=params)
+    summary = client.call("GET", f"/api/eval/v2/status/{run_id}", params=params)
     if not args.json:
-        print(status_text(summary))
+        print(status_text(summary, name))
         return exit_codes.OK
     shown = summary if args.full else {k: v for k, v in summary.items() if k != "episodes"}
     print_json(shown, indent=1)
@@ -101,13 +115,17 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    print_json(backend(args).call("POST", f"/api/eval/v2/cancel/{args.run_id}"), indent=None)
+    client = backend(args)
+    run_id, _ = client.find_run(args.run)
+    print_json(client.call("POST", f"/api/eval/v2/cancel/{run_id}"), indent=None)
     return exit_codes.OK
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    print_json(backend(args).call("POST", f"/api/eval/v2/resume/{args.run_id}"), indent=None)
-    return follow(backend(args), args.run_id) if args.follow else exit_codes.OK
+    client = backend(args)
+    run_id, _ = client.find_run(args.run)
+    print_json(client.call("POST", f"/api/eval/v2/resume/{run_id}"), indent=None)
+    return follow(client, run_id) if args.follow else exit_codes.OK
 
 
 def _follow_flag(p: argparse.ArgumentParser) -> None:
@@ -141,7 +159,7 @@ def _runs_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _run_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run_id", metavar="RUN", help="the run's id")
+    p.add_argument("run", metavar="RUN", help=RUN_HELP)
     add_url(p)
 
 
@@ -184,20 +202,24 @@ STATUS = Command(
     "show a run's status, health, progress and success rate",
     cmd_status,
     _status_arguments,
-    examples=("status 20261201_050254", "status 20261201_050254 --json --full"),
+    examples=(
+        "status 20261201_050254",
+        'status "flaky cli"',
+        "status 20261201_050254 --json --full",
+    ),
 )
 CANCEL = Command(
     "cancel",
     "cancel a queued or running run",
     cmd_cancel,
     _run_arguments,
-    examples=("cancel 20261201_050254",),
+    examples=("cancel 20261201_050254", 'cancel "lr 3e-4"'),
 )
 RESUME = Command(
     "resume",
     "run only the missing episodes of a stopped run, into its folder",
     cmd_resume,
     _resume_arguments,
-    examples=("resume 20261201_050254 --follow",),
+    examples=("resume 20261201_050254 --follow", 'resume "flaky cli"'),
     exit_codes="resume --follow",
 )

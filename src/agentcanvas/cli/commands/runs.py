@@ -1,9 +1,10 @@
-"""Commands that read finished run folders: ``agentcanvas export RUN`` (a run's episodes as
-a CSV or parquet file, one row each) and ``agentcanvas plan RUN`` (the paired episodes a
-comparison against it needs, :mod:`agentcanvas.eval.planning`).
+"""Commands that read run folders: ``agentcanvas export RUN`` (a run's episodes as a CSV or
+parquet file, one row each) and ``agentcanvas plan RUN`` (the paired episodes a comparison
+against it needs, :mod:`agentcanvas.eval.planning`).
 
 Runs are read from the workspace's run folders (``AGENTCANVAS_HOME``, else the current
-directory), also while they run; no backend is needed. See :mod:`agentcanvas.export`.
+directory), also while they run; no backend is needed. A run is named by its id or its name
+(:mod:`agentcanvas.eval.run_lookup`). See :mod:`agentcanvas.export`.
 """
 
 from __future__ import annotations
@@ -14,34 +15,31 @@ from pathlib import Path
 from typing import Any
 
 from agentcanvas.cli.command import Command
-from agentcanvas.cli.common import print_json
+from agentcanvas.cli.common import RUN_HELP, print_json, run_id_of, with_records
 from agentcanvas.cli.options import add_json
-from agentcanvas.eval.comparison import compare_runs
 from agentcanvas.eval.planning import plan_comparison
-from agentcanvas.export import FORMATS, _workspace_runs, export_run, read_run
+from agentcanvas.export import FORMATS, export_run
+
+__all__ = ["EXPORT", "PLAN"]
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    run_id = run_id_of(args.run)
     if args.output == "-":
         output = None
     elif args.output:
         output = Path(args.output)
     else:
-        output = Path(f"{args.run_id}_episodes.{args.format}")
-    written, count = export_run(args.run_id, args.format, output)
+        output = Path(f"{run_id}_episodes.{args.format}")
+    written, count = export_run(run_id, args.format, output)
     if written is not None:
-        print(f"wrote {count} episode row(s) of run {args.run_id} to {written}", file=sys.stderr)
+        print(f"wrote {count} episode row(s) of run {run_id} to {written}", file=sys.stderr)
     return 0
 
 
-def _with_records(run_id: str) -> dict[str, Any]:
-    summary, records = read_run(_workspace_runs(None), run_id)
-    return {**summary, "episodes": records}
-
-
 def cmd_plan(args: argparse.Namespace) -> int:
-    baseline = _with_records(args.run_id)
-    other = _with_records(args.vs) if args.vs else None
+    baseline = with_records(args.run)
+    other = with_records(args.vs, "--vs") if args.vs else None
     plan = plan_comparison(
         baseline, args.delta, power=args.power, alpha=args.alpha, workers=args.workers, other=other
     )
@@ -79,57 +77,8 @@ def plan_text(plan: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def cmd_compare(args: argparse.Namespace) -> int:
-    result = compare_runs(_with_records(args.a), _with_records(args.b))
-    if args.json:
-        print_json(result, indent=1)
-    else:
-        print(compare_text(result))
-    return 0
-
-
-def compare_text(result: dict[str, Any]) -> str:
-    """Two runs paired: the overall difference with its interval, McNemar, and whether the
-    anytime-valid test has decided (or about how many more pairs would)."""
-    overall, test = result["overall"], result["mcnemar"]
-    lines = [
-        f"compare {result['a']} (A) with {result['b']} (B): {result['paired']} paired episodes"
-    ]
-    if overall["n"]:
-        lines.append(
-            f"  B - A: {overall['delta'] * 100:+.1f} pp [{overall['delta_lo'] * 100:+.1f}, "
-            f"{overall['delta_hi'] * 100:+.1f}] over {overall['n']} scored pairs "
-            f"(Newcombe 1998, method 10); McNemar p = {test['p_value']:.3g} "
-            f"({test['b_only']} pairs only B succeeded, {test['a_only']} only A)"
-        )
-    errors = result["errors"]
-    if errors["pairs"]:
-        wrong = result["overall_errors_as_failures"]
-        lines.append(
-            f"  {errors['pairs']} pairs have an errored episode (A {errors['a']}, B "
-            f"{errors['b']}); with errors as failures: {wrong['delta'] * 100:+.1f} pp"
-        )
-    seq = result["sequential"]
-    if seq["decided"]:
-        lines.append(
-            f"  decided: {seq['decision']} (e-value {seq['evidence']:.3g} >= "
-            f"{seq['threshold']:.3g} = 1/alpha)"
-        )
-    else:
-        more = seq["more_pairs"]
-        lines.append(
-            "  not decided yet"
-            + (f": about {more} more paired episodes would likely decide it" if more else "")
-            + (f" ({seq['note']})" if seq["note"] else "")
-        )
-    lines.append(f"  decision method: {seq['method']}, alpha {seq['alpha']:g}")
-    if result["seeds_differ"]:
-        lines.append("  warning: the runs used different seeds; their episodes are not paired")
-    return "\n".join(lines)
-
-
 def _export_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run_id", metavar="RUN", help="run id (a folder of outputs/eval_runs)")
+    p.add_argument("run", metavar="RUN", help=RUN_HELP)
     p.add_argument("--format", choices=FORMATS, default="csv", help="csv or parquet (default: csv)")
     p.add_argument(
         "--output",
@@ -141,7 +90,7 @@ def _export_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _plan_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run_id", metavar="RUN", help="the baseline run id")
+    p.add_argument("run", metavar="RUN", help=f"the baseline: {RUN_HELP}")
     p.add_argument(
         "--delta", type=float, required=True, help="difference in success rate to detect"
     )
@@ -149,15 +98,11 @@ def _plan_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--alpha", type=float, default=0.05, help="two-sided alpha (default: 0.05)")
     p.add_argument("-w", "--workers", type=int, default=1, help="workers for the ETA (default: 1)")
     p.add_argument(
-        "--vs", metavar="RUN2", help="a run of the other policy: its observed discordance"
+        "--vs",
+        metavar="RUN2",
+        help="a run of the other policy (id or name): its observed discordance",
     )
     add_json(p, "the plan")
-
-
-def _compare_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("a", metavar="RUN_A", help="the baseline run id")
-    p.add_argument("b", metavar="RUN_B", help="the run compared with it")
-    add_json(p, "the comparison")
 
 
 EXPORT = Command(
@@ -169,6 +114,7 @@ EXPORT = Command(
         "export 20261201_050254",
         "export 20261201_050254 --format parquet --output runs/ep.parquet",
         "export 20261201_050254 -o - | head",
+        'export "flaky cli" --format parquet',
     ),
 )
 PLAN = Command(
@@ -177,11 +123,4 @@ PLAN = Command(
     cmd_plan,
     _plan_arguments,
     examples=("plan 20261201_050254 --delta 0.05", "plan BASELINE --delta 0.1 --vs OTHER -w 4"),
-)
-COMPARE = Command(
-    "compare",
-    "pair two runs' episodes: difference, test, decision",
-    cmd_compare,
-    _compare_arguments,
-    examples=("compare 20261201_050254 20261202_093000", "compare A B --json"),
 )
