@@ -14,7 +14,8 @@ __all__ = ["TABLE", "ExitCode", "epilog", "for_run"]
 
 OK: Final = 0
 """eval/submit --follow: the run completed and every episode has a verdict; play: the
-episode completed; verify-invariance: identical records and every episode has a verdict."""
+episode completed; verify-invariance: identical records and every episode has a verdict;
+compare: no regression (or no --fail-on-regression)."""
 USAGE: Final = 1
 """Bad input: usage, validation, an unknown graph, task or run, a refused config (a message
 on stderr, no traceback); submit: the backend refused the run or cannot be reached."""
@@ -26,6 +27,9 @@ EPISODE_ERRORS: Final = 3
 (play: the episode did)."""
 NOT_INVARIANT: Final = 4
 """verify-invariance: the records differ between worker counts."""
+REGRESSION: Final = 5
+"""compare --fail-on-regression: B is significantly worse than A (the exact McNemar test on
+the paired episodes, errors counted as failures: p < alpha, and B's rate below A's)."""
 INTERRUPTED: Final = 130
 """Interrupted (Ctrl-C)."""
 BROKEN_PIPE: Final = 141
@@ -33,7 +37,7 @@ BROKEN_PIPE: Final = 141
 
 RUNS = ("eval", "play", "submit --follow", "resume --follow", "verify-invariance")
 """The commands whose exit code is a run's (or play's episode's) outcome."""
-ALL = RUNS
+ALL = (*RUNS, "compare")
 
 
 @dataclass(frozen=True)
@@ -48,7 +52,8 @@ class ExitCode:
 TABLE: Final = (
     ExitCode(
         str(OK),
-        "the run completed and every episode has a verdict (play: the episode completed)",
+        "the run completed and every episode has a verdict (play: the episode completed; "
+        "compare: no regression)",
     ),
     ExitCode(
         str(USAGE),
@@ -71,6 +76,12 @@ TABLE: Final = (
         "verify-invariance: records differ between worker counts",
         ("verify-invariance",),
     ),
+    ExitCode(
+        str(REGRESSION),
+        "compare --fail-on-regression: B is significantly worse than A (exact McNemar test, "
+        "errors as failures: p < --alpha and B's success rate below A's)",
+        ("compare",),
+    ),
     ExitCode(f"{INTERRUPTED}", "interrupted (Ctrl-C)"),
     ExitCode(f"{BROKEN_PIPE}", "stdout closed early (e.g. | head)"),
 )
@@ -79,7 +90,7 @@ TABLE: Final = (
 def epilog(command: str | None) -> str:
     """The exit-code table for ``command`` (its rows only), or every row for None."""
     rows = [row for row in TABLE if command is None or command in row.commands]
-    head = "exit codes:" if command else f"exit codes of {', '.join(RUNS)}:"
+    head = "exit codes:" if command else f"exit codes of {', '.join(ALL)}:"
     lines = [head]
     for row in rows:
         lines.append(f"  {row.code:<5}{row.meaning}")

@@ -20,7 +20,7 @@ from support.cli import run_cli
 from support.recording_http import recording_server
 
 CLI_TIMEOUT_S = 60.0
-WITH_EXIT_CODES = {"eval", "play", "submit", "resume", "verify-invariance"}
+WITH_EXIT_CODES = {"eval", "play", "submit", "resume", "verify-invariance", "compare"}
 
 
 def subparsers() -> dict[str, argparse.ArgumentParser]:

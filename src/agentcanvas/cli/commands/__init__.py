@@ -12,6 +12,7 @@ from agentcanvas.cli.commands import (
     compare,
     evaluate,
     graphs,
+    leaderboard,
     play,
     runs,
     serve,
@@ -35,6 +36,7 @@ COMMANDS: tuple[Command, ...] = (
     runs.EXPORT,
     runs.PLAN,
     compare.COMPARE,
+    leaderboard.LEADERBOARD,
     # node-set servers by hand
     servers.SERVE_NODESET,
     servers.SERVE_POLICY,
