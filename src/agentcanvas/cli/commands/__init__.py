@@ -27,6 +27,7 @@ COMMANDS: tuple[Command, ...] = (
     graphs.GRAPHS,
     graphs.SCHEMA,
     graphs.VALIDATE,
+    graphs.TASKS,
     # running here
     play.PLAY,
     evaluate.EVAL,

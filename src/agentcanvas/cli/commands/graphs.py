@@ -1,4 +1,4 @@
-"""What the workspace holds: ``nodesets``, ``graphs``, ``schema`` and ``validate``."""
+"""What the workspace holds: ``nodesets``, ``graphs``, ``schema``, ``validate`` and ``tasks``."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ import sys
 from agentcanvas.cli.command import Command
 from agentcanvas.cli.common import print_json, resolve_graph, workspace_registry
 from agentcanvas.cli.options import add_json
-from agentcanvas.errors import AgentCanvasError, UserInputError
+from agentcanvas.errors import AgentCanvasError, GraphValidationError, UserInputError
+from agentcanvas.eval.tasks import graph_task_problems, valid_tasks
 from agentcanvas.graph.model import graph_json_schema, load_graph_file
 
-__all__ = ["GRAPHS", "NODESETS", "SCHEMA", "VALIDATE"]
+__all__ = ["GRAPHS", "NODESETS", "SCHEMA", "TASKS", "VALIDATE"]
 
 
 def cmd_nodesets(args: argparse.Namespace) -> int:
@@ -78,9 +79,45 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    graph = resolve_graph(workspace_registry(), args.graph)
+    registry = workspace_registry()
+    graph = resolve_graph(registry, args.graph)  # the node sets, ports, cycles, panel fields
+    problems = graph_task_problems(registry, graph)  # its tasks, on the env's own panel
+    if problems:
+        raise GraphValidationError(
+            f"graph '{graph.name}' is not runnable:\n" + "\n".join(f"  - {p}" for p in problems)
+        )
     print(f"{graph.name}: ok ({len(graph.nodes)} nodes, {len(graph.edges)} edges)")
     return 0
+
+
+def cmd_tasks(args: argparse.Namespace) -> int:
+    registry = workspace_registry()
+    graph = resolve_graph(registry, args.graph)
+    valid = valid_tasks(registry, graph)
+    own = graph.default_tasks() if graph.env is not None else []
+    if args.json:
+        env = graph.env.nodeset if graph.env else None
+        print_json({"graph": graph.name, "env": env, "tasks": own, "valid": valid})
+        return 0
+    print(tasks_listing(graph.name, graph.env.nodeset if graph.env else None, own, valid))
+    return 0
+
+
+def tasks_listing(name: str, env: str | None, own: list[str], valid: list[str] | None) -> str:
+    """The valid tasks, one a line; ``*`` marks the graph's own (a run's default), ``!`` one
+    of those the env does not have."""
+    if env is None:
+        return f"{name}: no env; a task id is only a label"
+    if valid is None:
+        return f"{name}: env {env} takes any task id (its graph's: {', '.join(own) or '-'})"
+    lines = [f"{name}: env {env}, {len(valid)} valid task(s); * the graph's own (run by default)"]
+    lines += [f"  {'*' if task in own else ' '} {task}" for task in valid]
+    lines += [
+        f"  ! {task}  (in env.tasks, but the env has no such task)"
+        for task in own
+        if task not in valid
+    ]
+    return "\n".join(lines)
 
 
 def _graphs_arguments(p: argparse.ArgumentParser) -> None:
@@ -93,6 +130,11 @@ def _graphs_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("name", nargs="?", help="the graph to show")
     add_json(p, "the list")
+
+
+def _tasks_arguments(p: argparse.ArgumentParser) -> None:
+    _graph_argument(p)
+    add_json(p, "the graph's own tasks and the valid ones (null: any task id)")
 
 
 def _graph_argument(p: argparse.ArgumentParser) -> None:
@@ -119,9 +161,16 @@ SCHEMA = Command(
     cmd_schema,
     examples=("schema > graph.schema.json",),
 )
+TASKS = Command(
+    "tasks",
+    "list the tasks a graph's env accepts (what --tasks takes)",
+    cmd_tasks,
+    _tasks_arguments,
+    examples=("tasks babyai_oracle", "tasks my_graph --json"),
+)
 VALIDATE = Command(
     "validate",
-    "check a graph (schema and semantics) without running it",
+    "check a graph can run: schema, node sets, ports, wiring, env and tasks",
     cmd_validate,
     _graph_argument,
     examples=("validate babyai_oracle", "validate graphs/my_graph.json"),

@@ -21,8 +21,7 @@ __all__ = ["PLAY"]
 def cmd_play(args: argparse.Namespace) -> int:
     registry = workspace_registry()
     graph = resolve_graph(registry, args.graph)
-    if args.task:
-        check_tasks(registry, graph, [args.task], field="--task")
+    check_tasks(registry, graph, [args.task] if args.task else None, field="--task")
     task = args.task or graph.default_tasks()[0]
     options, run_seed = _play_options(args, graph.name)
     seed = episode_seed(run_seed, task, args.episode)
