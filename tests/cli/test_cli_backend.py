@@ -46,9 +46,12 @@ def submitted(backend: Backend, *args: str) -> str:
 
 
 def test_submit_with_follow_and_new_run_options(backend: Backend) -> None:
+    """Also: the Idempotency-Key header is taken by a real backend (one that does not know
+    it yet ignores it)."""
     proc = cli(
         backend, "submit", "walk", "-n", "2", "--per-step-timeout", "5", "--episode-timeout",
-        "30", "--engine", "local", "--name", "followed", "--follow",
+        "30", "--engine", "local", "--name", "followed", "--follow", "--idempotency-key",
+        "followed-1",
     )  # fmt: skip
     assert proc.returncode == exit_codes.OK, proc.stderr[-3000:]
     run_id = json.loads(proc.stdout.splitlines()[0])["run_id"]

@@ -1,10 +1,19 @@
 """The backend as the CLI calls it: one request, its errors turned into messages that name
-the URL or the backend's answer (exit 1), never a traceback."""
+the URL or the backend's answer (exit 1), never a traceback.
+
+A request that may be sent again (``retry_waits_s``) is, when it gets no answer (no
+connection, a timeout, a connection dropped mid-request), the same bytes with the same
+headers: ``submit`` sends an ``Idempotency-Key``, so a backend that did queue the first
+attempt answers the retry with that run, not a second one (a backend that does not know the
+header queues whatever reaches it, as before).
+"""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import sys
+import time
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -12,9 +21,11 @@ import httpx
 from agentcanvas.errors import UserInputError
 from agentcanvas.eval.run_lookup import is_run_id, pick_run
 
-__all__ = ["REQUEST_TIMEOUT_S", "Backend"]
+__all__ = ["REQUEST_TIMEOUT_S", "RETRY_WAITS_S", "Backend"]
 
 REQUEST_TIMEOUT_S = 30.0
+RETRY_WAITS_S = (0.5, 1.0, 2.0)
+"""Waits before the 2nd, 3rd and 4th attempt of a request that may be sent again."""
 RUNS = "/api/eval/v2/runs"
 PAGE = 500  # the listing's largest page
 MAX_QUERY = 200  # the listing's longest ``q``; a longer text names no run
@@ -36,20 +47,34 @@ class Backend:
         *,
         json: Any = None,
         params: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+        retry_waits_s: Sequence[float] = (),
     ) -> Any:
-        """The JSON answer of one request; UserInputError when no backend answers or it
-        refuses (its status and detail)."""
-        try:
-            with httpx.Client(
-                base_url=self.url, timeout=self.timeout_s, headers=self.headers
-            ) as client:
-                response = client.request(method, path, json=json, params=params)
-        except httpx.TransportError as exc:
-            raise UserInputError(
-                f"--url {self.url}: no backend answers ({type(exc).__name__}); "
-                "start one with `agentcanvas serve`"
-            ) from exc
-        return answer(response)
+        """The JSON answer of one request; UserInputError when no backend answers (after
+        one more attempt per ``retry_waits_s``) or it refuses (its status and detail)."""
+        sent = {**self.headers, **(headers or {})}
+        attempts = 1 + len(retry_waits_s)
+        for attempt, wait_s in enumerate((0.0, *retry_waits_s), start=1):
+            time.sleep(wait_s)
+            try:
+                with httpx.Client(base_url=self.url, timeout=self.timeout_s) as client:
+                    response = client.request(method, path, json=json, params=params, headers=sent)
+            except httpx.TransportError as exc:
+                if attempt == attempts:
+                    raise UserInputError(
+                        f"--url {self.url}: no backend answers ({type(exc).__name__}"
+                        + (f", {attempts} attempts" if attempts > 1 else "")
+                        + "); start one with `agentcanvas serve`"
+                    ) from exc
+                print(
+                    f"{method} {path}: no answer ({type(exc).__name__}); sending it again "
+                    f"(attempt {attempt + 1} of {attempts})",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                continue
+            return answer(response)
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     def find_run(self, ref: str) -> tuple[str, str | None]:
         """The id and name of the run ``ref`` names (an id or a name, see

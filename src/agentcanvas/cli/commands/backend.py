@@ -7,17 +7,22 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
+import uuid
 from typing import Any
 
+import httpx
+
 from agentcanvas import exit_codes
-from agentcanvas.cli.backend_client import Backend
+from agentcanvas.cli.backend_client import RETRY_WAITS_S, Backend
 from agentcanvas.cli.command import Command
 from agentcanvas.cli.common import print_json
 from agentcanvas.cli.options import add_json, add_meta, add_url, meta_of, url_of
 from agentcanvas.cli.run_options import add_run_options, build_config, given_options
 from agentcanvas.cli.status_text import status_text
+from agentcanvas.errors import ConfigError, UserInputError
 from agentcanvas.eval.run_state import TERMINAL_RUN_STATUSES
 
 __all__ = ["CANCEL", "RESUME", "RUNS", "STATUS", "SUBMIT"]
@@ -45,8 +50,32 @@ def start_body(args: argparse.Namespace) -> dict[str, Any]:
     return body
 
 
+IDEMPOTENCY_KEY = re.compile(r"^[!-~]{1,255}$")  # visible ASCII, no spaces
+
+
+def idempotency_key(text: str) -> str:
+    """``--idempotency-key``: 1 to 255 visible ASCII characters (no spaces)."""
+    if not IDEMPOTENCY_KEY.match(text):
+        raise ConfigError(
+            f"--idempotency-key {text!r}: give 1 to 255 visible ASCII characters, no spaces"
+        )
+    return text
+
+
 def cmd_submit(args: argparse.Namespace) -> int:
-    started = backend(args).call("POST", START, json=start_body(args))
+    body = start_body(args)  # refused here, naming the flag, before any request
+    key = args.idempotency_key or str(uuid.uuid4())
+    try:
+        started = backend(args).call(
+            "POST", START, json=body, headers={"Idempotency-Key": key}, retry_waits_s=RETRY_WAITS_S
+        )
+    except UserInputError as exc:
+        if not isinstance(exc.__cause__, httpx.TransportError):
+            raise
+        raise UserInputError(
+            f"{exc}. If a backend did queue the run, submitting again with "
+            f"--idempotency-key {key} answers that run instead of queueing a second one"
+        ) from exc
     print_json(started, indent=None)
     if not args.follow:
         return exit_codes.OK
@@ -145,6 +174,14 @@ def _submit_arguments(p: argparse.ArgumentParser) -> None:
         help="queue priority, -100 to 100: higher runs first, FIFO within one (default: 0)",
     )
     _follow_flag(p)
+    p.add_argument(
+        "--idempotency-key",
+        type=idempotency_key,
+        metavar="KEY",
+        help="sent as the Idempotency-Key header, the same on every retry of this submit: "
+        "a backend that already queued a run with KEY answers with that run (default: a "
+        "fresh UUID per invocation)",
+    )
     add_url(p)
     add_meta(p)
     add_run_options(p)
@@ -185,10 +222,13 @@ SUBMIT = Command(
         "submit babyai_oracle -n 20 -w 4 --follow",
         'submit my_graph -n 100 --name "lr 3e-4" --tag sweep --priority 10',
         "submit my_graph --per-step-timeout 2 --max-errors 0.1 --url http://gpu-box:8765",
+        "submit my_graph -n 50 --idempotency-key nightly-2026-01-01   # safe to run twice",
     ),
     exit_codes="submit --follow",
     description="Queue a run on the backend (it starts when admitted). Prints "
-    '{"run_id", "status", "via_subprocess"}; without --follow, exits 0 once queued.',
+    '{"run_id", "status", "via_subprocess"}; without --follow, exits 0 once queued. A '
+    "start that gets no answer (no connection, a timeout, a dropped connection) is sent again, "
+    "up to 3 more times, with the same Idempotency-Key.",
 )
 RUNS = Command(
     "runs",
