@@ -8,6 +8,7 @@ examples and, for the commands whose exit codes the table describes, the exit-co
 from __future__ import annotations
 
 import argparse
+import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NoReturn
@@ -73,6 +74,11 @@ scores at any N. Bad input exits 1 with a message, never a traceback.
 Run `agentcanvas COMMAND --help` for a command's options and examples."""
 
 
+def _filled(text: str, width: int = 88) -> str:
+    """``text``'s paragraphs wrapped (the formatter keeps descriptions as written)."""
+    return "\n\n".join(textwrap.fill(part, width) for part in text.split("\n\n"))
+
+
 def build_parser(commands: Sequence[Command]) -> argparse.ArgumentParser:
     """The ``agentcanvas`` parser: one sub-parser per command of ``commands``."""
     parser = Parser(
@@ -87,7 +93,7 @@ def build_parser(commands: Sequence[Command]) -> argparse.ArgumentParser:
         p = sub.add_parser(
             command.name,
             help=command.summary,
-            description=command.description or command.summary,
+            description=_filled(command.description or command.summary),
             epilog=command.epilog() or None,
             formatter_class=HelpFormatter,
         )

@@ -50,7 +50,7 @@ def pick_run(ref: str, rows: Iterable[Mapping[str, Any]], where: str, field: str
             f"({shown}); give the run id instead"
         )
     raise RunNotFoundError(
-        f"{field}: no run {ref!r} in {where}: it is neither a run id nor a run's name "
+        f"{field}: no run {ref!r} in {where}: it is neither a run_id there nor a run's name "
         "(`agentcanvas runs` lists ids and names; name a run with --name)"
     )
 

@@ -107,6 +107,7 @@ async def _run_here(
     config: EvalConfig,
     run_dir: RunDir,
     label: str,
+    *,
     shared_urls: Mapping[str, str] | None = None,
 ) -> ForegroundRun:
     """One foreground run with a progress bar; ``shared_urls``: shared servers to borrow."""
@@ -133,9 +134,8 @@ async def _runs_at(args: argparse.Namespace, counts: list[int]) -> list[Foregrou
     own model actors per run.)"""
     registry = workspace_registry()
     graph = resolve_graph(registry, args.graph)
-    configs = [
-        build_config(args, graph.name, worker_count=w) for w in counts
-    ]  # all refused up front
+    # Every count's config is checked before the first run starts.
+    configs = [build_config(args, graph.name, worker_count=w) for w in counts]
     check_tasks(registry, graph, configs[0].tasks, field="--tasks")
     base = runs_dir(registry.workspace)
     run_dirs = [new_run_dir(base)]
@@ -147,7 +147,7 @@ async def _runs_at(args: argparse.Namespace, counts: list[int]) -> list[Foregrou
         for config in configs:
             run_dir = run_dirs.pop() if run_dirs else new_run_dir(base)
             label = f"w={config.worker_count}"
-            runs.append(await _run_here(registry, graph, config, run_dir, label, urls))
+            runs.append(await _run_here(registry, graph, config, run_dir, label, shared_urls=urls))
     finally:
         await asyncio.shield(owner.shutdown_all())
     return runs

@@ -18,6 +18,7 @@ import contextlib
 import json
 import os
 import signal
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
@@ -227,6 +228,34 @@ def cmd_serve_policy(args: argparse.Namespace) -> int:
     return 0
 
 
+Infer = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
+def _inference(handle: NodeSetHandle, target: PolicyTarget) -> Infer:
+    """One request of a connection as one call of ``target``'s node: the connection is the
+    episode, its requests the steps (see :func:`_serve_policy`)."""
+    steps: dict[str, int] = {}
+
+    async def infer(request: dict[str, Any]) -> dict[str, Any]:
+        inputs = {port: request[key] for port, key in target.inputs.items() if key in request}
+        client = connection_id()
+        step = steps.get(client, 0)
+        steps[client] = step + 1
+        task = request.get("task", request.get("prompt", ""))
+        ctx = CallContext(
+            node_id="serve-policy",
+            step=step,
+            episode_key=client,
+            episode_seed=int(request.get("episode_seed", 0) or 0),
+            task=task if isinstance(task, str) else "",
+            client=client,
+        )
+        outputs: dict[str, Any] = await handle.call(target.node, target.config, inputs, ctx)
+        return outputs
+
+    return infer
+
+
 async def _serve_policy(
     registry: WorkspaceComponentRegistry,
     target: PolicyTarget,
@@ -250,25 +279,7 @@ async def _serve_policy(
         handle = bound
     else:
         handle = registry.local_instance(target.nodeset)
-    steps: dict[str, int] = {}
-
-    async def infer(request: dict[str, Any]) -> dict[str, Any]:
-        inputs = {port: request[key] for port, key in target.inputs.items() if key in request}
-        client = connection_id()
-        step = steps.get(client, 0)
-        steps[client] = step + 1
-        task = request.get("task", request.get("prompt", ""))
-        ctx = CallContext(
-            node_id="serve-policy",
-            step=step,
-            episode_key=client,
-            episode_seed=int(request.get("episode_seed", 0) or 0),
-            task=task if isinstance(task, str) else "",
-            client=client,
-        )
-        outputs: dict[str, Any] = await handle.call(target.node, target.config, inputs, ctx)
-        return outputs
-
+    infer = _inference(handle, target)
     metadata = {
         "server": "agentcanvas serve-policy",
         "nodeset": target.nodeset,
