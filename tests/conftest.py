@@ -34,6 +34,7 @@ SLOW_MODULES = {
     "api/test_overlay_rest.py",
     "api/test_start_checks.py",
     "api/test_tampered_run_folders.py",
+    "cli/test_cli_backend.py",
     "cli/test_cli_eval.py",
     "cli/test_cli_run_health.py",
     "cli/test_cli_run_meta.py",

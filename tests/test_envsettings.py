@@ -102,6 +102,7 @@ def test_a_bad_eval_subprocess_setting_stops_serve_before_it_listens(tmp_path: P
 NOT_RANGED = {
     "AGENTCANVAS_HOME",
     "AGENTCANVAS_TOKEN",
+    "AGENTCANVAS_URL",  # the CLI's backend URL: checked as a URL where it is read
     "AGENTCANVAS_PARENT_PID",
     "AGENTCANVAS_READY_FD",
     "AGENTCANVAS_RAY_PLACEMENT_GROUP",  # scheduler -> eval process: the group it reserved

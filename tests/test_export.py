@@ -122,8 +122,8 @@ def test_a_live_run_exports_from_its_index(runs: ExportRuns) -> None:
 @pytest.mark.parametrize(
     ("args", "named"),
     [
-        (("20990101_000000",), "run_id"),  # well-formed, no such run
-        (("../outputs",), "run_id"),
+        (("20990101_000000",), "RUN: no run '20990101_000000'"),  # well-formed, no such run
+        (("../outputs",), "RUN: no run '../outputs'"),
         (("{done}", "--format", "xls"), "--format"),
         (("{done}", "--format", "parquet", "-o", "-"), "--output"),
         (("{done}", "-o", "no/such/folder/x.csv"), "--output"),

@@ -4,7 +4,8 @@ One row per run (:func:`run_rows`, :func:`runs_df`) or per episode (:func:`episo
 :func:`episodes_df`), with nested fields flattened into columns, like Inspect's
 ``evals_df``/``samples_df``:
 
-- a run row: ``run_id``, ``graph_name``, ``status``, ``health`` (the run's verdict; a run
+- a run row: ``run_id``, its ``name``, ``tags`` and ``note`` (``meta.json``; tags a list,
+  JSON text in CSV), ``graph_name``, ``status``, ``health`` (the run's verdict; a run
   with errors is never ``clean``), counts, ``config_<field>`` for each config field,
   ``metric_<name>`` (the aggregate mean) with ``metric_<name>_lo/_hi/_n``, and
   ``count_<status>`` for each episode status;
@@ -54,6 +55,7 @@ __all__ = [
     "run_row",
     "run_rows",
     "runs_df",
+    "workspace_runs",
     "write_csv",
     "write_parquet",
 ]
@@ -84,6 +86,9 @@ EPISODE_COLUMNS = (
 )
 _RUN_COLUMNS = (
     "run_id",
+    "name",
+    "tags",
+    "note",
     "graph_name",
     "status",
     "health",
@@ -105,7 +110,8 @@ _AGGREGATE_PARTS = (
 )  # fmt: skip
 
 
-def _workspace_runs(workspace: str | Path | None) -> Path:
+def workspace_runs(workspace: str | Path | None) -> Path:
+    """The run folders of ``workspace`` (default: AGENTCANVAS_HOME, else the cwd)."""
     return runs_dir(None if workspace is None else Path(workspace).expanduser().resolve())
 
 
@@ -133,12 +139,16 @@ def read_run(runs: Path, run_id: str) -> tuple[dict[str, Any], list[dict[str, An
 
 
 def run_row(summary: Mapping[str, Any]) -> Row:
-    """One run's row, from its summary (its ``episodes`` are not read)."""
+    """One run's row, from its listing row (a summary without ``episodes``, with the run's
+    ``name``, ``tags`` and ``note``)."""
     timings = summary.get("timings") or {}
     determinism = summary.get("determinism") or {}
     verdict = health.of_summary(summary)
     row: Row = {
         "run_id": summary.get("run_id"),
+        "name": summary.get("name"),
+        "tags": list(summary.get("tags") or []),
+        "note": summary.get("note"),
         "graph_name": summary.get("graph_name"),
         "status": summary.get("status"),
         "health": verdict.verdict,
@@ -166,7 +176,7 @@ def run_row(summary: Mapping[str, Any]) -> Row:
 
 def run_rows(workspace: str | Path | None = None) -> Table:
     """Every run of ``workspace`` (default: AGENTCANVAS_HOME, else the cwd), oldest first."""
-    rows = [run_row(summary) for summary in reversed(RunIndex(_workspace_runs(workspace)).rows())]
+    rows = [run_row(summary) for summary in reversed(RunIndex(workspace_runs(workspace)).rows())]
     return _columns(_RUN_COLUMNS, rows), rows
 
 
@@ -201,7 +211,7 @@ def workspace_episode_rows(
     workspace: str | Path | None = None, run_ids: Iterable[str] | None = None
 ) -> Table:
     """The episode rows of ``run_ids`` (default: every run, oldest first), concatenated."""
-    runs = _workspace_runs(workspace)
+    runs = workspace_runs(workspace)
     if run_ids is None:
         run_ids = [str(row["run_id"]) for row in run_rows(workspace)[1]]
     columns: list[str] = list(EPISODE_COLUMNS)
@@ -317,7 +327,7 @@ def export_run(
         raise UserInputError(f"--format: {fmt!r} is not one of {', '.join(FORMATS)}")
     if output is None and fmt == "parquet":
         raise UserInputError("--output: parquet is binary; give a file path (--output PATH)")
-    table = episode_rows(*read_run(_workspace_runs(workspace), run_id))
+    table = episode_rows(*read_run(workspace_runs(workspace), run_id))
     if output is None:
         import sys
 

@@ -344,7 +344,7 @@ async def test_the_backend_socket_gives_accepted_connections_tcp_nodelay() -> No
     measures the latency)."""
     import asyncio
 
-    from agentcanvas.cli_backend import listening_socket
+    from agentcanvas.cli.commands.serve import listening_socket
 
     sock = listening_socket("127.0.0.1", 0)
     seen: asyncio.Future[int] = asyncio.get_running_loop().create_future()

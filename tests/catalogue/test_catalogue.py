@@ -266,8 +266,9 @@ def test_semantic_errors_name_the_node_and_type(
 def test_same_iteration_cycle_names_the_nodes_and_suggests_next_iteration(
     workspace: Path,
 ) -> None:
-    nodes = [{"id": "p", "type": "core.arith"}, {"id": "q", "type": "core.arith"}]
+    nodes = [{"id": "p", "type": "core.arith"}, {"id": "q", "type": "core.arith"}, CONST]
     edges = [{"source": "p.out", "target": "q.a"}, {"source": "q.out", "target": "p.a"}]
+    edges += [{"source": f"{CONST['id']}.value", "target": f"{n}.b"} for n in "pq"]
     catalogue = _catalogue(workspace)
     message = _problems(catalogue, _graph(nodes, edges))
     assert "cycle without a next_iteration edge: p -> q -> p" in message

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from agentcanvas.cli_determinism import determinism_line, determinism_table
+from agentcanvas.cli.determinism import determinism_line, determinism_table
 from agentcanvas.eval.config import BatchedFunctionInfo, DeterminismInfo, EvalRun
 from agentcanvas.eval.determinism import AUDIT_OFF, _entry, function_level, ruled_out_above
 

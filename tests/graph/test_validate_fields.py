@@ -20,6 +20,8 @@ PANEL = PanelSpec(
         FieldSpec(name="size", kind="int", default=5),
         FieldSpec(name="render", kind="bool", default=False),
         FieldSpec(name="name", kind="str", default=""),
+        FieldSpec(name="episode_index", kind="int", default=0),
+        FieldSpec(name="seed", kind="int", default=0),
     ]
 )
 ENV = NodeSetManifest(name="fenv", parallelism="replicated", panel=PANEL)

@@ -1,7 +1,11 @@
 """Semantic checks of a graph against the node sets it names, done at load time.
 
-Every problem is reported with the node id and type it concerns, before any process is
-spawned — never a silent no-op at run time (the design note's § 7 seam).
+Every problem is reported with the node id and type it concerns, and how to fix it, before
+any process is spawned — never a silent no-op at run time (the design note's § 7 seam):
+unknown node sets, types and ports, a port written twice, a same-iteration cycle, a bad
+config or env field, a required input no edge feeds (its node would never fire), and an env
+panel that cannot be given an episode (no ``task_id``, ``episode_index`` or ``seed`` field).
+Which tasks an env accepts needs its panel running: :mod:`agentcanvas.eval.tasks`.
 """
 
 from __future__ import annotations
@@ -16,7 +20,13 @@ from agentcanvas.graph.model import GRAPH_SCOPE_ID, Edge, Graph, Node
 from agentcanvas.graph.ready import find_cycle
 from agentcanvas.nodes.manifest import FieldSpec, NodeSetManifest, NodeTypeSpec
 
-__all__ = ["ConfigCheck", "ManifestLookup", "field_value_problem", "validate_graph"]
+__all__ = [
+    "EPISODE_FIELDS",
+    "ConfigCheck",
+    "ManifestLookup",
+    "field_value_problem",
+    "validate_graph",
+]
 
 ManifestLookup = Callable[[str], NodeSetManifest | None]
 ConfigCheck = Callable[[Node], None]
@@ -32,6 +42,7 @@ def validate_graph(
     for edge in graph.edges:
         _check_edge(edge, specs, problems)
     _check_single_writers(graph, problems)
+    _check_required_inputs(graph, specs, problems)
     cycle = find_cycle(graph)
     if cycle:
         problems.append(
@@ -138,6 +149,29 @@ def _check_single_writers(graph: Graph, problems: list[str]) -> None:
             problems.append(f"input port {port} has {count} incoming edges (at most one)")
 
 
+def _check_required_inputs(
+    graph: Graph, specs: dict[str, NodeTypeSpec], problems: list[str]
+) -> None:
+    """A node skips a firing whose required input is absent: with no edge into that port,
+    it never fires at all."""
+    fed = {(edge.target.node, edge.target.port) for edge in graph.edges}
+    for node in graph.nodes:
+        spec = specs.get(node.id)
+        if spec is None or spec.dynamic_inputs:
+            continue
+        for port in spec.inputs:
+            if port.required and (node.id, port.name) not in fed:
+                problems.append(
+                    f"node '{node.id}' ({node.type}): required input '{port.name}' has no "
+                    f"edge, so the node would never fire (connect an output to "
+                    f"{node.id}.{port.name}, or remove the node)"
+                )
+
+
+EPISODE_FIELDS = ("task_id", "episode_index", "seed")
+"""The panel fields every episode sets (``eval.episode.set_episode``)."""
+
+
 def _check_env(graph: Graph, manifests: ManifestLookup, problems: list[str]) -> None:
     if graph.env is None:
         return
@@ -145,6 +179,14 @@ def _check_env(graph: Graph, manifests: ManifestLookup, problems: list[str]) -> 
     if manifest is None or manifest.panel is None:
         problems.append(f"env.nodeset '{graph.env.nodeset}' is not an environment node set")
         return
+    missing = [name for name in EPISODE_FIELDS if manifest.panel.field(name) is None]
+    if missing:
+        problems.append(
+            f"env.nodeset '{graph.env.nodeset}': its panel has no {', '.join(missing)} "
+            f"field{'s' if len(missing) > 1 else ''}, which every episode sets, so no "
+            "episode could start (add them to the node set's PanelSpec, e.g. "
+            f'FieldSpec(name="{missing[0]}", ...))'
+        )
     for name, value in graph.env.fields.items():
         spec = manifest.panel.field(name)
         if spec is None:

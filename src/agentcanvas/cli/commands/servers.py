@@ -18,6 +18,7 @@ import contextlib
 import json
 import os
 import signal
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
@@ -29,7 +30,9 @@ import psutil
 from pydantic import ValidationError
 
 from agentcanvas.api.security import TOKEN_RULE, is_loopback, token_problem
-from agentcanvas.cli_common import command, print_json, workspace_registry
+from agentcanvas.cli.command import Command
+from agentcanvas.cli.common import print_json, workspace_registry
+from agentcanvas.cli.options import add_json
 from agentcanvas.errors import RunError, UserInputError
 from agentcanvas.fileio import read_json
 from agentcanvas.nodes import CallContext
@@ -120,7 +123,6 @@ def _prune(path: Path) -> None:
         path.unlink()
 
 
-@command("serve-nodeset")
 def cmd_serve_nodeset(args: argparse.Namespace) -> int:
     name = check_name("nodeset", args.name, field="NAME")
     if args.tag is not None and args.tag < 0:
@@ -140,7 +142,6 @@ def cmd_serve_nodeset(args: argparse.Namespace) -> int:
     return auto_host.main(argv)
 
 
-@command("servers")
 def cmd_servers(args: argparse.Namespace) -> int:
     servers = recorded_servers(servers_dir())
     if args.json:
@@ -218,7 +219,6 @@ def _api_key(args: argparse.Namespace) -> str | None:
     return key
 
 
-@command("serve-policy")
 def cmd_serve_policy(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         raise UserInputError(f"--port must be 0..65535, got {args.port}")
@@ -226,6 +226,34 @@ def cmd_serve_policy(args: argparse.Namespace) -> int:
     target = _policy_target(args, registry)
     asyncio.run(_serve_policy(registry, target, args.host, args.port, _api_key(args)))
     return 0
+
+
+Infer = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
+def _inference(handle: NodeSetHandle, target: PolicyTarget) -> Infer:
+    """One request of a connection as one call of ``target``'s node: the connection is the
+    episode, its requests the steps (see :func:`_serve_policy`)."""
+    steps: dict[str, int] = {}
+
+    async def infer(request: dict[str, Any]) -> dict[str, Any]:
+        inputs = {port: request[key] for port, key in target.inputs.items() if key in request}
+        client = connection_id()
+        step = steps.get(client, 0)
+        steps[client] = step + 1
+        task = request.get("task", request.get("prompt", ""))
+        ctx = CallContext(
+            node_id="serve-policy",
+            step=step,
+            episode_key=client,
+            episode_seed=int(request.get("episode_seed", 0) or 0),
+            task=task if isinstance(task, str) else "",
+            client=client,
+        )
+        outputs: dict[str, Any] = await handle.call(target.node, target.config, inputs, ctx)
+        return outputs
+
+    return infer
 
 
 async def _serve_policy(
@@ -251,25 +279,7 @@ async def _serve_policy(
         handle = bound
     else:
         handle = registry.local_instance(target.nodeset)
-    steps: dict[str, int] = {}
-
-    async def infer(request: dict[str, Any]) -> dict[str, Any]:
-        inputs = {port: request[key] for port, key in target.inputs.items() if key in request}
-        client = connection_id()
-        step = steps.get(client, 0)
-        steps[client] = step + 1
-        task = request.get("task", request.get("prompt", ""))
-        ctx = CallContext(
-            node_id="serve-policy",
-            step=step,
-            episode_key=client,
-            episode_seed=int(request.get("episode_seed", 0) or 0),
-            task=task if isinstance(task, str) else "",
-            client=client,
-        )
-        outputs: dict[str, Any] = await handle.call(target.node, target.config, inputs, ctx)
-        return outputs
-
+    infer = _inference(handle, target)
     metadata = {
         "server": "agentcanvas serve-policy",
         "nodeset": target.nodeset,
@@ -296,29 +306,57 @@ async def _serve_policy(
         await registry.shutdown_all()
 
 
-def extend_parser(sub: Any) -> None:
-    """Registers the server sub-commands."""
-    p = sub.add_parser("serve-nodeset", help="serve one node set over HTTP in the foreground")
+def _serve_nodeset_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("name", metavar="NAME", help="node-set name (see `agentcanvas nodesets`)")
-    p.add_argument("--tag", type=int, default=None, help="replica tag K (serves NAME#K)")
-    p = sub.add_parser(
-        "serve-policy",
-        help="serve a model node set over the openpi WebSocket policy-server protocol",
+    p.add_argument(
+        "--tag",
+        type=int,
+        default=None,
+        help="replica tag K: serves NAME#K (default: none, one untagged server)",
     )
+
+
+def _serve_policy_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("target", metavar="NODESET.NODE", help="e.g. policy_mlp.act")
-    p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8000, help="port (default 8000, as openpi; 0: any)")
+    p.add_argument("--host", default="127.0.0.1", help="bind address (default: 127.0.0.1)")
+    p.add_argument(
+        "--port", type=int, default=8000, help="port (default: 8000, as openpi; 0: any free port)"
+    )
     p.add_argument(
         "--input",
         action="append",
         metavar="PORT=KEY",
         help="read input PORT from request key KEY (repeatable; default: the port's name)",
     )
-    p.add_argument("--config", help="the node's config, as JSON (default {})")
+    p.add_argument("--config", help="the node's config, as JSON (default: {})")
     p.add_argument(
         "--api-key-env",
         metavar="VAR",
         help="environment variable holding the API key clients must send (needed off loopback)",
     )
-    p = sub.add_parser("servers", help="list the node-set servers started with serve-nodeset")
-    p.add_argument("--json", action="store_true", help="print the list as JSON")
+
+
+SERVE_NODESET = Command(
+    "serve-nodeset",
+    "serve one node set over HTTP in the foreground",
+    cmd_serve_nodeset,
+    _serve_nodeset_arguments,
+    examples=("serve-nodeset env_minigrid", "serve-nodeset env_minigrid --tag 1"),
+)
+SERVE_POLICY = Command(
+    "serve-policy",
+    "serve a model node set over the openpi WebSocket policy-server protocol",
+    cmd_serve_policy,
+    _serve_policy_arguments,
+    examples=(
+        "serve-policy policy_mlp.act",
+        "serve-policy policy_mlp.act --input obs=observation/state --port 8001",
+    ),
+)
+SERVERS = Command(
+    "servers",
+    "list the node-set servers started with serve-nodeset",
+    cmd_servers,
+    lambda p: add_json(p, "the list"),
+    examples=("servers", "servers --json"),
+)
