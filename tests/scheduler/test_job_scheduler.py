@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -19,103 +19,24 @@ import psutil
 import pytest
 
 from agentcanvas.errors import StateError
-from agentcanvas.eval.config import EvalConfig
 from agentcanvas.eval.run_spec import RunSpec
 from agentcanvas.fileio import atomic_write_json, read_json
 from agentcanvas.scheduler.calibration import CalibrationStore, graph_fingerprint
 from agentcanvas.scheduler.cpu import CpuSampler, cpu_cores
-from agentcanvas.scheduler.job_scheduler import EVAL_NICENESS, JobScheduler
-from agentcanvas.scheduler.jobs import SchedulerHooks
+from agentcanvas.scheduler.eval_process import EVAL_NICENESS
+from agentcanvas.scheduler.job_scheduler import JobScheduler
 from agentcanvas.scheduler.resources import (
     FAKE_VRAM_ENV,
     FakeVramSampler,
     NvmlVramSampler,
     RamSampler,
-    ResourceSampler,
 )
 from agentcanvas.scheduler.samplers import default_samplers
-from agentcanvas.server.registry import WorkspaceComponentRegistry
 from support.polling import poll_until
+from support.scheduling import Released, status_of
 
 DEADLINE_S = 60.0
 CPU_REASON = re.compile(r"^cpu: needs 2 of [0-9.]+ free slots$")
-
-
-@pytest.fixture(scope="module")
-def graph_json() -> dict[str, Any]:
-    registry = WorkspaceComponentRegistry()
-    registry.scan_all()
-    return registry.load_graph("babyai_oracle").model_dump(mode="json")
-
-
-@pytest.fixture
-def make_spec(graph_json: dict[str, Any]) -> Callable[..., RunSpec]:
-    def make(worker_count: int = 1, shared: tuple[str, ...] = (), **scheduling: Any) -> RunSpec:
-        config = EvalConfig(graph_name="babyai_oracle", episode_count=1, worker_count=worker_count)
-        return RunSpec.model_validate(
-            {
-                "version": 1,
-                "config": config.model_dump(mode="json"),
-                "scheduling": {
-                    "marginal_vram_mb": 0.0,
-                    "exclusive_gpu": False,
-                    "priority": 0,
-                    **scheduling,
-                },
-                "graph": graph_json,
-                "shared_nodesets": list(shared),
-                "active_workspace_dir": None,
-            }
-        )
-
-    return make
-
-
-class Released:
-    """The scheduler's release_shared hook, recorded."""
-
-    def __init__(self) -> None:
-        self.calls: list[list[str]] = []
-
-    def __call__(self, names: list[str]) -> None:
-        self.calls.append(list(names))
-
-
-@pytest.fixture
-def released() -> Released:
-    return Released()
-
-
-@pytest.fixture
-def new_scheduler(tmp_path: Path, released: Released) -> Iterator[Callable[..., JobScheduler]]:
-    made: list[JobScheduler] = []
-
-    def make(
-        samplers: list[ResourceSampler] | None = None,
-        capacity_mb: dict[str, float] | None = None,
-        canvas_locked: Callable[[], bool] = lambda: False,
-    ) -> JobScheduler:
-        scheduler = JobScheduler(
-            tmp_path / "outputs" / "eval_runs",
-            "http://127.0.0.1:9",
-            samplers or [RamSampler()],
-            CalibrationStore(tmp_path / "outputs" / "calibration.json"),
-            hooks=SchedulerHooks(canvas_locked=canvas_locked, release_shared=released),
-            capacity_mb=capacity_mb or {},
-            cwd=tmp_path,
-        )
-        made.append(scheduler)
-        return scheduler
-
-    try:
-        yield make
-    finally:
-        for scheduler in made:
-            scheduler.shutdown()  # stops any eval subprocess a test left running
-
-
-def status_of(scheduler: JobScheduler, run_id: str) -> str:
-    return str(read_json(scheduler.run_dir(run_id).summary_path)["status"])
 
 
 def cancel_and_reap(scheduler: JobScheduler, run_id: str) -> None:
@@ -126,7 +47,7 @@ def cancel_and_reap(scheduler: JobScheduler, run_id: str) -> None:
         return run_id not in scheduler.running
 
     poll_until(reaped, f"{run_id} to be reaped", DEADLINE_S)
-    # A run whose every episode finished before the cancel landed is completed (issue 10).
+    # A run whose every episode finished before the cancel landed is completed.
     assert status_of(scheduler, run_id) in ("cancelled", "completed")
     assert scheduler.run_dir(run_id).is_done()
 

@@ -20,24 +20,20 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import shutil
 import signal
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from agentcanvas.cluster.reservations import ClusterReservations
 from agentcanvas.errors import DiskFullError, RunError, RunLockedError, StateError
 from agentcanvas.eval.config import EvalRun
 from agentcanvas.eval.recovery import drop_cancelled_episodes, episodes_planned
 from agentcanvas.eval.run_spec import RunSpec
-from agentcanvas.eval.run_state import TERMINAL_RUN_STATUSES, RunStatus
+from agentcanvas.eval.run_state import TERMINAL_RUN_STATUSES, RunStateError, RunStatus
 from agentcanvas.eval.runlock import hold
 from agentcanvas.eval.store import RunDir, check_disk_space, new_run_id
 from agentcanvas.fileio import atomic_write_json, read_json
@@ -45,7 +41,8 @@ from agentcanvas.paths import safe_child
 from agentcanvas.scheduler.admission import HELD_RESOURCES, JobDemand, RunningLoad, decide
 from agentcanvas.scheduler.calibration import CalibrationStore
 from agentcanvas.scheduler.estimates import Estimate, JobShape, estimate_job, explained
-from agentcanvas.scheduler.jobs import QueuedJob, RunningJob, SchedulerHooks, child_env
+from agentcanvas.scheduler.eval_process import child_env, spawn_eval, terminate_leader
+from agentcanvas.scheduler.jobs import Job, JobState, RunningJob, SchedulerHooks
 from agentcanvas.scheduler.resources import ProcessTreeMonitor, ResourceSampler
 from agentcanvas.scheduler.restart import (
     mark_ended,
@@ -55,15 +52,11 @@ from agentcanvas.scheduler.restart import (
     settle_at_shutdown,
     settle_exited,
 )
-from agentcanvas.server.procs import ChildProcess, spawn
 
 log = logging.getLogger(__name__)
 CANCEL_GRACE_S = 10.0
 SHUTDOWN_GRACE_S = 8.0
 CALIBRATED = ("ram", "vram")  # CPU is counted by processes, never calibrated
-EVAL_NICENESS = 10
-"""Eval subprocesses run this much below the backend's priority, so that the API stays responsive
-when runs keep every core busy (with a high ``--cpu-oversubscription``, or outside load)."""
 
 
 @dataclass
@@ -77,7 +70,7 @@ class JobScheduler:
     hooks: SchedulerHooks = field(default_factory=SchedulerHooks)
     capacity_mb: dict[str, float] = field(default_factory=dict)
     cwd: Path | None = None
-    queue: list[QueuedJob] = field(default_factory=list)
+    queue: list[Job] = field(default_factory=list)
     running: dict[str, RunningJob] = field(default_factory=dict)
     waiting_reasons: dict[str, str] = field(default_factory=dict)
     queued_estimates: dict[str, dict[str, Estimate]] = field(default_factory=dict)
@@ -137,10 +130,10 @@ class JobScheduler:
                 before_queued(run_dir.root)
             self._enqueue(run_dir, spec)
 
-    def _enqueue(self, run_dir: RunDir, spec: RunSpec) -> QueuedJob:
+    def _enqueue(self, run_dir: RunDir, spec: RunSpec) -> Job:
         """Queue a validated spec (the caller holds the run's lock)."""
-        job = QueuedJob.from_spec(run_dir, spec)
-        set_status(run_dir, "queued")
+        job = Job.from_spec(run_dir, spec)
+        set_status(run_dir, RunStatus.QUEUED)
         self.queue.append(job)
         if job.placement is not None and job.ray_address:
             self.cluster.want(job.run_id, job.ray_address, job.placement)
@@ -155,18 +148,18 @@ class JobScheduler:
         for job in self.queue:
             if job.run_id == run_id:
                 with hold(job.run_dir):
-                    set_status(job.run_dir, "cancelled")  # on a full disk: still queued
+                    set_status(job.run_dir, RunStatus.CANCELLED)  # on a full disk: still queued
                     self.queue.remove(job)
                     job.run_dir.touch_done()
-                self.hooks.release_shared(job.shared_nodesets)
-                self.cluster.release(run_id)  # its placement group, placed or not
+                self._drop(job)  # its shared servers, its placement group (placed or not)
                 return "cancelled"
         running = self.running.get(run_id)
         if running is None:
             raise StateError(f"run {run_id} is neither queued nor running")
-        if running.kill_at is None:
-            _terminate_leader(running.child, signal.SIGINT)  # SIGINT: a cancel, not an abort
+        if running.job.state is JobState.RUNNING:
+            terminate_leader(running.child, signal.SIGINT)  # SIGINT: a cancel, not an abort
             running.kill_at = time.monotonic() + CANCEL_GRACE_S
+            running.job.move_to(JobState.CANCELLING)
         return "cancelling"
 
     def resume(self, run_id: str, shared_urls: dict[str, str], shared: list[str]) -> None:
@@ -179,7 +172,7 @@ class JobScheduler:
         check_disk_space(self.runs_dir, f"resume run {run_id}")
         with hold(run_dir):
             summary = read_json(run_dir.summary_path)
-            if summary.get("status") == "completed":
+            if summary.get("status") == RunStatus.COMPLETED:
                 raise StateError(f"run {run_id} is completed; nothing to resume")
             spec = RunSpec.read(run_dir)
             scheduling = spec.scheduling.model_copy(update={"submitted_at": time.time()})
@@ -189,7 +182,7 @@ class JobScheduler:
             atomic_write_json(run_dir.shared_urls_path, shared_urls)
             run_dir.done_path.unlink(missing_ok=True)
             drop_cancelled_episodes(run_dir)  # run again: no stale record may outlive it
-            mark_ended(run_dir, "queued", None)  # the summary agrees with the episode folders
+            mark_ended(run_dir, RunStatus.QUEUED, None)  # agrees with the episode folders
             self.unwritten.pop(run_id, None)  # an end the disk could not take: superseded
             self._enqueue(run_dir, spec)
 
@@ -225,10 +218,11 @@ class JobScheduler:
 
     def _finish(self, job: RunningJob) -> None:
         run_dir = job.job.run_dir
+        cancelled = job.job.state is JobState.CANCELLING
+        job.job.move_to(JobState.ENDED)
         try:
             with hold(run_dir):  # free: its writer has exited
-                code = job.child.returncode
-                status = settle_exited(run_dir, job.kill_at is not None, code)
+                status = settle_exited(run_dir, cancelled, job.child.returncode)
         except RunLockedError as exc:  # another process writes it now: not ours to touch
             log.error("run %s: %s", job.job.run_id, exc)
             status = read_status(run_dir)
@@ -237,7 +231,7 @@ class JobScheduler:
         self._relay_progress(job, force=True)
         self.hooks.on_finished(job.job.run_id, status)
         peaks = {k: v for k, v in job.monitor.peaks_mb().items() if k in CALIBRATED}
-        if peaks and status == "completed":
+        if peaks and status == RunStatus.COMPLETED:
             self.calibration.record(
                 job.job.graph_key, job.job.worker_count, peaks, graph_name=job.job.graph_name
             )
@@ -255,14 +249,14 @@ class JobScheduler:
         log.error("run %s: %s", run_id, exc)
         if read_status(run_dir) == RunStatus.ABORTED:
             return RunStatus.ABORTED
-        state = {"status": RunStatus.ABORTED, "error": f"the run ended on a full disk: {exc}"}
+        error = f"the run ended on a full disk: {exc}"
         with hold(run_dir):
             run_dir.release_reserve()
             try:
-                set_status(run_dir, state["status"], error=state["error"])
+                set_status(run_dir, RunStatus.ABORTED, error)
             except RunError:
-                self.unwritten[run_id] = state
-        return "aborted"
+                self.unwritten[run_id] = {"status": RunStatus.ABORTED, "error": error}
+        return RunStatus.ABORTED
 
     def _write_unwritten(self, run_id: str) -> None:
         """Write a held end (the lock is held): the summary rebuilt from the episode
@@ -271,7 +265,7 @@ class JobScheduler:
         if state is None:
             return
         try:
-            mark_ended(self.run_dir(run_id), state["status"], state["error"])
+            mark_ended(self.run_dir(run_id), RunStatus(state["status"]), state["error"])
         except DiskFullError:
             return
         del self.unwritten[run_id]
@@ -315,18 +309,17 @@ class JobScheduler:
             if error is not None:
                 with hold(job.run_dir):
                     self.queue.remove(job)
-                    set_status(job.run_dir, "failed", error=error)
+                    set_status(job.run_dir, RunStatus.FAILED, error)
                     job.run_dir.touch_done()
-                self.hooks.release_shared(job.shared_nodesets)
-                self.cluster.release(job.run_id)
+                self._drop(job)
 
-    def _estimates(self, job: QueuedJob) -> dict[str, Estimate]:
+    def _estimates(self, job: Job) -> dict[str, Estimate]:
         resources = {s.resource for s in self.samplers} | set(self.capacity_mb)
         on_cluster = job.placement is not None
         shape = JobShape(job.graph_key, job.worker_count, job.marginal_vram_mb, on_cluster)
         return estimate_job(shape, resources, self.calibration)
 
-    def _demand(self, job: QueuedJob) -> JobDemand:
+    def _demand(self, job: Job) -> JobDemand:
         estimates = self.queued_estimates.get(job.run_id) or self._estimates(job)
         return JobDemand(
             job.run_id,
@@ -345,50 +338,37 @@ class JobScheduler:
         estimates = {resource: e.value for resource, e in running.estimates.items()}
         return RunningLoad(job.run_id, estimates, used, job.exclusive_gpu)
 
-    def _spawn(self, job: QueuedJob, estimates: dict[str, Estimate]) -> None:
-        argv = [
-            sys.executable,
-            "-m",
-            "agentcanvas.eval_subprocess_main",
-            "--run-dir",
-            str(job.run_dir.root),
-            "--backend-url",
-            self.backend_url,
-        ]
+    def _spawn(self, job: Job, estimates: dict[str, Estimate]) -> None:
         group = self.cluster.group_id(job.run_id) if job.placement else None
         env = child_env(job.active_workspace_dir, group)
         try:
             with hold(job.run_dir):  # "running" before the eval process takes the lock
-                set_status(job.run_dir, "running")
+                set_status(job.run_dir, RunStatus.RUNNING)
         except DiskFullError as exc:  # it stays queued, waiting for space
             self.queue.insert(0, job)
             self.waiting_reasons[job.run_id] = f"waiting for disk space: {exc}"
             return
-        except RunLockedError as exc:
+        except (RunLockedError, RunStateError) as exc:
             log.error("run %s not started: %s", job.run_id, exc)
-            self.hooks.release_shared(job.shared_nodesets)
-            self.cluster.release(job.run_id)
+            self._drop(job)
             return
         try:
-            child = spawn(
-                argv,
-                env=env,
-                cwd=self.cwd,
-                new_session=True,
-                stdout_path=job.run_dir.stdout_path,
-                stderr_path=job.run_dir.stderr_path,
-            )
+            child = spawn_eval(job.run_dir, self.backend_url, env, self.cwd)
         except Exception as exc:
+            self._drop(job)
             with hold(job.run_dir):
-                set_status(job.run_dir, "failed", error=f"could not spawn: {exc}")
+                set_status(job.run_dir, RunStatus.FAILED, f"could not spawn: {exc}")
                 job.run_dir.touch_done()
-            self.hooks.release_shared(job.shared_nodesets)
-            self.cluster.release(job.run_id)
             return
-        with contextlib.suppress(psutil.Error):  # its env servers inherit it when they fork
-            psutil.Process(child.pid).nice(min(19, os.nice(0) + EVAL_NICENESS))
         monitor = ProcessTreeMonitor(child.pid, self.samplers)
+        job.move_to(JobState.RUNNING)
         self.running[job.run_id] = RunningJob(job, child, monitor, estimates, time.time())
+
+    def _drop(self, job: Job) -> None:
+        """A job out of the queue that will not run: ended, what it held given back."""
+        job.move_to(JobState.ENDED)
+        self.hooks.release_shared(job.shared_nodesets)
+        self.cluster.release(job.run_id)
 
     def _relay_progress(self, job: RunningJob, force: bool = False) -> None:
         path = job.job.run_dir.summary_path
@@ -443,7 +423,7 @@ class JobScheduler:
         unless a user did cancel it, that is overruled here: the run was interrupted.
         """
         for job in self.running.values():
-            _terminate_leader(job.child, signal.SIGTERM)  # the eval process alone: it records
+            terminate_leader(job.child, signal.SIGTERM)  # the eval process alone: it records
         deadline = time.monotonic() + SHUTDOWN_GRACE_S
         while time.monotonic() < deadline and any(
             j.child.is_alive() for j in self.running.values()
@@ -451,17 +431,11 @@ class JobScheduler:
             time.sleep(0.05)
         for job in self.running.values():
             job.child.close_sync(term_timeout_s=2.0)  # then its group: leftovers
+            cancelled = job.job.state is JobState.CANCELLING
+            job.job.move_to(JobState.ENDED)
             try:
                 with hold(job.job.run_dir):
-                    settle_at_shutdown(job.job.run_dir, cancelled=job.kill_at is not None)
+                    settle_at_shutdown(job.job.run_dir, cancelled=cancelled)
             except (RunLockedError, RunError) as exc:
                 log.error("run %s: %s", job.job.run_id, exc)
         self.running.clear()
-
-
-def _terminate_leader(child: ChildProcess, signum: signal.Signals) -> None:
-    """``signum`` to the eval process only (not its env servers, which it stops itself):
-    SIGINT cancels its run (``cancelled``), SIGTERM interrupts it (``aborted``, resumable)."""
-    if child.returncode is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(child.pid, signum)

@@ -1,16 +1,28 @@
-"""The scheduler's records of a run (queued, running), its hooks into the backend, and what a
-queued run's spec decides for it: its calibration key, its placement on a Ray cluster, the
-environment of its eval process."""
+"""The scheduler's record of a run (a :class:`Job`, with its lifecycle), its hooks into the
+backend, and what a queued run's spec decides for it: its calibration key, its placement on a
+Ray cluster, the environment of its eval process.
+
+A job's lifecycle (one table, :data:`_JOB_MOVES`; :meth:`Job.move_to` is the only way its
+state changes, :class:`JobStateError` the error for a wrong move)::
+
+    queued ──► running ──► cancelling ──► ended
+      │           └───────────────────────► ended
+      └──────────────────────────────────► ended   (cancelled or failed before it ran)
+
+A job is the scheduler's view of one submission; the run's own status (summary.json) has
+its lifecycle in :mod:`agentcanvas.eval.run_state`. A resumed run is a new job.
+"""
 
 from __future__ import annotations
 
-import os
+import enum
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from agentcanvas.cluster.placement import PLACEMENT_GROUP_ENV, PlacementPlan, plan_placement
+from agentcanvas.cluster.placement import PlacementPlan, plan_placement
+from agentcanvas.errors import StateError
 from agentcanvas.eval.run_spec import RunSpec
 from agentcanvas.eval.store import RunDir
 from agentcanvas.scheduler.calibration import graph_fingerprint
@@ -18,12 +30,44 @@ from agentcanvas.scheduler.estimates import Estimate
 from agentcanvas.scheduler.resources import ProcessTreeMonitor
 from agentcanvas.server.procs import ChildProcess
 
-__all__ = ["QueuedJob", "RunningJob", "SchedulerHooks", "calibration_key", "child_env"]
+__all__ = [
+    "Job",
+    "JobState",
+    "JobStateError",
+    "RunningJob",
+    "SchedulerHooks",
+    "calibration_key",
+]
+
+
+class JobState(enum.Enum):
+    """Where a job is in the scheduler."""
+
+    QUEUED = "queued"
+    """Waiting for admission."""
+    RUNNING = "running"
+    """Its eval process runs."""
+    CANCELLING = "cancelling"
+    """Asked to cancel (SIGINT to its eval process); killed when its grace period ends."""
+    ENDED = "ended"
+    """Out of the scheduler: reaped, cancelled or failed before it ran, or left at shutdown."""
+
+
+_JOB_MOVES: dict[JobState, frozenset[JobState]] = {
+    JobState.QUEUED: frozenset({JobState.RUNNING, JobState.ENDED}),
+    JobState.RUNNING: frozenset({JobState.CANCELLING, JobState.ENDED}),
+    JobState.CANCELLING: frozenset({JobState.ENDED}),
+    JobState.ENDED: frozenset(),
+}
+
+
+class JobStateError(StateError):
+    """A job was asked to move between two states its lifecycle does not connect."""
 
 
 @dataclass
-class QueuedJob:
-    """A run waiting for admission (mirrors its spec.json scheduling block)."""
+class Job:
+    """One submission of a run to the scheduler (mirrors its spec.json scheduling block)."""
 
     run_id: str
     run_dir: RunDir
@@ -39,9 +83,18 @@ class QueuedJob:
     ray_address: str | None = None
     placement: PlacementPlan | None = None
     """Engine ray on a cluster: the placement group it waits for (None: admitted locally)."""
+    state: JobState = field(default=JobState.QUEUED)
+
+    def move_to(self, new: JobState) -> None:
+        """Change the job's state; JobStateError when its lifecycle has no such move."""
+        if new is not self.state and new not in _JOB_MOVES[self.state]:
+            raise JobStateError(
+                f"job of run {self.run_id} cannot go from {self.state.value} to {new.value}"
+            )
+        self.state = new
 
     @classmethod
-    def from_spec(cls, run_dir: RunDir, spec: RunSpec) -> QueuedJob:
+    def from_spec(cls, run_dir: RunDir, spec: RunSpec) -> Job:
         config, scheduling = spec.config, spec.scheduling
         on_cluster = config.engine == "ray" and bool(config.ray_address)
         return cls(
@@ -67,7 +120,9 @@ class QueuedJob:
 
 @dataclass
 class RunningJob:
-    job: QueuedJob
+    """A job whose eval process was spawned: the process, its measured tree, its figures."""
+
+    job: Job
     child: ChildProcess
     monitor: ProcessTreeMonitor
     estimates: dict[str, Estimate]
@@ -95,15 +150,3 @@ def calibration_key(spec: RunSpec) -> str:
     if config.engine != "ray":
         return key
     return f"{key}+ray" + ("-cluster" if config.ray_address else "")
-
-
-def child_env(active_workspace_dir: str | None, placement_group: str | None) -> dict[str, str]:
-    """The eval process's environment: ours, its overlay, and the placement group reserved
-    for it (its actors go there)."""
-    env = dict(os.environ)
-    if active_workspace_dir:
-        env["ACTIVE_WORKSPACE_DIR"] = active_workspace_dir
-    env.pop(PLACEMENT_GROUP_ENV, None)
-    if placement_group:
-        env[PLACEMENT_GROUP_ENV] = placement_group
-    return env
