@@ -27,6 +27,7 @@ SLOW_MODULES = {
     "api/test_app_shutdown.py",
     "api/test_downloads.py",
     "api/test_episode_video.py",
+    "api/test_idempotency.py",
     "api/test_large_runs.py",
     "api/test_leaderboard.py",
     "api/test_live_progress.py",

@@ -6,7 +6,7 @@ import asyncio
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse
 from pydantic import BaseModel, Field, ValidationError
@@ -40,6 +40,7 @@ from agentcanvas.paths import NAME_PATTERNS
 from agentcanvas.server.registry import WorkspaceComponentRegistry
 
 from . import runs
+from .idempotency import IDEMPOTENCY_HEADER, KEY_PATTERN, body_fingerprint
 from .models import (
     MAX_EPISODE_INDEX,
     MAX_SEED,
@@ -133,6 +134,11 @@ class StartResponse(BaseModel):
     run_id: str
     status: str
     via_subprocess: bool
+    replayed: bool = Field(
+        default=False,
+        description=f"True when the {IDEMPOTENCY_HEADER} of an earlier start with the same "
+        "body named this run: this is that start's answer, and nothing new was created.",
+    )
 
 
 def services(request: Request) -> ProcessServices:
@@ -140,10 +146,40 @@ def services(request: Request) -> ProcessServices:
     return svc
 
 
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias=IDEMPOTENCY_HEADER,
+        pattern=KEY_PATTERN,
+        max_length=255,
+        description="Makes the start safe to retry: a later start with this key and the same "
+        "body gets the first one's answer (200, replayed: true) and creates no run, also "
+        "after a backend restart; with another body it is a 409. 1-255 visible ASCII "
+        "characters, e.g. a UUID.",
+    ),
+]
+
+
 @router.post("/start", response_model=StartResponse, responses=error_responses(404, 409, 413, 507))
-async def start_eval_v2(body: StartRequest, request: Request) -> StartResponse:
-    """Queue a run (default) or, with via_subprocess false, run it inside the backend."""
+async def start_eval_v2(
+    body: StartRequest, request: Request, idempotency_key: IdempotencyKey = None
+) -> StartResponse:
+    """Queue a run (default) or, with via_subprocess false, run it inside the backend.
+
+    With an ``Idempotency-Key`` header a retried start never creates a second run."""
     svc = services(request)
+    if idempotency_key is None:
+        return await _start(svc, body, None)
+    fingerprint = body_fingerprint(body)
+    async with svc.submit_keys.claim(idempotency_key, fingerprint) as earlier:
+        if earlier is not None:
+            return StartResponse.model_validate({**earlier.response, "replayed": True})
+        return await _start(svc, body, (idempotency_key, fingerprint))
+
+
+async def _start(
+    svc: ProcessServices, body: StartRequest, key: tuple[str, str] | None
+) -> StartResponse:
     overlay = None
     resolver = svc.registry
     if body.active_workspace_dir is not None:
@@ -160,11 +196,19 @@ async def start_eval_v2(body: StartRequest, request: Request) -> StartResponse:
     if config.until_decided_vs is not None:
         check_baseline_tasks(baseline, episode_tasks(config, graph), config.until_decided_vs)
     use_subprocess = body.via_subprocess and envsettings.EVAL_SUBPROCESS.get() == "1"
+
+    def created(root: Path, answer: StartResponse) -> None:
+        """The run's meta.json and submission.json, before it is queued."""
+        save_start_meta(root, body.name, body.tags, body.note)
+        if key is not None:
+            svc.submit_keys.record(root, *key, answer.model_dump(exclude={"replayed"}))
+
     if not use_subprocess:
         check_disk_space(svc.scheduler.runs_dir, "start a run")
         run_id = await _start_in_process(svc, graph, config, overlay)
-        save_start_meta(svc.runs.run_dir(run_id).root, body.name, body.tags, body.note)
-        return StartResponse(run_id=run_id, status=RunStatus.RUNNING, via_subprocess=False)
+        answer = StartResponse(run_id=run_id, status=RunStatus.RUNNING, via_subprocess=False)
+        created(svc.runs.run_dir(run_id).root, answer)
+        return answer
     ray = config.engine == "ray"  # the Ray engine runs its own model actors
     urls = {} if ray else await borrow_shared(svc.registry, resolver, graph)
     models = {n: resolver.manifest(n).resources for n in resolver.shared_in(graph)} if ray else {}
@@ -180,10 +224,12 @@ async def start_eval_v2(body: StartRequest, request: Request) -> StartResponse:
         shared_nodesets=sorted(urls),
         active_workspace_dir=None if overlay is None else str(overlay),
     )
+
+    def queued_answer(root: Path) -> StartResponse:
+        return StartResponse(run_id=root.name, status=RunStatus.QUEUED, via_subprocess=True)
+
     try:
-        run_id = svc.scheduler.submit(
-            spec, urls, lambda folder: save_start_meta(folder, body.name, body.tags, body.note)
-        )
+        run_id = svc.scheduler.submit(spec, urls, lambda root: created(root, queued_answer(root)))
     except AgentCanvasError:
         svc.registry.release_shared_nodesets(sorted(urls))
         raise

@@ -20,6 +20,7 @@ from agentcanvas.eval.events import LiveEvent
 from agentcanvas.scheduler.job_scheduler import JobScheduler
 from agentcanvas.server.registry import WorkspaceComponentRegistry
 
+from .idempotency import SubmitKeys
 from .progress import ProgressRelay
 from .runs import RunCache
 
@@ -63,6 +64,8 @@ class ProcessServices:
     token: str | None = None
     runs: RunCache = field(init=False)
     progress: ProgressRelay = field(init=False)
+    submit_keys: SubmitKeys = field(init=False)
+    """The Idempotency-Key of each keyed start, by the run it created."""
     loops: TaskOwner = field(default_factory=lambda: TaskOwner("backend loop"))
     """The scheduler's ticker and the progress relay (started and closed by the lifespan)."""
     inprocess: TaskOwner = field(default_factory=lambda: TaskOwner("in-process run"))
@@ -71,6 +74,7 @@ class ProcessServices:
     def __post_init__(self) -> None:
         self.runs = RunCache(self.scheduler.runs_dir, self.scheduler.unwritten)
         self.progress = ProgressRelay(self.scheduler.runs_dir, self.broadcast)
+        self.submit_keys = SubmitKeys(self.scheduler.runs_dir)
 
     def broadcast(self, event: LiveEvent) -> None:
         """Queue ``event`` to every WebSocket client (never blocks the caller)."""
