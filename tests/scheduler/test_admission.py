@@ -325,7 +325,7 @@ def test_a_cluster_job_waits_for_its_placement_group_and_holds_nothing_here() ->
     from agentcanvas.scheduler.admission import STARVATION_WAIT_S
 
     wait = "ray placement group: 4 CPU, 0 GPU; cluster has 3 CPU, 0 GPU free"
-    ray_run = JobDemand("ray", 5, 1, {"ram": 900.0}, cluster_wait=wait, waited_s=1e6)
+    ray_run = JobDemand("ray", 5, 1, {"ram": 900.0}, waits_for=wait, waited_s=1e6)
     local = JobDemand("local", 0, 2, {"ram": 900.0}, waited_s=STARVATION_WAIT_S + 1)
 
     waiting = decide([ray_run, local], [], {"ram": 1000.0}, {}, canvas_locked=False)

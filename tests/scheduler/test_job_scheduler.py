@@ -372,3 +372,97 @@ def test_cpu_slots_hold_back_runs_until_earlier_ones_finish(
     assert list(scheduler.running) == [second]
     assert set(scheduler.waiting_reasons) == {third}
     cancel_and_reap(scheduler, second)
+
+
+# -- shared node sets started for a run -----------------------------------------------------
+def test_a_run_waits_while_its_shared_models_load_and_holds_them_once_loaded(
+    new_scheduler: Callable[..., JobScheduler],
+    make_spec: Callable[..., RunSpec],
+    released: Released,
+) -> None:
+    scheduler = new_scheduler(canvas_locked=lambda: True)
+    run_id = scheduler.submit(make_spec(shared=("policy_mlp", "text_encoder")), {})
+    (job,) = scheduler.queue
+
+    scheduler.tick()
+
+    assert scheduler.loading_jobs() == [job]
+    assert status_of(scheduler, run_id) == "queued"
+    reason = "loading the shared models policy_mlp, text_encoder"
+    assert scheduler.waiting_reasons[run_id] == reason  # before the canvas lock's
+    (entry,) = scheduler.list_active()["queued"]
+    assert entry["loading"] == ["policy_mlp", "text_encoder"]
+    assert read_json(scheduler.run_dir(run_id).shared_urls_path) == {}
+
+    urls = {"policy_mlp": "http://127.0.0.1:1", "text_encoder": "http://127.0.0.1:2"}
+    assert scheduler.shared_loaded(run_id, urls)
+    scheduler.tick()
+
+    assert scheduler.loading_jobs() == [] and job.shared_urls == urls
+    assert "canvas" in scheduler.waiting_reasons[run_id]
+    assert scheduler.cancel(run_id) == "cancelled"
+    assert released.calls == [["policy_mlp", "text_encoder"]]  # what it held, given back
+    assert not scheduler.shared_loaded(run_id, urls)  # too late: the caller gives them back
+
+
+def test_a_loading_run_is_never_admitted_and_holds_nothing(
+    new_scheduler: Callable[..., JobScheduler], make_spec: Callable[..., RunSpec]
+) -> None:
+    scheduler = new_scheduler(samplers=[RamSampler()])
+    loading = scheduler.submit(make_spec(shared=("policy_mlp",), priority=9), {})
+    ready = scheduler.submit(make_spec(), {})
+
+    scheduler.tick()
+
+    assert list(scheduler.running) == [ready]  # behind the higher priority, and not held up
+    assert scheduler.waiting_reasons == {loading: "loading the shared model policy_mlp"}
+    cancel_and_reap(scheduler, ready)
+
+
+def test_a_shared_model_that_cannot_start_fails_its_run(
+    new_scheduler: Callable[..., JobScheduler],
+    make_spec: Callable[..., RunSpec],
+    released: Released,
+) -> None:
+    scheduler = new_scheduler(canvas_locked=lambda: True)
+    run_id = scheduler.submit(make_spec(shared=("policy_mlp",)), {})
+
+    assert scheduler.shared_failed(run_id, "could not start the shared model policy_mlp: boom")
+
+    summary = read_json(scheduler.run_dir(run_id).summary_path)
+    assert summary["status"] == "failed" and "boom" in summary["error"]
+    assert scheduler.run_dir(run_id).is_done() and scheduler.queue == []
+    assert released.calls == [[]]  # it held nothing yet
+    assert not scheduler.shared_failed(run_id, "again")
+
+
+def test_a_spawned_run_gets_the_urls_of_what_it_holds(
+    new_scheduler: Callable[..., JobScheduler], make_spec: Callable[..., RunSpec]
+) -> None:
+    scheduler = new_scheduler(samplers=[RamSampler()])
+    run_id = scheduler.submit(make_spec(shared=("policy_mlp",)), {})
+    scheduler.tick()
+    assert scheduler.running == {}
+
+    scheduler.shared_loaded(run_id, {"policy_mlp": "http://127.0.0.1:9"})
+    scheduler.tick()
+
+    assert list(scheduler.running) == [run_id]
+    assert read_json(scheduler.run_dir(run_id).shared_urls_path) == {
+        "policy_mlp": "http://127.0.0.1:9"
+    }
+    cancel_and_reap(scheduler, run_id)
+
+
+def test_runs_requeued_at_a_restart_load_their_shared_models_again(
+    new_scheduler: Callable[..., JobScheduler], make_spec: Callable[..., RunSpec]
+) -> None:
+    before = new_scheduler(canvas_locked=lambda: True)
+    run_id = before.submit(make_spec(shared=("policy_mlp",)), {"policy_mlp": "http://old:1"})
+    assert before.loading_jobs() == []
+
+    after = new_scheduler(canvas_locked=lambda: True)  # the old backend's servers are gone
+    assert after.recover() == [run_id]
+
+    (job,) = after.loading_jobs()
+    assert job.loading == ["policy_mlp"] and job.shared_urls == {}

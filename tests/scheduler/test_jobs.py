@@ -24,7 +24,7 @@ S = JobState
 def a_job(tmp_path: Path, make_spec: Callable[..., RunSpec], state: JobState) -> Job:
     from agentcanvas.eval.store import RunDir
 
-    job = Job.from_spec(RunDir(tmp_path / "20250101_000000"), make_spec())
+    job = Job.from_spec(RunDir(tmp_path / "20250101_000000"), make_spec(), {})
     job.state = state  # the table is under test here, not how the job got there
     return job
 
@@ -32,6 +32,8 @@ def a_job(tmp_path: Path, make_spec: Callable[..., RunSpec], state: JobState) ->
 @pytest.mark.parametrize(
     ("old", "new"),
     [
+        (S.LOADING, S.QUEUED),  # its shared models are up
+        (S.LOADING, S.ENDED),  # cancelled while they load, or they could not start
         (S.QUEUED, S.RUNNING),
         (S.QUEUED, S.ENDED),  # cancelled or failed before it ran
         (S.RUNNING, S.CANCELLING),
@@ -56,6 +58,8 @@ def test_allowed_moves(
         (S.RUNNING, S.QUEUED),
         (S.CANCELLING, S.RUNNING),
         (S.QUEUED, S.CANCELLING),  # a queued run is cancelled at once: ended
+        (S.LOADING, S.RUNNING),  # never spawned before its models are up
+        (S.QUEUED, S.LOADING),
     ],
 )
 def test_refused_moves_name_the_run_and_both_states(

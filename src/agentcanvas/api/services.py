@@ -23,6 +23,7 @@ from agentcanvas.server.registry import WorkspaceComponentRegistry
 from .idempotency import SubmitKeys
 from .progress import ProgressRelay
 from .runs import RunCache
+from .shared_loads import SharedLoads
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +67,8 @@ class ProcessServices:
     progress: ProgressRelay = field(init=False)
     submit_keys: SubmitKeys = field(init=False)
     """The Idempotency-Key of each keyed start, by the run it created."""
+    loads: SharedLoads = field(init=False)
+    """The shared node sets of queued runs, started off the requests (closed by the lifespan)."""
     loops: TaskOwner = field(default_factory=lambda: TaskOwner("backend loop"))
     """The scheduler's ticker and the progress relay (started and closed by the lifespan)."""
     inprocess: TaskOwner = field(default_factory=lambda: TaskOwner("in-process run"))
@@ -75,6 +78,9 @@ class ProcessServices:
         self.runs = RunCache(self.scheduler.runs_dir, self.scheduler.unwritten)
         self.progress = ProgressRelay(self.scheduler.runs_dir, self.broadcast)
         self.submit_keys = SubmitKeys(self.scheduler.runs_dir)
+        self.loads = SharedLoads(
+            self.registry, self.scheduler, self.registry.release_shared_nodesets, self.request_tick
+        )
 
     def broadcast(self, event: LiveEvent) -> None:
         """Queue ``event`` to every WebSocket client (never blocks the caller)."""

@@ -17,9 +17,9 @@ Rules (design note § 3, with priority honoured):
   FIFO within a priority;
 - but a job that has waited ``STARVATION_WAIT_S`` or longer holds its reservation while it
   waits, so a stream of smaller jobs behind it cannot starve it forever;
-- a Ray-engine job on a cluster waits until its placement group is placed
-  (``cluster_wait``: what it waits for, else None); while it waits for the cluster it holds
-  nothing of this host, however long it has waited.
+- a job that waits for something besides this host's resources (``waits_for``: its shared
+  models still loading, or, for a Ray-engine job on a cluster, its placement group) waits
+  with that reason and holds nothing of this host, however long it has waited.
 
 A waiting job's reason names the first resource that refuses it (memory before CPU), e.g.
 ``ram: needs 900 MB, 500 MB available`` or ``cpu: needs 3 of 2 free slots``.
@@ -56,9 +56,9 @@ class JobDemand:
     estimates: Mapping[str, float]
     exclusive_gpu: bool = False
     waited_s: float = 0.0
-    cluster_wait: str | None = None
-    """Engine ray on a cluster: what its placement group still waits for (None: placed, or
-    not a cluster job)."""
+    waits_for: str | None = None
+    """What it waits for besides this host's resources, in plain words: the shared models
+    the backend still loads for it, or its placement group on a Ray cluster (None: nothing)."""
 
 
 @dataclass(frozen=True)
@@ -103,12 +103,12 @@ def decide(
     decision = Decision()
     if canvas_locked:
         for job in queued:
-            decision.waiting[job.run_id] = "canvas holds the execution guard"
+            decision.waiting[job.run_id] = job.waits_for or "canvas holds the execution guard"
         return decision
     load = list(running)
     for job in queue_order(queued):
-        if job.cluster_wait:  # the cluster decides; this host keeps nothing aside for it
-            decision.waiting[job.run_id] = job.cluster_wait
+        if job.waits_for:  # not ready: this host keeps nothing aside for it
+            decision.waiting[job.run_id] = job.waits_for
             continue
         reason = _blocked(job, load, free, capacity)
         if reason:

@@ -30,8 +30,7 @@ from typing import Any
 
 from agentcanvas.cluster.reservations import ClusterReservations
 from agentcanvas.errors import DiskFullError, RunError, RunLockedError, StateError
-from agentcanvas.eval.config import EvalRun
-from agentcanvas.eval.recovery import drop_cancelled_episodes, episodes_planned
+from agentcanvas.eval.recovery import episodes_planned
 from agentcanvas.eval.run_spec import RunSpec
 from agentcanvas.eval.run_state import TERMINAL_RUN_STATUSES, RunStateError, RunStatus
 from agentcanvas.eval.runlock import hold
@@ -40,17 +39,27 @@ from agentcanvas.fileio import atomic_write_json, read_json
 from agentcanvas.paths import safe_child
 from agentcanvas.scheduler.admission import HELD_RESOURCES, JobDemand, RunningLoad, decide
 from agentcanvas.scheduler.calibration import CalibrationStore
-from agentcanvas.scheduler.estimates import Estimate, JobShape, estimate_job, explained
+from agentcanvas.scheduler.estimates import Estimate, JobShape, estimate_job
 from agentcanvas.scheduler.eval_process import child_env, spawn_eval, terminate_leader
-from agentcanvas.scheduler.jobs import Job, JobState, RunningJob, SchedulerHooks
+from agentcanvas.scheduler.jobs import (
+    Job,
+    JobState,
+    RunningJob,
+    SchedulerHooks,
+    queued_view,
+    running_view,
+)
 from agentcanvas.scheduler.resources import ProcessTreeMonitor, ResourceSampler
 from agentcanvas.scheduler.restart import (
+    end_on_full_disk,
     mark_ended,
     read_status,
     recover_runs,
+    rewrite_for_resume,
     set_status,
     settle_at_shutdown,
     settle_exited,
+    write_new_run,
 )
 
 log = logging.getLogger(__name__)
@@ -110,29 +119,20 @@ class JobScheduler:
         total: int,
         before_queued: Callable[[Path], None] | None,
     ) -> None:
-        run_id, config = run_dir.root.name, spec.config
         run_dir.create()
-        submitted_at = spec.scheduling.submitted_at or time.time()
-        scheduling = spec.scheduling.model_copy(update={"submitted_at": submitted_at})
-        spec = spec.model_copy(update={"run_id": run_id, "scheduling": scheduling})
         with hold(run_dir):
-            spec.write(run_dir)
-            atomic_write_json(run_dir.shared_urls_path, shared_urls)
-            summary = EvalRun(
-                run_id=run_id,
-                graph_name=config.graph_name,
-                config=config,
-                episodes_total=total,
-                status=RunStatus.PENDING,
-            )
-            atomic_write_json(run_dir.summary_path, summary.model_dump(mode="json"))
+            spec = write_new_run(run_dir, spec, shared_urls, total)
             if before_queued is not None:
                 before_queued(run_dir.root)
-            self._enqueue(run_dir, spec)
+            self._enqueue(run_dir, spec, shared_urls)
 
-    def _enqueue(self, run_dir: RunDir, spec: RunSpec) -> Job:
-        """Queue a validated spec (the caller holds the run's lock)."""
-        job = Job.from_spec(run_dir, spec)
+    def _enqueue(
+        self, run_dir: RunDir, spec: RunSpec, shared_urls: dict[str, str] | None = None
+    ) -> Job:
+        """Queue a validated spec (the caller holds the run's lock). The job holds
+        ``shared_urls``; the spec's other shared node sets are to be started for it: it is
+        ``loading`` until :meth:`shared_loaded` (or :meth:`shared_failed`)."""
+        job = Job.from_spec(run_dir, spec, shared_urls or {})
         set_status(run_dir, RunStatus.QUEUED)
         self.queue.append(job)
         if job.placement is not None and job.ray_address:
@@ -171,20 +171,41 @@ class JobScheduler:
             raise StateError(f"run {run_id} is already queued or running")
         check_disk_space(self.runs_dir, f"resume run {run_id}")
         with hold(run_dir):
-            summary = read_json(run_dir.summary_path)
-            if summary.get("status") == RunStatus.COMPLETED:
-                raise StateError(f"run {run_id} is completed; nothing to resume")
-            spec = RunSpec.read(run_dir)
-            scheduling = spec.scheduling.model_copy(update={"submitted_at": time.time()})
-            update = {"shared_nodesets": shared, "scheduling": scheduling, "resume": True}
-            spec = spec.model_copy(update=update)
-            spec.write(run_dir)
-            atomic_write_json(run_dir.shared_urls_path, shared_urls)
-            run_dir.done_path.unlink(missing_ok=True)
-            drop_cancelled_episodes(run_dir)  # run again: no stale record may outlive it
-            mark_ended(run_dir, RunStatus.QUEUED, None)  # agrees with the episode folders
+            spec = rewrite_for_resume(run_dir, shared_urls, shared)
             self.unwritten.pop(run_id, None)  # an end the disk could not take: superseded
-            self._enqueue(run_dir, spec)
+            self._enqueue(run_dir, spec, shared_urls)
+
+    # -- shared node sets started for a job ------------------------------------------------
+    def loading_jobs(self) -> list[Job]:
+        """Queued jobs whose shared node sets are yet to be started (state ``loading``)."""
+        return [j for j in self.queue if j.state is JobState.LOADING]
+
+    def shared_loaded(self, run_id: str, urls: dict[str, str]) -> bool:
+        """The backend started the job's shared node sets (``urls``, refcounted for it): it
+        holds them and waits for admission. False when the job is no longer loading
+        (cancelled meanwhile): the caller gives them back."""
+        job = self._loading(run_id)
+        if job is None:
+            return False
+        job.shared_urls |= urls
+        job.loading = []
+        job.move_to(JobState.QUEUED)
+        return True
+
+    def shared_failed(self, run_id: str, error: str) -> bool:
+        """Its shared node sets could not be started: the run fails with ``error``."""
+        job = self._loading(run_id)
+        if job is None:
+            return False
+        with hold(job.run_dir):
+            self.queue.remove(job)
+            set_status(job.run_dir, RunStatus.FAILED, error)
+            job.run_dir.touch_done()
+        self._drop(job)
+        return True
+
+    def _loading(self, run_id: str) -> Job | None:
+        return next((j for j in self.loading_jobs() if j.run_id == run_id), None)
 
     def finishing(self, run_id: str) -> bool:
         """Whether the run's process still runs although its summary says it ended."""
@@ -241,21 +262,11 @@ class JobScheduler:
 
     def _ended_on_full_disk(self, run_dir: RunDir, exc: DiskFullError) -> str:
         """A run's end could not be written for a full disk: ``aborted`` (resumable once
-        space is freed). The eval process's own last word (``aborted`` with the reason,
-        written in the space its ``_RESERVE`` held) stands; else its status is rewritten
-        in that space; else the state is kept here (`unwritten`: status and listing show
-        it) and written by a later tick, when the disk can take it."""
-        run_id = run_dir.root.name
-        log.error("run %s: %s", run_id, exc)
-        if read_status(run_dir) == RunStatus.ABORTED:
-            return RunStatus.ABORTED
-        error = f"the run ended on a full disk: {exc}"
-        with hold(run_dir):
-            run_dir.release_reserve()
-            try:
-                set_status(run_dir, RunStatus.ABORTED, error)
-            except RunError:
-                self.unwritten[run_id] = {"status": RunStatus.ABORTED, "error": error}
+        space is freed); what the disk cannot take yet is kept in ``unwritten``."""
+        log.error("run %s: %s", run_dir.root.name, exc)
+        held = end_on_full_disk(run_dir, exc)
+        if held is not None:
+            self.unwritten[run_dir.root.name] = held
         return RunStatus.ABORTED
 
     def _write_unwritten(self, run_id: str) -> None:
@@ -328,7 +339,8 @@ class JobScheduler:
             {resource: e.value for resource, e in estimates.items()},
             job.exclusive_gpu,
             waited_s=max(0.0, time.time() - job.seq),
-            cluster_wait=self.cluster.waiting_for(job.run_id) if job.placement else None,
+            waits_for=job.waiting_for_models()
+            or (self.cluster.waiting_for(job.run_id) if job.placement else None),
         )
 
     def _load(self, running: RunningJob) -> RunningLoad:
@@ -343,6 +355,7 @@ class JobScheduler:
         env = child_env(job.active_workspace_dir, group)
         try:
             with hold(job.run_dir):  # "running" before the eval process takes the lock
+                atomic_write_json(job.run_dir.shared_urls_path, job.shared_urls)
                 set_status(job.run_dir, RunStatus.RUNNING)
         except DiskFullError as exc:  # it stays queued, waiting for space
             self.queue.insert(0, job)
@@ -382,38 +395,30 @@ class JobScheduler:
                 self.hooks.on_progress(job.job.run_id, read_json(path))
 
     # -- restart recovery and views --------------------------------------------------------
+    def waiting_reason(self, run_id: str) -> str | None:
+        """Why a queued run waits: the last tick's reason, or the models it loads (before a
+        tick has seen it); None for a run that is not queued."""
+        job = next((j for j in self.queue if j.run_id == run_id), None)
+        loading = job.waiting_for_models() if job is not None else None
+        return self.waiting_reasons.get(run_id) or loading
+
     def recover(self) -> list[str]:
         """Re-queue queued runs; mark ``running`` runs without ``_DONE`` aborted (summary
         reconciled with the episode folders); a broken run folder is marked failed."""
         return recover_runs(self.runs_dir, self._enqueue)
 
     def list_active(self) -> dict[str, list[dict[str, Any]]]:
+        """``GET /api/eval/v2/queue``: queued runs in admission order, then running ones."""
         queued = [
-            {
-                "run_id": j.run_id,
-                "graph_name": j.graph_name,
-                "priority": j.priority,
-                "worker_count": j.worker_count,
-                "waiting_reason": self.waiting_reasons.get(j.run_id, ""),
-                "estimates": explained(self.queued_estimates.get(j.run_id) or self._estimates(j)),
-                "placement": self.cluster.view(j.run_id),
-            }
+            queued_view(
+                j,
+                self.waiting_reason(j.run_id) or "",
+                self.queued_estimates.get(j.run_id) or self._estimates(j),
+                self.cluster.view(j.run_id),
+            )
             for j in sorted(self.queue, key=lambda j: (-j.priority, j.seq))
         ]
-        running = [
-            {
-                "run_id": r.job.run_id,
-                "graph_name": r.job.graph_name,
-                "pid": r.child.pid,
-                "priority": r.job.priority,
-                "worker_count": r.job.worker_count,
-                "started_at": r.started_at,
-                "estimates_mb": {k: e.value for k, e in r.estimates.items() if e.unit == "MB"},
-                "estimates": explained(r.estimates),
-                "placement": self.cluster.view(r.job.run_id),
-            }
-            for r in self.running.values()
-        ]
+        running = [running_view(r, self.cluster.view(r.job.run_id)) for r in self.running.values()]
         return {"queued": queued, "running": running}
 
     def shutdown(self) -> None:

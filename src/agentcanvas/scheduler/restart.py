@@ -29,9 +29,16 @@ from typing import Any, Final
 
 from pydantic import ValidationError
 
-from agentcanvas.errors import AgentCanvasError, RunError, RunLockedError
+from agentcanvas.errors import (
+    AgentCanvasError,
+    DiskFullError,
+    RunError,
+    RunLockedError,
+    StateError,
+)
 from agentcanvas.eval.config import EvalConfig, EvalRun
 from agentcanvas.eval.recovery import (
+    drop_cancelled_episodes,
     episode_records,
     episodes_planned,
     reconcile_summary,
@@ -46,14 +53,17 @@ from agentcanvas.paths import check_name
 
 __all__ = [
     "RECOVER_LOCK_WAIT_S",
+    "end_on_full_disk",
     "mark_ended",
     "mark_failed",
     "minimal_summary",
     "read_status",
     "recover_runs",
+    "rewrite_for_resume",
     "set_status",
     "settle_at_shutdown",
     "settle_exited",
+    "write_new_run",
 ]
 
 log = logging.getLogger(__name__)
@@ -75,6 +85,43 @@ def set_status(run_dir: RunDir, status: RunStatus, error: str | None = None) -> 
     else:
         run.move_to(status, error)
     write_summary(run_dir, run)
+
+
+def write_new_run(
+    run_dir: RunDir, spec: RunSpec, shared_urls: dict[str, str], total: int
+) -> RunSpec:
+    """A submitted run's files (the lock is held): spec.json with its run id and submit
+    time, shared_urls.json, and a ``pending`` summary of ``total`` episodes; the spec."""
+    submitted_at = spec.scheduling.submitted_at or time.time()
+    scheduling = spec.scheduling.model_copy(update={"submitted_at": submitted_at})
+    spec = spec.model_copy(update={"run_id": run_dir.root.name, "scheduling": scheduling})
+    spec.write(run_dir)
+    atomic_write_json(run_dir.shared_urls_path, shared_urls)
+    config = spec.config
+    run = EvalRun(
+        run_id=run_dir.root.name, graph_name=config.graph_name, config=config, episodes_total=total
+    )
+    write_summary(run_dir, run)
+    return spec
+
+
+def rewrite_for_resume(run_dir: RunDir, shared_urls: dict[str, str], shared: list[str]) -> RunSpec:
+    """A run to be queued again for its missing episodes (the lock is held): its spec says
+    ``resume`` and borrows ``shared``, no ``_DONE``, no cancelled episode folder, and its
+    summary, rebuilt from the episode folders, says ``queued``. StateError for a completed
+    run (nothing to resume); the spec."""
+    if read_status(run_dir) == RunStatus.COMPLETED:
+        raise StateError(f"run {run_dir.root.name} is completed; nothing to resume")
+    spec = RunSpec.read(run_dir)
+    scheduling = spec.scheduling.model_copy(update={"submitted_at": time.time()})
+    update = {"shared_nodesets": shared, "scheduling": scheduling, "resume": True}
+    spec = spec.model_copy(update=update)
+    spec.write(run_dir)
+    atomic_write_json(run_dir.shared_urls_path, shared_urls)
+    run_dir.done_path.unlink(missing_ok=True)
+    drop_cancelled_episodes(run_dir)  # run again: no stale record may outlive it
+    mark_ended(run_dir, RunStatus.QUEUED, None)  # agrees with the episode folders
+    return spec
 
 
 def write_summary(run_dir: RunDir, run: EvalRun) -> None:
@@ -116,6 +163,24 @@ def settle_exited(run_dir: RunDir, cancelled: bool, returncode: int | None) -> s
         set_status(run_dir, RunStatus.FAILED, "the eval process ended without a final status")
         return RunStatus.FAILED
     return status
+
+
+def end_on_full_disk(run_dir: RunDir, exc: DiskFullError) -> dict[str, Any] | None:
+    """A run's end could not be written for a full disk: it is ``aborted``. The eval
+    process's own last word (``aborted`` with the reason, written in the space its
+    ``_RESERVE`` held) stands; else its status is rewritten in that space (the lock is
+    taken here); else the end to write later, when the disk can take it, is returned
+    (``{status, error}``: the scheduler keeps it, and status and listing show it)."""
+    if read_status(run_dir) == RunStatus.ABORTED:
+        return None
+    error = f"the run ended on a full disk: {exc}"
+    with hold(run_dir):
+        run_dir.release_reserve()
+        try:
+            set_status(run_dir, RunStatus.ABORTED, error)
+        except RunError:
+            return {"status": RunStatus.ABORTED, "error": error}
+    return None
 
 
 def _final_summary_written(run_dir: RunDir) -> bool:
