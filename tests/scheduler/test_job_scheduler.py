@@ -36,7 +36,10 @@ from support.polling import poll_until
 from support.scheduling import Released, status_of
 
 DEADLINE_S = 60.0
-CPU_REASON = re.compile(r"^cpu: needs 2 of [0-9.]+ free slots$")
+CPU_REASON = re.compile(
+    r"^waiting for CPU: this run asks for 2 cores, [0-9.]+ (is|are) free \(.+\); it starts at "
+    r"the latest when no other run of this queue is running$"
+)
 
 
 def cancel_and_reap(scheduler: JobScheduler, run_id: str) -> None:
@@ -226,12 +229,17 @@ def test_vram_admission_with_a_fake_gpu(
     scheduler.tick()
 
     assert list(scheduler.running) == [first]  # declared 600 MB reserved for it
-    assert scheduler.waiting_reasons == {second: "vram: needs 600 MB, 400 MB available"}
+    assert scheduler.waiting_reasons == {
+        second: "waiting for GPU memory: this run needs 600 MB of VRAM, 400 MB are free "
+        "(besides 600 MB kept for runs of this queue that may still use it)"
+    }
     assert status_of(scheduler, first) == "running"
     # The child now holds its memory on the device: measured, no longer merely reserved.
     gpu.set_usage(scheduler.running[first].child.pid, 600.0)
     scheduler.tick()
-    assert scheduler.waiting_reasons == {second: "vram: needs 600 MB, 400 MB available"}
+    assert scheduler.waiting_reasons == {
+        second: "waiting for GPU memory: this run needs 600 MB of VRAM, 400 MB are free"
+    }
 
     cancel_and_reap(scheduler, first)  # its process dies, and the device frees its memory
     scheduler.tick()
@@ -252,7 +260,10 @@ def test_static_ledger_where_a_resource_cannot_be_measured(
     scheduler.tick()
 
     assert list(scheduler.running) == [fits]
-    assert scheduler.waiting_reasons == {too_big: "vram: needs 400 MB, 300 MB available"}
+    assert scheduler.waiting_reasons == {
+        too_big: "waiting for GPU memory: this run needs 400 MB of VRAM, 300 MB are free (of "
+        "the 1000 MB declared, runs of this queue hold 700 MB)"
+    }
     cancel_and_reap(scheduler, fits)
 
 
@@ -268,7 +279,10 @@ def test_static_ledger_on_a_host_without_any_vram_sampler(
     scheduler.tick()
 
     assert list(scheduler.running) == [fits]
-    assert scheduler.waiting_reasons == {too_big: "vram: needs 5000 MB, 1000 MB available"}
+    assert scheduler.waiting_reasons == {
+        too_big: "waiting for GPU memory: this run needs 5000 MB of VRAM, 1000 MB are free "
+        "(of the 1000 MB declared)"
+    }
     cancel_and_reap(scheduler, fits)
 
 
@@ -288,7 +302,9 @@ def test_calibration_above_the_declaration_replaces_it(
 
     assert scheduler.running == {}
     # 5000 MB × the safety margin, not the 1 MB the submitter declared.
-    assert scheduler.waiting_reasons[calibrated] == "vram: needs 6000 MB, 4000 MB available"
+    assert scheduler.waiting_reasons[calibrated] == (
+        "waiting for GPU memory: this run needs 6000 MB of VRAM, 4000 MB are free"
+    )
     vram = scheduler.list_active()["queued"][0]["estimates"]["vram"]
     assert vram["source"] == "calibrated" and "above the 1 MB declared" in vram["why"]
 
@@ -309,7 +325,9 @@ def test_calibration_below_the_declaration_never_undercuts_it(
     scheduler.tick()
 
     assert scheduler.running == {}
-    assert scheduler.waiting_reasons[declared] == "vram: needs 5000 MB, 1000 MB available"
+    assert scheduler.waiting_reasons[declared] == (
+        "waiting for GPU memory: this run needs 5000 MB of VRAM, 1000 MB are free"
+    )
     entry = scheduler.list_active()["queued"][0]
     assert entry["estimates"]["vram"]["value"] == 5_000.0
     assert entry["estimates"]["vram"]["source"] == "declared"
