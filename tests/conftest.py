@@ -34,6 +34,7 @@ SLOW_MODULES = {
     "api/test_openapi_schemathesis.py",
     "api/test_overlay_rest.py",
     "api/test_start_checks.py",
+    "api/test_start_options.py",
     "api/test_tampered_run_folders.py",
     "cli/test_cli_eval.py",
     "cli/test_cli_run_health.py",

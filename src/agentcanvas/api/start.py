@@ -8,7 +8,7 @@ afterwards, off the request: :mod:`agentcanvas.api.shared_loads`), and an
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 
 from fastapi import APIRouter, Header, Request
 from fastapi.exceptions import RequestValidationError
@@ -18,14 +18,9 @@ from agentcanvas import envsettings
 from agentcanvas.cluster import select_engine
 from agentcanvas.errors import ConfigError
 from agentcanvas.eval.config import (
-    RAY_ADDRESS_PATTERN,
-    BinaryInterval,
     EvalConfig,
-    FramesMode,
-    MaxErrors,
 )
 from agentcanvas.eval.foreground import run_foreground
-from agentcanvas.eval.run_meta import RunName, RunNote, RunTags
 from agentcanvas.eval.run_setup import new_run_dir, run_registry, scanned_catalogue
 from agentcanvas.eval.run_spec import RunSpec, SpecScheduling
 from agentcanvas.eval.run_state import RunStatus
@@ -34,21 +29,13 @@ from agentcanvas.eval.stopping import check_baseline_tasks, load_baseline
 from agentcanvas.eval.store import check_disk_space
 from agentcanvas.eval.tasks import check_tasks
 from agentcanvas.graph.model import Graph
-from agentcanvas.paths import NAME_PATTERNS
 from agentcanvas.server.registry import WorkspaceComponentRegistry
 
 from .idempotency import IDEMPOTENCY_HEADER, KEY_PATTERN, body_fingerprint
 from .models import (
-    MAX_EPISODE_INDEX,
-    MAX_SEED,
-    TASK_PATTERN,
-    JsonInt,
-    RequestModel,
-    StepBudget,
     error_responses,
 )
 from .overlay import (
-    OVERLAY_PATTERN,
     borrow_shared,
     borrowed_names,
     check_overlay,
@@ -56,78 +43,11 @@ from .overlay import (
 )
 from .run_detail import save_start_meta
 from .services import ProcessServices
+from .start_request import StartRequest
 
 __all__ = ["StartRequest", "StartResponse", "router"]
 
 router = APIRouter(prefix="/api/eval/v2", tags=["eval"], responses=error_responses(400, 403, 422))
-MAX_TASKS = 1000
-TaskId = Annotated[str, Field(pattern=TASK_PATTERN)]
-
-
-class StartRequest(RequestModel):
-    """A run to queue. Only ``graph_name`` is required."""
-
-    graph_name: str = Field(min_length=1, max_length=64, pattern=NAME_PATTERNS["graph"])
-    episode_count: JsonInt = Field(default=10, ge=1, le=1_000_000)
-    worker_count: JsonInt = Field(default=1, ge=1, le=64)
-    tasks: list[TaskId] | None = Field(
-        default=None, min_length=1, max_length=MAX_TASKS, json_schema_extra={"uniqueItems": True}
-    )
-    start_index: JsonInt = Field(default=0, ge=0, le=MAX_EPISODE_INDEX)
-    step_budget: StepBudget | None = None
-    seed: JsonInt = Field(default=0, ge=0, le=MAX_SEED)
-    per_step_timeout_s: float = Field(default=10.0, gt=0, le=86_400.0)
-    episode_timeout_s: float | None = Field(default=None, gt=0, le=86_400.0)
-    max_errors: MaxErrors = Field(
-        default=None,
-        description="Error budget: a count (>= 0) or a fraction (0 < f < 1) of the run's "
-        "episodes; past it the run stops with status failed. Default: never stop.",
-    )
-    save_frames: bool = False
-    frames: FramesMode | None = Field(default=None, description="every, failures or none.")
-    engine: Literal["local", "ray"] = "local"
-    ray_address: str | None = Field(default=None, max_length=256, pattern=RAY_ADDRESS_PATTERN)
-    certify: bool = Field(
-        default=False,
-        description="Audit every batched row of the run (determinism level certified).",
-    )
-    binary_interval: BinaryInterval = Field(
-        default="wilson", description="Interval of 0/1 metrics: wilson or clopper-pearson."
-    )
-    until_halfwidth: float | None = Field(
-        default=None,
-        gt=0,
-        lt=0.5,
-        description="Stop rule: end once the success rate's anytime-valid confidence "
-        "sequence (overall, all tasks pooled) is at most ±this wide; episode_count is the cap.",
-    )
-    until_decided_vs: str | None = Field(
-        default=None,
-        pattern=NAME_PATTERNS["run_id"],
-        description="Stop rule: a baseline run id; end once an anytime-valid paired test "
-        "decides this run is better or worse on the same episodes (404: no such run).",
-    )
-    stop_alpha: float = Field(
-        default=0.05, gt=0, lt=0.5, description="Error rate of the stop rules (alpha)."
-    )
-    via_subprocess: bool = True
-    priority: JsonInt = Field(default=0, ge=-100, le=100)
-    marginal_vram_mb: float = Field(default=0.0, ge=0, le=1e9)
-    exclusive_gpu: bool = False
-    active_workspace_dir: str | None = Field(
-        default=None,
-        min_length=1,
-        max_length=1024,
-        pattern=OVERLAY_PATTERN,
-        description=(
-            "A folder of graphs/ and graph_nodes/ inside the workspace, relative to it "
-            "(names of letters, digits, '_', '-', '.', not starting with '.'; not outputs/): "
-            "404 when there is no such folder."
-        ),
-    )
-    name: RunName | None = Field(default=None, description="A short name for the run.")
-    tags: RunTags | None = Field(default=None, description="Labels to filter runs by.")
-    note: RunNote | None = Field(default=None, description="Free text about the run.")
 
 
 class StartResponse(BaseModel):
@@ -180,11 +100,12 @@ async def _start(
     if body.active_workspace_dir is not None:
         overlay = check_overlay(svc.workspace, body.active_workspace_dir)
         resolver = overlay_registry(svc.workspace, overlay)
-    graph = resolver.load_graph(body.graph_name)
-    _check_tasks(resolver, graph, body.tasks)
+    options = body.run_options()
+    graph = resolver.load_graph(options["graph_name"])
+    _check_tasks(resolver, graph, options["tasks"])
     try:
-        config = EvalConfig(**body.model_dump(include=set(EvalConfig.model_fields) - {"version"}))
-    except ValidationError as exc:  # a rule of EvalConfig that StartRequest does not repeat
+        config = EvalConfig(**options)
+    except ValidationError as exc:  # a rule of EvalConfig across fields (its validators)
         errors = [{**e, "loc": ("body", *e["loc"])} for e in exc.errors()]
         raise RequestValidationError(errors) from exc
     baseline = load_baseline(svc.scheduler.runs_dir, config)  # 404/400: until_decided_vs
