@@ -25,6 +25,7 @@ BROWSER_FOLDERS = {"web"}
 SLOW_MODULES = {
     "api/test_api_validation.py",
     "api/test_app_shutdown.py",
+    "api/test_compare_guards.py",
     "api/test_downloads.py",
     "api/test_episode_video.py",
     "api/test_idempotency.py",

@@ -188,10 +188,14 @@ RunIdQuery = Annotated[str, Query(pattern=NAME_PATTERNS["run_id"], max_length=64
 
 @router.get("/compare", responses=NOT_FOUND)
 async def compare(a: RunIdQuery, b: RunIdQuery, request: Request) -> dict[str, Any]:
+    """Runs ``a`` and ``b`` paired by (task, episode_index); 400 when no episode pairs.
+    ``caveats`` says what the reader must know (different seeds: not paired by scene), and
+    ``graph_differences`` what differs between their frozen graphs."""
     svc = services(request)
     left, right = svc.runs.summary(a), svc.runs.summary(b)
+    folders = svc.runs.run_dir(a), svc.runs.run_dir(b)
     # in a thread: the sequential verdict's simulation may take a few hundred ms
-    return await asyncio.to_thread(runs.compare_runs, left, right)
+    return await asyncio.to_thread(runs.compare_runs, left, right, *folders)
 
 
 @router.get("/plan", responses=NOT_FOUND)
