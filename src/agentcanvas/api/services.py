@@ -12,7 +12,7 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from agentcanvas import jsontext
 from agentcanvas.background import TaskOwner
@@ -24,12 +24,9 @@ from .idempotency import SubmitKeys
 from .progress import ProgressRelay
 from .runs import RunCache
 from .shared_loads import SharedLoads
+from .ws_clients import WebSocketClient
 
 log = logging.getLogger(__name__)
-
-
-class Socket(Protocol):
-    async def send_text(self, data: str) -> None: ...
 
 
 class ExecutionGuard:
@@ -59,7 +56,7 @@ class ProcessServices:
     registry: WorkspaceComponentRegistry
     scheduler: JobScheduler
     guard: ExecutionGuard = field(default_factory=ExecutionGuard)
-    ws_connections: set[Any] = field(default_factory=set)
+    ws_connections: set[WebSocketClient] = field(default_factory=set)
     pending_unloads: set[str] = field(default_factory=set)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     token: str | None = None
@@ -87,14 +84,9 @@ class ProcessServices:
         if not self.ws_connections:
             return
         text = jsontext.dumps(event.wire(), default=str)
-        for socket in list(self.ws_connections):
-            queue = getattr(socket, "outbox", None)
-            if queue is None:
-                continue
-            try:
-                queue.put_nowait(text)
-            except asyncio.QueueFull:  # a stalled client is dropped, never the scheduler
-                self.ws_connections.discard(socket)
+        for client in list(self.ws_connections):
+            if not client.offer(text):  # a stalled client is dropped, never the scheduler
+                self.ws_connections.discard(client)
                 log.warning("dropped a WebSocket client that stopped reading")
 
     def relay_progress(self, run_id: str, summary: dict[str, Any]) -> None:
