@@ -48,6 +48,9 @@ SAMPLES: dict[str, tuple[Any, dict[str, Any]]] = {
     "stop_alpha": (0.1, {}),
     "engine": ("ray", {}),  # without a cluster address: a local Ray, admitted like any run
     "ray_address": ("127.0.0.1:6379", {}),
+    # A retry: exactly these episodes, of a run with the same seed (tasks left to them).
+    "episodes": ([{"task": TASK, "episode_index": 4}], {"tasks": None}),
+    "retry_of": (BASELINE, {"episodes": [{"task": TASK, "episode_index": 0}], "tasks": None}),
 }
 
 
