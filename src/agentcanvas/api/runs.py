@@ -121,11 +121,14 @@ def comparable(summary: dict[str, Any]) -> dict[str, Any]:
 
 
 def compare_runs(
-    a: dict[str, Any], b: dict[str, Any], run_a: RunDir, run_b: RunDir
+    a: dict[str, Any], b: dict[str, Any], run_a: RunDir | None = None, run_b: RunDir | None = None
 ) -> dict[str, Any]:
     """The compare route: :func:`agentcanvas.eval.comparison.compare_runs` of two runs, with
-    their frozen graphs (None for one that cannot be read: the answer says so)."""
-    graphs = (frozen_graph(run_a), frozen_graph(run_b))
+    their frozen graphs when their folders are given (None for one that cannot be read: the
+    answer says so)."""
+    graphs = None
+    if run_a is not None and run_b is not None:
+        graphs = (frozen_graph(run_a), frozen_graph(run_b))
     return comparison.compare_runs(comparable(a), comparable(b), graphs)
 
 
