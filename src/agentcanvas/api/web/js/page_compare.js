@@ -43,7 +43,7 @@ const OUTPUT_ONLY_FIELDS = new Set(["save_frames", "frames", "record_log"]);
 // A stop rule's fields decide how many episodes of the plan ran, never a paired episode's score.
 const STOP_RULE_FIELDS = new Set(["until_halfwidth", "until_decided_vs", "stop_alpha"]);
 
-function configWarning(allDifferences, configA, configB, graphRows = []) {
+function configWarning(allDifferences, configA, configB, graphLines = []) {
   const known = (field) => field in (configA ?? {}) || field in (configB ?? {});
   const value = (config, field) => JSON.stringify(config?.[field] ?? null);
   const change = (field) => (known(field)
@@ -53,7 +53,7 @@ function configWarning(allDifferences, configA, configB, graphRows = []) {
   const outputOnly = allDifferences.filter((f) => OUTPUT_ONLY_FIELDS.has(f));
   const stopRule = allDifferences.filter((f) => STOP_RULE_FIELDS.has(f));
   const rows = differences.filter((f) => f !== GRAPH).map((field) => [field, change(field)])
-    .concat(graphRows);
+    .concat(graphLines);
   const aside = outputOnly.length ? h("p", { class: "muted" }, "Also differs, without effect on scores: ",
     outputOnly.map((f) => `${f} ${change(f)}`).join(", "), ".") : null;
   const stopAside = stopRule.length ? h("p", { class: "muted", id: "config-stop-rule" },
