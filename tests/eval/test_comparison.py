@@ -179,3 +179,89 @@ def test_the_sequential_verdict_says_decided_or_how_many_more_pairs() -> None:
     later = sequential_verdict(PairedCounts(both=80, a_only=6, b_only=20, neither=94))
     assert not early["decided"] and early["more_pairs"] > 0
     assert later["decided"] or 0 <= later["more_pairs"] < early["more_pairs"]
+
+
+# -- guards: no pairs, different seeds, different graphs ----------------------------------------
+def _seeded(run_id: str, seed: int, tasks: tuple[str, ...] = ("t1",)) -> dict[str, Any]:
+    episodes = [_episode(t, i, i % 2) for t in tasks for i in range(4)]
+    return {**_summary(run_id, episodes), "config": {"seed": seed}}
+
+
+GRAPH: dict[str, Any] = {
+    "name": "g",
+    "env": {"nodeset": "env_minigrid", "fields": {"split": "GoTo"}, "tasks": ["t1"]},
+    "nodes": [
+        {"id": "env", "type": "env_minigrid.step", "config": {}, "scope": "graph"},
+        {"id": "nav", "type": "planner.navigate", "config": {"depth": 3}, "scope": "agent"},
+    ],
+    "edges": [
+        {"source": "env.grid", "target": "nav.grid", "next_iteration": False, "initial": None},
+        {"source": "nav.action", "target": "env.action", "next_iteration": True, "initial": None},
+    ],
+}
+
+
+def test_runs_with_no_paired_episode_are_refused_naming_both() -> None:
+    from agentcanvas.errors import UserInputError
+
+    with pytest.raises(UserInputError, match="runs A and B have no paired episode"):
+        compare_runs(_seeded("A", 0, ("t1",)), _seeded("B", 0, ("t2",)))
+
+
+def test_different_seeds_are_a_caveat_in_plain_words() -> None:
+    result = compare_runs(_seeded("A", 0), _seeded("B", 7))
+
+    assert result["seeds_differ"] is True
+    (caveat,) = result["caveats"]
+    assert "different seeds (A: 0, B: 7)" in caveat and "not by scene" in caveat
+    same = compare_runs(_seeded("A", 3), _seeded("B", 3))
+    assert same["seeds_differ"] is False and same["caveats"] == []
+
+
+def test_what_differs_in_the_frozen_graph_node_by_node() -> None:
+    edited: dict[str, Any] = {
+        **GRAPH,
+        "env": {**GRAPH["env"], "fields": {"split": "GoToLocal"}},
+        "nodes": [
+            GRAPH["nodes"][0],
+            {**GRAPH["nodes"][1], "config": {"depth": 5, "greedy": True}},
+            {"id": "out", "type": "core.graphOut", "config": {}, "scope": "graph"},
+        ],
+        "edges": [
+            {**GRAPH["edges"][1], "initial": 0},
+            {"source": "env.metrics", "target": "out.metrics", "next_iteration": False},
+        ],
+    }
+
+    result = compare_runs(_seeded("A", 0), _seeded("B", 0), (GRAPH, edited))
+
+    diff = result["graph_differences"]
+    assert diff["same"] is False and diff["omitted"] == 0
+    assert diff["nodes_added"] == [{"node": "out", "type": "core.graphOut"}]
+    assert diff["nodes_removed"] == []
+    assert diff["nodes_changed"] == [
+        {"node": "nav", "field": "config.depth", "a": 3, "b": 5},
+        {"node": "nav", "field": "config.greedy", "a": None, "b": True},
+    ]
+    assert diff["edges_added"] == ["env.metrics → out.metrics"]
+    assert diff["edges_removed"] == ["env.grid → nav.grid"]
+    assert diff["edges_changed"] == [
+        {"edge": "nav.action → env.action", "field": "initial", "a": None, "b": 0}
+    ]
+    assert diff["graph_changed"] == [{"field": "env.fields.split", "a": "GoTo", "b": "GoToLocal"}]
+    assert result["caveats"] == []
+
+
+def test_the_same_graph_twice_differs_in_nothing() -> None:
+    diff = compare_runs(_seeded("A", 0), _seeded("B", 0), (GRAPH, dict(GRAPH)))["graph_differences"]
+    assert diff["same"] is True
+    assert all(diff[k] == [] for k in diff if k not in ("same", "omitted"))
+
+
+def test_an_unreadable_graph_is_said_and_nothing_is_diffed() -> None:
+    result = compare_runs(_seeded("A", 0), _seeded("B", 0), (GRAPH, None))
+
+    assert result["graph_differences"] is None
+    (caveat,) = result["caveats"]
+    assert "frozen graph of run B (B) could not be read" in caveat
+    assert compare_runs(_seeded("A", 0), _seeded("B", 0))["graph_differences"] is None

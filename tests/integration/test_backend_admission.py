@@ -20,8 +20,14 @@ from support.backend import Backend
 from support.polling import poll_until
 
 SLOTS = 3.0
-CPU_REASON = re.compile(r"^cpu: needs 2 of [0-9.]+ free slots$")
-VRAM_REASON = "vram: needs 5000 MB, 1000 MB available"
+CPU_REASON = re.compile(
+    r"^waiting for CPU: this run asks for 2 cores, [0-9.]+ (is|are) free \(.+\); it starts at "
+    r"the latest when no other run of this queue is running$"
+)
+VRAM_REASON = (
+    "waiting for GPU memory: this run needs 5000 MB of VRAM, 1000 MB are free "
+    "(of the 1000 MB declared)"
+)
 RUN_DEADLINE_S = 120.0
 TASK = "BabyAI-GoToObj-v0"  # one episode per run
 

@@ -212,12 +212,12 @@ def test_concurrent_starts_launch_one_shared_server(
     for thread in threads:
         thread.join(120.0)
     assert len(started) == 2
-    assert len(policy_servers(backend)) == 1
-    server = backend.http.get("/api/nodesets").json()["servers"]["policy_mlp"]
-    assert server["refcount"] == 2, server
-
+    # The starts answer before the model loads; both runs then borrow the one server.
     for run_id in started:
         backend.wait_status(run_id, "completed")
+    assert len(policy_servers(backend)) == 1  # a second launch would have left its process
+    urls = [json.loads((backend.run_dir(r) / "shared_urls.json").read_text()) for r in started]
+    assert urls[0] == urls[1] and set(urls[0]) == {"policy_mlp"}, urls
     assert backend.http.get("/api/nodesets").json()["servers"]["policy_mlp"]["refcount"] == 0
     unloaded = backend.http.post("/api/nodesets/policy_mlp/unload").json()
     assert unloaded["status"] == "unloaded", unloaded

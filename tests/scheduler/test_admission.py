@@ -44,7 +44,7 @@ def test_higher_priority_starts_first_even_when_submitted_later() -> None:
     decision = decide(queued, [], {"ram": 1_500.0}, {}, canvas_locked=False)
 
     assert decision.start == ["late-high"]
-    assert decision.waiting["early-low"].startswith("ram: needs 1000 MB")
+    assert decision.waiting["early-low"].startswith("waiting for memory: this run needs 1000 MB")
 
 
 def test_fifo_within_a_priority() -> None:
@@ -83,7 +83,9 @@ def test_a_job_that_does_not_fit_is_skipped_not_blocking() -> None:
     decision = decide(queued, [], {"ram": 4_000.0}, {}, canvas_locked=False)
 
     assert decision.start == ["small"]
-    assert decision.waiting == {"huge": "ram: needs 50000 MB, 4000 MB available"}
+    assert decision.waiting == {
+        "huge": "waiting for memory: this run needs 50000 MB of RAM, 4000 MB are free"
+    }
 
 
 def test_jobs_started_in_the_same_decision_reserve_their_estimate() -> None:
@@ -92,7 +94,10 @@ def test_jobs_started_in_the_same_decision_reserve_their_estimate() -> None:
     decision = decide(queued, [], {"ram": 1_000.0}, {}, canvas_locked=False)
 
     assert decision.start == ["a"]
-    assert decision.waiting["b"] == "ram: needs 600 MB, 400 MB available"
+    assert decision.waiting["b"] == (
+        "waiting for memory: this run needs 600 MB of RAM, 400 MB are free (besides 600 MB "
+        "kept for runs of this queue that may still use it)"
+    )
 
 
 def test_running_job_reserves_the_part_of_its_estimate_not_yet_measured() -> None:
@@ -105,7 +110,9 @@ def test_running_job_reserves_the_part_of_its_estimate_not_yet_measured() -> Non
 
     assert fits.start == ["q"]
     assert too_big.start == []
-    assert too_big.waiting["q"] == "ram: needs 501 MB, 500 MB available"
+    assert too_big.waiting["q"].startswith(
+        "waiting for memory: this run needs 501 MB of RAM, 500 MB are free (besides 500 MB"
+    )
 
 
 def test_a_running_job_using_more_than_its_estimate_reserves_nothing_more() -> None:
@@ -125,7 +132,9 @@ def test_every_measured_resource_must_fit() -> None:
     decision = decide(queued, [], {"ram": 10_000.0, "vram": 8_000.0}, {}, canvas_locked=False)
 
     assert decision.start == ["gpu-light"]
-    assert decision.waiting["gpu-heavy"] == "vram: needs 9000 MB, 8000 MB available"
+    assert decision.waiting["gpu-heavy"] == (
+        "waiting for GPU memory: this run needs 9000 MB of VRAM, 8000 MB are free"
+    )
 
 
 def test_static_ledger_only_where_a_resource_cannot_be_measured() -> None:
@@ -139,7 +148,10 @@ def test_static_ledger_only_where_a_resource_cannot_be_measured() -> None:
     )
 
     assert decision.start == ["a"]
-    assert decision.waiting["b"] == "vram: needs 4001 MB, 1000 MB available"
+    assert decision.waiting["b"] == (
+        "waiting for GPU memory: this run needs 4001 MB of VRAM, 1000 MB are free (of the "
+        "10000 MB declared, runs of this queue hold 9000 MB)"
+    )
 
 
 def test_unmeasurable_resource_without_declared_capacity_does_not_constrain() -> None:
@@ -163,7 +175,10 @@ def test_a_declared_capacity_caps_a_measured_resource() -> None:
     )
 
     assert decision.start == ["a"]
-    assert decision.waiting["b"] == "vram: needs 1 MB, 0 MB available"
+    assert decision.waiting["b"] == (
+        "waiting for GPU memory: this run needs 1 MB of VRAM, 0 MB are free (of the 5000 MB "
+        "declared, runs of this queue hold 5000 MB)"
+    )
 
 
 # -- CPU -----------------------------------------------------------------------------------
@@ -179,7 +194,10 @@ def test_thirty_runs_at_once_are_admitted_by_cpu_slots_not_all_at_once() -> None
 
     assert decision.start == ["r00", "r01"]
     assert len(decision.waiting) == 28
-    assert decision.waiting["r02"] == "cpu: needs 2 of 0 free slots"
+    assert decision.waiting["r02"] == (
+        "waiting for CPU: this run asks for 2 cores, 0 are free (4 held by runs of this queue); "
+        "it starts at the latest when no other run of this queue is running"
+    )
 
 
 def test_a_running_job_holds_its_cpu_slots_whatever_it_uses_now() -> None:
@@ -191,7 +209,9 @@ def test_a_running_job_holds_its_cpu_slots_whatever_it_uses_now() -> None:
         [cpu_job("a", 2.0)], [busy], {**PLENTY, "cpu": 3.5}, {"cpu": 4.0}, canvas_locked=False
     )
 
-    assert decision.waiting == {"a": "cpu: needs 2 of 1 free slots"}
+    assert decision.waiting["a"].startswith(
+        "waiting for CPU: this run asks for 2 cores, 1 is free (3 held by runs of this queue)"
+    )
 
 
 def test_outside_cpu_load_shrinks_the_budget() -> None:
@@ -207,7 +227,10 @@ def test_outside_cpu_load_shrinks_the_budget() -> None:
     )
 
     assert decision.start == ["a"]
-    assert decision.waiting["b"] == "cpu: needs 0.5 of 0 free slots"
+    assert decision.waiting["b"].startswith(
+        "waiting for CPU: this run asks for 0.5 cores, 0 are free (2.5 held by runs of this "
+        "queue, other processes use 1.5)"
+    )
 
 
 def test_with_none_of_ours_holding_cpu_the_next_job_runs_whatever_its_size() -> None:
@@ -217,7 +240,86 @@ def test_with_none_of_ours_holding_cpu_the_next_job_runs_whatever_its_size() -> 
     decision = decide(queued, [], {**PLENTY, "cpu": 0.0}, {"cpu": 4.0}, canvas_locked=False)
 
     assert decision.start == ["big"]
-    assert decision.waiting["small"] == "cpu: needs 1 of 0 free slots"
+    assert decision.waiting["small"].startswith(
+        "waiting for CPU: this run asks for 1 core, 0 are free (9 held by runs of this queue, "
+        "other processes use 4)"
+    )
+
+
+# -- the queue always makes progress ---------------------------------------------------------
+BUSY_HOST = {"ram": 10_000.0, "cpu": 0.2}  # a foreground eval keeps the cores busy
+CPU_TOTAL = {"cpu": 4.0}
+
+
+def test_with_nothing_of_ours_running_the_head_starts_on_a_busy_host() -> None:
+    queued = [cpu_job("head", 2.0, seq=1), cpu_job("next", 2.0, seq=2)]
+
+    decision = decide(queued, [], BUSY_HOST, CPU_TOTAL, canvas_locked=False)
+
+    assert decision.start == ["head"]  # CPU is elastic: it runs slower, it does not wait
+    assert decision.waiting["next"] == (
+        "waiting for CPU: this run asks for 2 cores, 0 are free (2 held by runs of this "
+        "queue, other processes use 3.8); it starts at the latest when no other run of this "
+        "queue is running"
+    )
+
+
+def test_the_reason_of_a_run_waiting_for_cpu_names_what_uses_it() -> None:
+    ours = running("ours", {"cpu": 2.0}, {"cpu": 0.0})
+
+    decision = decide([cpu_job("a", 2.0)], [ours], BUSY_HOST, CPU_TOTAL, canvas_locked=False)
+
+    assert decision.waiting["a"] == (
+        "waiting for CPU: this run asks for 2 cores, 0 are free (2 held by runs of this "
+        "queue, other processes use 3.8); it starts at the latest when no other run of this "
+        "queue is running"
+    )
+    assert "slot" not in decision.waiting["a"]
+
+
+def test_a_long_waiting_runs_claim_never_stalls_the_queue_for_cpu() -> None:
+    from agentcanvas.scheduler.admission import STARVATION_WAIT_S
+
+    # The head needs more GPU memory than is free and has waited long: it keeps its claim
+    # (on every resource). Nothing of ours runs; the next run needs no GPU, fits beside the
+    # claim, and starts although the host's cores are busy with other work.
+    starving = JobDemand(
+        "big", 0, 1, {"ram": 900.0, "vram": 5_000.0, "cpu": 2.0}, waited_s=STARVATION_WAIT_S
+    )
+    fits = JobDemand("small", 0, 2, {"ram": 500.0, "vram": 0.0, "cpu": 2.0})
+    free = {"ram": 8_000.0, "vram": 1_000.0, "cpu": 0.2}
+
+    decision = decide([starving, fits], [], free, CPU_TOTAL, canvas_locked=False)
+
+    assert decision.start == ["small"]
+    assert decision.waiting["big"].startswith("waiting for GPU memory: this run needs 5000 MB")
+    assert "holds its reservation" in decision.waiting["big"]
+
+
+def test_the_progress_rule_honours_priority_then_submission_order() -> None:
+    queued = [
+        cpu_job("early-low", 1.0, seq=1),
+        JobDemand("late-high", 5, 3, {"ram": 1.0, "cpu": 3.0}),
+        JobDemand("early-high", 5, 2, {"ram": 1.0, "cpu": 3.0}),
+    ]
+
+    decision = decide(queued, [], BUSY_HOST, CPU_TOTAL, canvas_locked=False)
+
+    assert decision.start == ["early-high"]
+    assert set(decision.waiting) == {"late-high", "early-low"}
+
+
+def test_memory_is_never_elastic() -> None:
+    decision = decide(
+        [JobDemand("a", 0, 0, {"ram": 5_000.0, "cpu": 1.0})],
+        [],
+        {"ram": 1_000.0, "cpu": 4.0},
+        CPU_TOTAL,
+        canvas_locked=False,
+    )
+
+    assert decision.start == []
+    assert decision.waiting["a"].startswith("waiting for memory")
 
 
 def test_memory_is_named_before_cpu_when_both_refuse() -> None:
@@ -231,7 +333,9 @@ def test_memory_is_named_before_cpu_when_both_refuse() -> None:
         canvas_locked=False,
     )
 
-    assert decision.waiting["a"] == "ram: needs 5000 MB, 1000 MB available"
+    assert decision.waiting["a"] == (
+        "waiting for memory: this run needs 5000 MB of RAM, 1000 MB are free"
+    )
 
 
 # -- canvas lock and exclusive GPU --------------------------------------------------------
@@ -268,7 +372,9 @@ def test_nothing_starts_while_an_exclusive_job_runs() -> None:
     )
 
     assert decision.start == []
-    assert decision.waiting["small"] == "an exclusive-GPU job is running"
+    assert decision.waiting["small"] == (
+        "waiting for the GPU: an exclusive-GPU run is running; it starts after that one"
+    )
 
 
 def test_exclusive_job_starts_alone_when_nothing_runs() -> None:
@@ -281,8 +387,11 @@ def test_exclusive_job_starts_alone_when_nothing_runs() -> None:
     decision = decide(queued, [], PLENTY, {}, canvas_locked=False)
 
     assert decision.start == ["excl"]
-    assert decision.waiting["after"] == "an exclusive-GPU job is running"
-    assert decision.waiting["excl2"] == "an exclusive-GPU job is running"
+    assert (
+        decision.waiting["after"]
+        == decision.waiting["excl2"]
+        == ("waiting for the GPU: an exclusive-GPU run is running; it starts after that one")
+    )
 
 
 def test_exclusive_job_queued_behind_others_is_admitted_only_after_them() -> None:
@@ -314,7 +423,7 @@ def test_a_starving_job_holds_its_reservation_against_later_jobs() -> None:
     old = decide([big, small], running, {"ram": 500.0}, {}, canvas_locked=False)
     assert old.start == []
     assert "holds its reservation" in old.waiting["big"]
-    assert "ram" in old.waiting["small"]
+    assert old.waiting["small"].startswith("waiting for memory")
     # Once enough is free, big starts first.
     freed = decide([big, small], [], {"ram": 1000.0}, {}, canvas_locked=False)
     assert freed.start == ["big"]
@@ -325,7 +434,7 @@ def test_a_cluster_job_waits_for_its_placement_group_and_holds_nothing_here() ->
     from agentcanvas.scheduler.admission import STARVATION_WAIT_S
 
     wait = "ray placement group: 4 CPU, 0 GPU; cluster has 3 CPU, 0 GPU free"
-    ray_run = JobDemand("ray", 5, 1, {"ram": 900.0}, cluster_wait=wait, waited_s=1e6)
+    ray_run = JobDemand("ray", 5, 1, {"ram": 900.0}, waits_for=wait, waited_s=1e6)
     local = JobDemand("local", 0, 2, {"ram": 900.0}, waited_s=STARVATION_WAIT_S + 1)
 
     waiting = decide([ray_run, local], [], {"ram": 1000.0}, {}, canvas_locked=False)
@@ -335,4 +444,4 @@ def test_a_cluster_job_waits_for_its_placement_group_and_holds_nothing_here() ->
     placed = JobDemand("ray", 5, 1, {"ram": 900.0})
     admitted = decide([placed, local], [], {"ram": 1000.0}, {}, canvas_locked=False)
     assert admitted.start == ["ray"]  # placed: this host's rules, priority first
-    assert admitted.waiting["local"].startswith("ram: needs 900 MB")
+    assert admitted.waiting["local"].startswith("waiting for memory: this run needs 900 MB")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -19,103 +19,27 @@ import psutil
 import pytest
 
 from agentcanvas.errors import StateError
-from agentcanvas.eval.config import EvalConfig
 from agentcanvas.eval.run_spec import RunSpec
 from agentcanvas.fileio import atomic_write_json, read_json
 from agentcanvas.scheduler.calibration import CalibrationStore, graph_fingerprint
 from agentcanvas.scheduler.cpu import CpuSampler, cpu_cores
-from agentcanvas.scheduler.job_scheduler import EVAL_NICENESS, JobScheduler
-from agentcanvas.scheduler.jobs import SchedulerHooks
+from agentcanvas.scheduler.eval_process import EVAL_NICENESS
+from agentcanvas.scheduler.job_scheduler import JobScheduler
 from agentcanvas.scheduler.resources import (
     FAKE_VRAM_ENV,
     FakeVramSampler,
     NvmlVramSampler,
     RamSampler,
-    ResourceSampler,
 )
 from agentcanvas.scheduler.samplers import default_samplers
-from agentcanvas.server.registry import WorkspaceComponentRegistry
 from support.polling import poll_until
+from support.scheduling import Released, status_of
 
 DEADLINE_S = 60.0
-CPU_REASON = re.compile(r"^cpu: needs 2 of [0-9.]+ free slots$")
-
-
-@pytest.fixture(scope="module")
-def graph_json() -> dict[str, Any]:
-    registry = WorkspaceComponentRegistry()
-    registry.scan_all()
-    return registry.load_graph("babyai_oracle").model_dump(mode="json")
-
-
-@pytest.fixture
-def make_spec(graph_json: dict[str, Any]) -> Callable[..., RunSpec]:
-    def make(worker_count: int = 1, shared: tuple[str, ...] = (), **scheduling: Any) -> RunSpec:
-        config = EvalConfig(graph_name="babyai_oracle", episode_count=1, worker_count=worker_count)
-        return RunSpec.model_validate(
-            {
-                "version": 1,
-                "config": config.model_dump(mode="json"),
-                "scheduling": {
-                    "marginal_vram_mb": 0.0,
-                    "exclusive_gpu": False,
-                    "priority": 0,
-                    **scheduling,
-                },
-                "graph": graph_json,
-                "shared_nodesets": list(shared),
-                "active_workspace_dir": None,
-            }
-        )
-
-    return make
-
-
-class Released:
-    """The scheduler's release_shared hook, recorded."""
-
-    def __init__(self) -> None:
-        self.calls: list[list[str]] = []
-
-    def __call__(self, names: list[str]) -> None:
-        self.calls.append(list(names))
-
-
-@pytest.fixture
-def released() -> Released:
-    return Released()
-
-
-@pytest.fixture
-def new_scheduler(tmp_path: Path, released: Released) -> Iterator[Callable[..., JobScheduler]]:
-    made: list[JobScheduler] = []
-
-    def make(
-        samplers: list[ResourceSampler] | None = None,
-        capacity_mb: dict[str, float] | None = None,
-        canvas_locked: Callable[[], bool] = lambda: False,
-    ) -> JobScheduler:
-        scheduler = JobScheduler(
-            tmp_path / "outputs" / "eval_runs",
-            "http://127.0.0.1:9",
-            samplers or [RamSampler()],
-            CalibrationStore(tmp_path / "outputs" / "calibration.json"),
-            hooks=SchedulerHooks(canvas_locked=canvas_locked, release_shared=released),
-            capacity_mb=capacity_mb or {},
-            cwd=tmp_path,
-        )
-        made.append(scheduler)
-        return scheduler
-
-    try:
-        yield make
-    finally:
-        for scheduler in made:
-            scheduler.shutdown()  # stops any eval subprocess a test left running
-
-
-def status_of(scheduler: JobScheduler, run_id: str) -> str:
-    return str(read_json(scheduler.run_dir(run_id).summary_path)["status"])
+CPU_REASON = re.compile(
+    r"^waiting for CPU: this run asks for 2 cores, [0-9.]+ (is|are) free \(.+\); it starts at "
+    r"the latest when no other run of this queue is running$"
+)
 
 
 def cancel_and_reap(scheduler: JobScheduler, run_id: str) -> None:
@@ -126,7 +50,7 @@ def cancel_and_reap(scheduler: JobScheduler, run_id: str) -> None:
         return run_id not in scheduler.running
 
     poll_until(reaped, f"{run_id} to be reaped", DEADLINE_S)
-    # A run whose every episode finished before the cancel landed is completed (issue 10).
+    # A run whose every episode finished before the cancel landed is completed.
     assert status_of(scheduler, run_id) in ("cancelled", "completed")
     assert scheduler.run_dir(run_id).is_done()
 
@@ -305,12 +229,17 @@ def test_vram_admission_with_a_fake_gpu(
     scheduler.tick()
 
     assert list(scheduler.running) == [first]  # declared 600 MB reserved for it
-    assert scheduler.waiting_reasons == {second: "vram: needs 600 MB, 400 MB available"}
+    assert scheduler.waiting_reasons == {
+        second: "waiting for GPU memory: this run needs 600 MB of VRAM, 400 MB are free "
+        "(besides 600 MB kept for runs of this queue that may still use it)"
+    }
     assert status_of(scheduler, first) == "running"
     # The child now holds its memory on the device: measured, no longer merely reserved.
     gpu.set_usage(scheduler.running[first].child.pid, 600.0)
     scheduler.tick()
-    assert scheduler.waiting_reasons == {second: "vram: needs 600 MB, 400 MB available"}
+    assert scheduler.waiting_reasons == {
+        second: "waiting for GPU memory: this run needs 600 MB of VRAM, 400 MB are free"
+    }
 
     cancel_and_reap(scheduler, first)  # its process dies, and the device frees its memory
     scheduler.tick()
@@ -331,7 +260,10 @@ def test_static_ledger_where_a_resource_cannot_be_measured(
     scheduler.tick()
 
     assert list(scheduler.running) == [fits]
-    assert scheduler.waiting_reasons == {too_big: "vram: needs 400 MB, 300 MB available"}
+    assert scheduler.waiting_reasons == {
+        too_big: "waiting for GPU memory: this run needs 400 MB of VRAM, 300 MB are free (of "
+        "the 1000 MB declared, runs of this queue hold 700 MB)"
+    }
     cancel_and_reap(scheduler, fits)
 
 
@@ -347,7 +279,10 @@ def test_static_ledger_on_a_host_without_any_vram_sampler(
     scheduler.tick()
 
     assert list(scheduler.running) == [fits]
-    assert scheduler.waiting_reasons == {too_big: "vram: needs 5000 MB, 1000 MB available"}
+    assert scheduler.waiting_reasons == {
+        too_big: "waiting for GPU memory: this run needs 5000 MB of VRAM, 1000 MB are free "
+        "(of the 1000 MB declared)"
+    }
     cancel_and_reap(scheduler, fits)
 
 
@@ -367,7 +302,9 @@ def test_calibration_above_the_declaration_replaces_it(
 
     assert scheduler.running == {}
     # 5000 MB × the safety margin, not the 1 MB the submitter declared.
-    assert scheduler.waiting_reasons[calibrated] == "vram: needs 6000 MB, 4000 MB available"
+    assert scheduler.waiting_reasons[calibrated] == (
+        "waiting for GPU memory: this run needs 6000 MB of VRAM, 4000 MB are free"
+    )
     vram = scheduler.list_active()["queued"][0]["estimates"]["vram"]
     assert vram["source"] == "calibrated" and "above the 1 MB declared" in vram["why"]
 
@@ -388,7 +325,9 @@ def test_calibration_below_the_declaration_never_undercuts_it(
     scheduler.tick()
 
     assert scheduler.running == {}
-    assert scheduler.waiting_reasons[declared] == "vram: needs 5000 MB, 1000 MB available"
+    assert scheduler.waiting_reasons[declared] == (
+        "waiting for GPU memory: this run needs 5000 MB of VRAM, 1000 MB are free"
+    )
     entry = scheduler.list_active()["queued"][0]
     assert entry["estimates"]["vram"]["value"] == 5_000.0
     assert entry["estimates"]["vram"]["source"] == "declared"
@@ -451,3 +390,97 @@ def test_cpu_slots_hold_back_runs_until_earlier_ones_finish(
     assert list(scheduler.running) == [second]
     assert set(scheduler.waiting_reasons) == {third}
     cancel_and_reap(scheduler, second)
+
+
+# -- shared node sets started for a run -----------------------------------------------------
+def test_a_run_waits_while_its_shared_models_load_and_holds_them_once_loaded(
+    new_scheduler: Callable[..., JobScheduler],
+    make_spec: Callable[..., RunSpec],
+    released: Released,
+) -> None:
+    scheduler = new_scheduler(canvas_locked=lambda: True)
+    run_id = scheduler.submit(make_spec(shared=("policy_mlp", "text_encoder")), {})
+    (job,) = scheduler.queue
+
+    scheduler.tick()
+
+    assert scheduler.loading_jobs() == [job]
+    assert status_of(scheduler, run_id) == "queued"
+    reason = "loading the shared models policy_mlp, text_encoder"
+    assert scheduler.waiting_reasons[run_id] == reason  # before the canvas lock's
+    (entry,) = scheduler.list_active()["queued"]
+    assert entry["loading"] == ["policy_mlp", "text_encoder"]
+    assert read_json(scheduler.run_dir(run_id).shared_urls_path) == {}
+
+    urls = {"policy_mlp": "http://127.0.0.1:1", "text_encoder": "http://127.0.0.1:2"}
+    assert scheduler.shared_loaded(run_id, urls)
+    scheduler.tick()
+
+    assert scheduler.loading_jobs() == [] and job.shared_urls == urls
+    assert "canvas" in scheduler.waiting_reasons[run_id]
+    assert scheduler.cancel(run_id) == "cancelled"
+    assert released.calls == [["policy_mlp", "text_encoder"]]  # what it held, given back
+    assert not scheduler.shared_loaded(run_id, urls)  # too late: the caller gives them back
+
+
+def test_a_loading_run_is_never_admitted_and_holds_nothing(
+    new_scheduler: Callable[..., JobScheduler], make_spec: Callable[..., RunSpec]
+) -> None:
+    scheduler = new_scheduler(samplers=[RamSampler()])
+    loading = scheduler.submit(make_spec(shared=("policy_mlp",), priority=9), {})
+    ready = scheduler.submit(make_spec(), {})
+
+    scheduler.tick()
+
+    assert list(scheduler.running) == [ready]  # behind the higher priority, and not held up
+    assert scheduler.waiting_reasons == {loading: "loading the shared model policy_mlp"}
+    cancel_and_reap(scheduler, ready)
+
+
+def test_a_shared_model_that_cannot_start_fails_its_run(
+    new_scheduler: Callable[..., JobScheduler],
+    make_spec: Callable[..., RunSpec],
+    released: Released,
+) -> None:
+    scheduler = new_scheduler(canvas_locked=lambda: True)
+    run_id = scheduler.submit(make_spec(shared=("policy_mlp",)), {})
+
+    assert scheduler.shared_failed(run_id, "could not start the shared model policy_mlp: boom")
+
+    summary = read_json(scheduler.run_dir(run_id).summary_path)
+    assert summary["status"] == "failed" and "boom" in summary["error"]
+    assert scheduler.run_dir(run_id).is_done() and scheduler.queue == []
+    assert released.calls == [[]]  # it held nothing yet
+    assert not scheduler.shared_failed(run_id, "again")
+
+
+def test_a_spawned_run_gets_the_urls_of_what_it_holds(
+    new_scheduler: Callable[..., JobScheduler], make_spec: Callable[..., RunSpec]
+) -> None:
+    scheduler = new_scheduler(samplers=[RamSampler()])
+    run_id = scheduler.submit(make_spec(shared=("policy_mlp",)), {})
+    scheduler.tick()
+    assert scheduler.running == {}
+
+    scheduler.shared_loaded(run_id, {"policy_mlp": "http://127.0.0.1:9"})
+    scheduler.tick()
+
+    assert list(scheduler.running) == [run_id]
+    assert read_json(scheduler.run_dir(run_id).shared_urls_path) == {
+        "policy_mlp": "http://127.0.0.1:9"
+    }
+    cancel_and_reap(scheduler, run_id)
+
+
+def test_runs_requeued_at_a_restart_load_their_shared_models_again(
+    new_scheduler: Callable[..., JobScheduler], make_spec: Callable[..., RunSpec]
+) -> None:
+    before = new_scheduler(canvas_locked=lambda: True)
+    run_id = before.submit(make_spec(shared=("policy_mlp",)), {"policy_mlp": "http://old:1"})
+    assert before.loading_jobs() == []
+
+    after = new_scheduler(canvas_locked=lambda: True)  # the old backend's servers are gone
+    assert after.recover() == [run_id]
+
+    (job,) = after.loading_jobs()
+    assert job.loading == ["policy_mlp"] and job.shared_urls == {}

@@ -19,7 +19,7 @@ from agentcanvas.scheduler.calibration import CalibrationStore, graph_fingerprin
 PROCESS_GONE_DEADLINE_S = 30.0
 HUGE_WORKERS = 3
 HUGE_RAM_MB = 1e9  # recorded peak for (babyai_oracle, HUGE_WORKERS): never fits
-RAM_REASON = re.compile(r"^ram: needs (\d+) MB, (\d+) MB available$")
+RAM_REASON = re.compile(r"^waiting for memory: this run needs (\d+) MB of RAM, (\d+) MB are free")
 SLOW_ORACLE_LATENCY_MS = 200
 SPIN_LATENCY_MS = 100
 

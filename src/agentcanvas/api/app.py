@@ -1,7 +1,9 @@
 """The backend app: ``create_app()`` with a lifespan that owns the process's services.
 
 The lifespan scans the workspace, builds the JobScheduler (queue recovered from disk), and
-drives the scheduler tick about once a second — and at once after a submit or cancel. A
+drives the scheduler tick about once a second — and at once after a submit or cancel. The
+shared node sets of queued runs (re-queued ones too) are started by ``SharedLoads`` in tasks
+of their own, so the backend answers while models load. A
 third loop does the Ray work of the scheduler's cluster reservations (placement groups of
 queued Ray runs) in a worker thread, and asks for a tick when one of them changes.
 """
@@ -16,9 +18,6 @@ from pathlib import Path
 
 from fastapi import FastAPI
 
-from agentcanvas.errors import AgentCanvasError
-from agentcanvas.eval.run_spec import RunSpec
-from agentcanvas.fileio import atomic_write_json
 from agentcanvas.paths import runs_dir
 from agentcanvas.scheduler.calibration import CalibrationStore
 from agentcanvas.scheduler.job_scheduler import JobScheduler
@@ -27,7 +26,7 @@ from agentcanvas.scheduler.samplers import default_samplers
 from agentcanvas.scheduler.settings import AdmissionSettings
 from agentcanvas.server.registry import WorkspaceComponentRegistry
 
-from . import downloads, leaderboard, media, misc, run_detail
+from . import downloads, leaderboard, media, misc, run_detail, start
 from . import eval as eval_api
 from .error_handlers import install_error_handlers
 from .limits import BodyLimitMiddleware
@@ -75,22 +74,6 @@ def build_services(
     return svc
 
 
-async def _rebind_shared(svc: ProcessServices) -> None:
-    """Re-queued runs borrowed the previous backend's shared servers: start ours, re-point."""
-    for job in svc.scheduler.queue:
-        try:
-            spec = RunSpec.read(job.run_dir)
-            graph = spec.graph_model(source=f"run {job.run_id} spec.json")
-            if spec.config.engine == "ray":  # its own model actors: nothing to load here
-                continue
-            urls = await svc.registry.ensure_shared_nodesets_for_graph(graph)
-        except AgentCanvasError as exc:
-            log.error("run %s: cannot start its shared node sets: %s", job.run_id, exc)
-            continue
-        atomic_write_json(job.run_dir.shared_urls_path, urls)
-        job.shared_nodesets = sorted(urls)
-
-
 def _release(svc: ProcessServices, names: list[str]) -> None:
     svc.registry.release_shared_nodesets(names)
     svc.request_tick()
@@ -109,6 +92,7 @@ async def _tick_loop(svc: ProcessServices) -> None:
     while True:
         try:
             svc.scheduler.tick()
+            svc.loads.start_pending()  # runs re-queued or resumed since: their models
             await _drain_pending_unloads(svc)
         except Exception:  # the loop must outlive one bad tick
             log.exception("scheduler tick failed")
@@ -152,6 +136,7 @@ async def _shutdown(svc: ProcessServices) -> None:
     """In order: the loops (no admission after this), in-process runs (cancelled; their
     ``finally`` blocks write summaries and stop their servers), subprocess runs, servers."""
     await svc.loops.aclose(LOOP_STOP_S)
+    await svc.loads.aclose(LOOP_STOP_S)  # what a load had borrowed is given back
     await svc.inprocess.aclose(INPROCESS_STOP_S)
     svc.scheduler.shutdown()
     if svc.scheduler.cluster.busy():  # remove the placement groups still held, leave Ray
@@ -179,7 +164,6 @@ def create_app(
         requeued = svc.scheduler.recover()
         if requeued:
             log.info("re-queued %d run(s) after restart: %s", len(requeued), requeued)
-            await _rebind_shared(svc)
         svc.loops.start(_tick_loop(svc), name="scheduler tick")
         svc.loops.start(_relay_loop(svc), name="progress relay")
         svc.loops.start(_cluster_loop(svc), name="cluster reservations")
@@ -196,6 +180,7 @@ def create_app(
     )
     app.add_middleware(BodyLimitMiddleware)
     app.add_middleware(GuardMiddleware, allowed_hosts=allowed_hosts or set(), token=token)
+    app.include_router(start.router)
     app.include_router(eval_api.router)
     app.include_router(downloads.router)
     app.include_router(media.router)

@@ -1,233 +1,42 @@
-"""REST endpoints of batch eval: start, status, queue, cancel, resume, runs, episodes, compare."""
+"""REST endpoints of batch eval: status, queue, cancel, resume, runs, episodes, compare (start:
+:mod:`agentcanvas.api.start`)."""
 
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse
-from pydantic import BaseModel, Field, ValidationError
 
-from agentcanvas import envsettings
-from agentcanvas.cluster import select_engine
-from agentcanvas.errors import AgentCanvasError, ConfigError, EpisodeNotFoundError, StateError
+from agentcanvas.errors import EpisodeNotFoundError
 from agentcanvas.eval import health
-from agentcanvas.eval.config import (
-    RAY_ADDRESS_PATTERN,
-    BinaryInterval,
-    EvalConfig,
-    FramesMode,
-    MaxErrors,
-)
 from agentcanvas.eval.events import EvalComplete
-from agentcanvas.eval.foreground import run_foreground
 from agentcanvas.eval.planning import plan_comparison
 from agentcanvas.eval.run_index import RunQuery
-from agentcanvas.eval.run_meta import RunName, RunNote, RunTags
-from agentcanvas.eval.run_setup import new_run_dir, run_registry, scanned_catalogue
-from agentcanvas.eval.run_spec import RunSpec, SpecScheduling
+from agentcanvas.eval.run_spec import RunSpec
 from agentcanvas.eval.run_state import RunStatus
-from agentcanvas.eval.runner import episode_tasks
-from agentcanvas.eval.stopping import check_baseline_tasks, load_baseline
-from agentcanvas.eval.store import check_disk_space
-from agentcanvas.eval.tasks import check_tasks
 from agentcanvas.fileio import read_json
-from agentcanvas.graph.model import Graph
 from agentcanvas.paths import NAME_PATTERNS
-from agentcanvas.server.registry import WorkspaceComponentRegistry
 
 from . import runs
 from .models import (
     MAX_EPISODE_INDEX,
-    MAX_SEED,
-    TASK_PATTERN,
     AssetName,
     EpisodeIndex,
-    JsonInt,
-    RequestModel,
     RunId,
-    StepBudget,
     error_responses,
 )
-from .overlay import OVERLAY_PATTERN, borrow_shared, check_overlay, overlay_registry
-from .run_detail import save_start_meta
 from .services import ProcessServices
 
 router = APIRouter(prefix="/api/eval/v2", tags=["eval"], responses=error_responses(400, 403, 422))
 NOT_FOUND = error_responses(404)
-MAX_TASKS = 1000
-TaskId = Annotated[str, Field(pattern=TASK_PATTERN)]
 RESUME_WAIT_S = 15.0
-
-
-class StartRequest(RequestModel):
-    """A run to queue. Only ``graph_name`` is required."""
-
-    graph_name: str = Field(min_length=1, max_length=64, pattern=NAME_PATTERNS["graph"])
-    episode_count: JsonInt = Field(default=10, ge=1, le=1_000_000)
-    worker_count: JsonInt = Field(default=1, ge=1, le=64)
-    tasks: list[TaskId] | None = Field(
-        default=None, min_length=1, max_length=MAX_TASKS, json_schema_extra={"uniqueItems": True}
-    )
-    start_index: JsonInt = Field(default=0, ge=0, le=MAX_EPISODE_INDEX)
-    step_budget: StepBudget | None = None
-    seed: JsonInt = Field(default=0, ge=0, le=MAX_SEED)
-    per_step_timeout_s: float = Field(default=10.0, gt=0, le=86_400.0)
-    episode_timeout_s: float | None = Field(default=None, gt=0, le=86_400.0)
-    max_errors: MaxErrors = Field(
-        default=None,
-        description="Error budget: a count (>= 0) or a fraction (0 < f < 1) of the run's "
-        "episodes; past it the run stops with status failed. Default: never stop.",
-    )
-    save_frames: bool = False
-    frames: FramesMode | None = Field(default=None, description="every, failures or none.")
-    engine: Literal["local", "ray"] = "local"
-    ray_address: str | None = Field(default=None, max_length=256, pattern=RAY_ADDRESS_PATTERN)
-    certify: bool = Field(
-        default=False,
-        description="Audit every batched row of the run (determinism level certified).",
-    )
-    binary_interval: BinaryInterval = Field(
-        default="wilson", description="Interval of 0/1 metrics: wilson or clopper-pearson."
-    )
-    until_halfwidth: float | None = Field(
-        default=None,
-        gt=0,
-        lt=0.5,
-        description="Stop rule: end once the success rate's anytime-valid confidence "
-        "sequence (overall, all tasks pooled) is at most ±this wide; episode_count is the cap.",
-    )
-    until_decided_vs: str | None = Field(
-        default=None,
-        pattern=NAME_PATTERNS["run_id"],
-        description="Stop rule: a baseline run id; end once an anytime-valid paired test "
-        "decides this run is better or worse on the same episodes (404: no such run).",
-    )
-    stop_alpha: float = Field(
-        default=0.05, gt=0, lt=0.5, description="Error rate of the stop rules (alpha)."
-    )
-    via_subprocess: bool = True
-    priority: JsonInt = Field(default=0, ge=-100, le=100)
-    marginal_vram_mb: float = Field(default=0.0, ge=0, le=1e9)
-    exclusive_gpu: bool = False
-    active_workspace_dir: str | None = Field(
-        default=None,
-        min_length=1,
-        max_length=1024,
-        pattern=OVERLAY_PATTERN,
-        description=(
-            "A folder of graphs/ and graph_nodes/ inside the workspace, relative to it "
-            "(names of letters, digits, '_', '-', '.', not starting with '.'; not outputs/): "
-            "404 when there is no such folder."
-        ),
-    )
-    name: RunName | None = Field(default=None, description="A short name for the run.")
-    tags: RunTags | None = Field(default=None, description="Labels to filter runs by.")
-    note: RunNote | None = Field(default=None, description="Free text about the run.")
-
-
-class StartResponse(BaseModel):
-    run_id: str
-    status: str
-    via_subprocess: bool
 
 
 def services(request: Request) -> ProcessServices:
     svc: ProcessServices = request.app.state.services
     return svc
-
-
-@router.post("/start", response_model=StartResponse, responses=error_responses(404, 409, 413, 507))
-async def start_eval_v2(body: StartRequest, request: Request) -> StartResponse:
-    """Queue a run (default) or, with via_subprocess false, run it inside the backend."""
-    svc = services(request)
-    overlay = None
-    resolver = svc.registry
-    if body.active_workspace_dir is not None:
-        overlay = check_overlay(svc.workspace, body.active_workspace_dir)
-        resolver = overlay_registry(svc.workspace, overlay)
-    graph = resolver.load_graph(body.graph_name)
-    _check_tasks(resolver, graph, body.tasks)
-    try:
-        config = EvalConfig(**body.model_dump(include=set(EvalConfig.model_fields) - {"version"}))
-    except ValidationError as exc:  # a rule of EvalConfig that StartRequest does not repeat
-        errors = [{**e, "loc": ("body", *e["loc"])} for e in exc.errors()]
-        raise RequestValidationError(errors) from exc
-    baseline = load_baseline(svc.scheduler.runs_dir, config)  # 404/400: until_decided_vs
-    if config.until_decided_vs is not None:
-        check_baseline_tasks(baseline, episode_tasks(config, graph), config.until_decided_vs)
-    use_subprocess = body.via_subprocess and envsettings.EVAL_SUBPROCESS.get() == "1"
-    if not use_subprocess:
-        check_disk_space(svc.scheduler.runs_dir, "start a run")
-        run_id = await _start_in_process(svc, graph, config, overlay)
-        save_start_meta(svc.runs.run_dir(run_id).root, body.name, body.tags, body.note)
-        return StartResponse(run_id=run_id, status=RunStatus.RUNNING, via_subprocess=False)
-    ray = config.engine == "ray"  # the Ray engine runs its own model actors
-    urls = {} if ray else await borrow_shared(svc.registry, resolver, graph)
-    models = {n: resolver.manifest(n).resources for n in resolver.shared_in(graph)} if ray else {}
-    spec = RunSpec(
-        config=config,
-        scheduling=SpecScheduling(
-            marginal_vram_mb=body.marginal_vram_mb,
-            exclusive_gpu=body.exclusive_gpu,
-            priority=body.priority,
-            model_resources=models,  # what its placement group reserves for them
-        ),
-        graph=graph.model_dump(mode="json"),
-        shared_nodesets=sorted(urls),
-        active_workspace_dir=None if overlay is None else str(overlay),
-    )
-    try:
-        run_id = svc.scheduler.submit(
-            spec, urls, lambda folder: save_start_meta(folder, body.name, body.tags, body.note)
-        )
-    except AgentCanvasError:
-        svc.registry.release_shared_nodesets(sorted(urls))
-        raise
-    svc.request_tick()
-    return StartResponse(run_id=run_id, status=RunStatus.QUEUED, via_subprocess=True)
-
-
-def _check_tasks(
-    resolver: WorkspaceComponentRegistry, graph: Graph, tasks: list[str] | None
-) -> None:
-    """Unknown tasks are a 422 naming the valid ones, before anything is queued."""
-    try:
-        check_tasks(resolver, graph, tasks)
-    except ConfigError as exc:
-        error = {"loc": ("body", "tasks"), "msg": str(exc), "type": "value_error", "input": tasks}
-        raise RequestValidationError([error]) from exc
-
-
-async def _start_in_process(
-    svc: ProcessServices, graph: Graph, config: EvalConfig, overlay: Path | None
-) -> str:
-    """The legacy in-process path: a fresh registry borrowing the backend's shared servers."""
-    run_dir = new_run_dir(svc.scheduler.runs_dir)
-    registry = run_registry(scanned_catalogue(svc.workspace, overlay), run_dir)
-    ray = config.engine == "ray"  # the Ray engine runs its own model actors
-    urls = {} if ray else await borrow_shared(svc.registry, registry, graph)
-    engine = select_engine(config)
-
-    async def go() -> None:
-        try:
-            await run_foreground(
-                registry,
-                graph,
-                config,
-                broadcast=svc.broadcast,
-                run_dir=run_dir,
-                shared_urls=urls,
-                engine=engine,
-            )
-        finally:
-            svc.registry.release_shared_nodesets(sorted(urls))
-
-    svc.inprocess.start(go(), name=run_dir.root.name)  # a failure is logged and recorded
-    return run_dir.root.name
 
 
 @router.get("/status/{run_id}", responses=NOT_FOUND)
@@ -241,7 +50,7 @@ async def status(
         summary = runs.compact(svc.runs.summary_file(run_id))
     else:
         summary = dict(svc.runs.summary(run_id))
-    summary["waiting_reason"] = svc.scheduler.waiting_reasons.get(run_id)
+    summary["waiting_reason"] = svc.scheduler.waiting_reason(run_id)
     if "health" not in summary:  # written by the scheduler, before any runner existed
         summary["health"] = health.of_summary(summary).model_dump(mode="json")
     return summary
@@ -261,6 +70,7 @@ async def cancel(run_id: RunId, request: Request) -> dict[str, str]:
         task.cancel()
         return {"run_id": run_id, "status": "cancelling"}
     result = svc.scheduler.cancel(run_id)
+    svc.loads.cancel(run_id)  # a run cancelled while its shared models load
     if result == "cancelled":
         svc.broadcast(EvalComplete(run_id=run_id, status="cancelled"))
     svc.request_tick()
@@ -274,14 +84,11 @@ async def resume(run_id: RunId, request: Request) -> dict[str, str]:
     run_dir = svc.runs.run_dir(run_id)
     await _until_reaped(svc, run_id)
     spec = RunSpec.read(run_dir)  # ConfigError (400) naming the field when it was damaged
-    graph = spec.graph_model(source=f"run {run_id} spec.json")
+    spec.graph_model(source=f"run {run_id} spec.json")
     ray = spec.config.engine == "ray"  # the Ray engine runs its own model actors
-    urls = {} if ray else await svc.registry.ensure_shared_nodesets_for_graph(graph)
-    try:
-        svc.scheduler.resume(run_id, urls, sorted(urls))
-    except StateError:
-        svc.registry.release_shared_nodesets(sorted(urls))
-        raise
+    # Its shared node sets are started once it is queued again (shared_loads), off this call.
+    svc.scheduler.resume(run_id, {}, [] if ray else list(spec.shared_nodesets))
+    svc.loads.start_pending()
     svc.request_tick()
     return {"run_id": run_id, "status": RunStatus.QUEUED}
 
@@ -386,10 +193,14 @@ RunIdQuery = Annotated[str, Query(pattern=NAME_PATTERNS["run_id"], max_length=64
 
 @router.get("/compare", responses=NOT_FOUND)
 async def compare(a: RunIdQuery, b: RunIdQuery, request: Request) -> dict[str, Any]:
+    """Runs ``a`` and ``b`` paired by (task, episode_index); 400 when no episode pairs.
+    ``caveats`` says what the reader must know (different seeds: not paired by scene), and
+    ``graph_differences`` what differs between their frozen graphs."""
     svc = services(request)
     left, right = svc.runs.summary(a), svc.runs.summary(b)
+    folders = svc.runs.run_dir(a), svc.runs.run_dir(b)
     # in a thread: the sequential verdict's simulation may take a few hundred ms
-    return await asyncio.to_thread(runs.compare_runs, left, right)
+    return await asyncio.to_thread(runs.compare_runs, left, right, *folders)
 
 
 @router.get("/plan", responses=NOT_FOUND)

@@ -30,6 +30,7 @@ from .models import (
     error_responses,
 )
 from .services import ProcessServices
+from .ws_clients import WebSocketClient
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["workspace"], responses=error_responses(400, 403, 422))
@@ -143,26 +144,16 @@ async def websocket(ws: WebSocket) -> None:
     """Events: eval_progress, eval_episode_done, eval_complete (source "eval"), canvas events."""
     svc: ProcessServices = ws.app.state.services
     await ws.accept()
-    outbox: asyncio.Queue[str] = asyncio.Queue(maxsize=10_000)
-    ws.outbox = outbox  # type: ignore[attr-defined]
-    svc.ws_connections.add(ws)
+    client = WebSocketClient(ws)
+    svc.ws_connections.add(client)
 
     async with asyncio.TaskGroup() as group:  # owns the sender; both end with the connection
-        sender = group.create_task(_pump(ws, outbox))
+        sender = group.create_task(client.pump())
         try:
             while True:
                 await ws.receive_text()
         except WebSocketDisconnect:
             pass
         finally:
-            svc.ws_connections.discard(ws)
+            svc.ws_connections.discard(client)
             sender.cancel()
-
-
-async def _pump(ws: WebSocket, outbox: asyncio.Queue[str]) -> None:
-    """Send what broadcast queued for this client, in order, until cancelled."""
-    try:
-        while True:
-            await ws.send_text(await outbox.get())
-    except Exception as exc:  # the connection went away under us
-        log.info("WebSocket client gone while sending: %s: %s", type(exc).__name__, exc)

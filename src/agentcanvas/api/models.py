@@ -32,6 +32,7 @@ __all__ = [
     "RunId",
     "StepBudget",
     "error_responses",
+    "integral",
 ]
 
 MAX_EPISODE_INDEX: Final = 999_999_999  # nine digits, as NAME_PATTERNS["episode"]
@@ -41,15 +42,15 @@ MAX_SEED: Final = 2**53 - 1  # exact in a JSON number read as a double (the web 
 TASK_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9_.:/+=-]{0,127}$"  # e.g. ALE/Pong-v5
 
 
-def _integral(value: Any) -> Any:
+def integral(value: Any) -> Any:
     """JSON Schema counts 2.0 as an integer: take it as 2 (2.5, "2" and true stay refused)."""
     return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
-JsonInt = Annotated[int, BeforeValidator(_integral)]
+JsonInt = Annotated[int, BeforeValidator(integral)]
 """An integer field of a request: strict, except that an integral JSON number is one."""
 # Bounds before the validator, or an optional field's schema loses them (pydantic 2.14).
-StepBudget = Annotated[int, Field(ge=1, le=10_000_000), BeforeValidator(_integral)]
+StepBudget = Annotated[int, Field(ge=1, le=10_000_000), BeforeValidator(integral)]
 
 
 class RequestModel(BaseModel):

@@ -16,7 +16,13 @@ from agentcanvas.graph.model import Graph
 from agentcanvas.paths import resolve_within
 from agentcanvas.server.registry import WorkspaceComponentRegistry
 
-__all__ = ["OVERLAY_PATTERN", "borrow_shared", "check_overlay", "overlay_registry"]
+__all__ = [
+    "OVERLAY_PATTERN",
+    "borrow_shared",
+    "borrowed_names",
+    "check_overlay",
+    "overlay_registry",
+]
 
 _SEGMENT = "[A-Za-z0-9_-][A-Za-z0-9_.-]{0,254}"
 OVERLAY_PATTERN = f"^{_SEGMENT}(/{_SEGMENT})*$"
@@ -52,18 +58,20 @@ def overlay_registry(workspace: Path, overlay: Path) -> WorkspaceComponentRegist
     return registry
 
 
+def borrowed_names(resolver: WorkspaceComponentRegistry, graph: Graph) -> list[str]:
+    """The shared node sets of ``graph`` a run borrows from the backend: all of them, but
+    those ``resolver`` (the registry the graph was resolved with, the backend's or an
+    overlay's) takes from the overlay, which are not the backend's and are left to the run."""
+    return sorted(n for n in resolver.shared_in(graph) if resolver.origin(n) != "active")
+
+
 async def borrow_shared(
     backend: WorkspaceComponentRegistry, resolver: WorkspaceComponentRegistry, graph: Graph
 ) -> dict[str, str]:
-    """Start (refcount +1) the backend's shared servers the graph uses; name → URL.
-
-    ``resolver`` is the registry the graph was resolved with (the backend's, or an overlay's):
-    node sets it takes from the overlay are not the backend's, and are left to the run.
-    """
+    """Start (refcount +1) the backend's shared servers the graph uses (those of
+    :func:`borrowed_names`); name → URL."""
     urls: dict[str, str] = {}
-    for name in resolver.shared_in(graph):
-        if resolver.origin(name) == "active":
-            continue
+    for name in borrowed_names(resolver, graph):
         only = graph.model_copy(update={"nodes": [n for n in graph.nodes if n.nodeset == name]})
         urls |= await backend.ensure_shared_nodesets_for_graph(only)
     return urls

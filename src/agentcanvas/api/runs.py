@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from agentcanvas.errors import (
+    AgentCanvasError,
     AssetNotFoundError,
     DamagedRunError,
     EpisodeNotFoundError,
@@ -123,14 +124,36 @@ def comparable(summary: dict[str, Any]) -> dict[str, Any]:
 MCNEMAR_ALPHA = 0.05
 
 
-def compare_runs(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-    """The compare route: :func:`agentcanvas.eval.comparison.compare_runs` of two runs, its
-    McNemar test's verdict at ``MCNEMAR_ALPHA`` said (the page words it, never decides it)."""
-    result = comparison.compare_runs(comparable(a), comparable(b))
+def compare_runs(
+    a: dict[str, Any], b: dict[str, Any], run_a: RunDir | None = None, run_b: RunDir | None = None
+) -> dict[str, Any]:
+    """The compare route: :func:`agentcanvas.eval.comparison.compare_runs` of two runs, with
+    their frozen graphs when their folders are given (None for one that cannot be read: the
+    answer says so), its McNemar test's verdict at ``MCNEMAR_ALPHA`` said (the page words
+    it, never decides it)."""
+    graphs = None
+    if run_a is not None and run_b is not None:
+        graphs = (frozen_graph(run_a), frozen_graph(run_b))
+    result = comparison.compare_runs(comparable(a), comparable(b), graphs)
     test = result["mcnemar"]
     test["alpha"] = MCNEMAR_ALPHA
     test["significant"] = test["p_value"] is not None and test["p_value"] < MCNEMAR_ALPHA
     return result
+
+
+def frozen_graph(run_dir: RunDir) -> dict[str, Any] | None:
+    """The graph the run ran: graph.json, else spec.json's; None when neither reads."""
+    for path in (run_dir.graph_path, run_dir.spec_path):
+        if not path.exists():
+            continue
+        try:
+            real = contained(run_dir.root, path, field=f"run {run_dir.root.name}")
+            data = check_json_file(run_dir, path, real)
+        except AgentCanvasError:  # a damaged or linked-away file: the answer says so
+            return None
+        graph = data.get("graph") if path == run_dir.spec_path else data
+        return graph if isinstance(graph, dict) else None
+    return None
 
 
 def compact(summary: dict[str, Any]) -> dict[str, Any]:

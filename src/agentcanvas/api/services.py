@@ -12,7 +12,7 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from agentcanvas import jsontext
 from agentcanvas.background import TaskOwner
@@ -20,14 +20,13 @@ from agentcanvas.eval.events import LiveEvent
 from agentcanvas.scheduler.job_scheduler import JobScheduler
 from agentcanvas.server.registry import WorkspaceComponentRegistry
 
+from .idempotency import SubmitKeys
 from .progress import ProgressRelay
 from .runs import RunCache
+from .shared_loads import SharedLoads
+from .ws_clients import WebSocketClient
 
 log = logging.getLogger(__name__)
-
-
-class Socket(Protocol):
-    async def send_text(self, data: str) -> None: ...
 
 
 class ExecutionGuard:
@@ -57,12 +56,16 @@ class ProcessServices:
     registry: WorkspaceComponentRegistry
     scheduler: JobScheduler
     guard: ExecutionGuard = field(default_factory=ExecutionGuard)
-    ws_connections: set[Any] = field(default_factory=set)
+    ws_connections: set[WebSocketClient] = field(default_factory=set)
     pending_unloads: set[str] = field(default_factory=set)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     token: str | None = None
     runs: RunCache = field(init=False)
     progress: ProgressRelay = field(init=False)
+    submit_keys: SubmitKeys = field(init=False)
+    """The Idempotency-Key of each keyed start, by the run it created."""
+    loads: SharedLoads = field(init=False)
+    """The shared node sets of queued runs, started off the requests (closed by the lifespan)."""
     loops: TaskOwner = field(default_factory=lambda: TaskOwner("backend loop"))
     """The scheduler's ticker and the progress relay (started and closed by the lifespan)."""
     inprocess: TaskOwner = field(default_factory=lambda: TaskOwner("in-process run"))
@@ -71,20 +74,19 @@ class ProcessServices:
     def __post_init__(self) -> None:
         self.runs = RunCache(self.scheduler.runs_dir, self.scheduler.unwritten)
         self.progress = ProgressRelay(self.scheduler.runs_dir, self.broadcast)
+        self.submit_keys = SubmitKeys(self.scheduler.runs_dir)
+        self.loads = SharedLoads(
+            self.registry, self.scheduler, self.registry.release_shared_nodesets, self.request_tick
+        )
 
     def broadcast(self, event: LiveEvent) -> None:
         """Queue ``event`` to every WebSocket client (never blocks the caller)."""
         if not self.ws_connections:
             return
         text = jsontext.dumps(event.wire(), default=str)
-        for socket in list(self.ws_connections):
-            queue = getattr(socket, "outbox", None)
-            if queue is None:
-                continue
-            try:
-                queue.put_nowait(text)
-            except asyncio.QueueFull:  # a stalled client is dropped, never the scheduler
-                self.ws_connections.discard(socket)
+        for client in list(self.ws_connections):
+            if not client.offer(text):  # a stalled client is dropped, never the scheduler
+                self.ws_connections.discard(client)
                 log.warning("dropped a WebSocket client that stopped reading")
 
     def relay_progress(self, run_id: str, summary: dict[str, Any]) -> None:

@@ -16,6 +16,12 @@ errors counted as failures. Every number names where it comes from (``METHODS``)
   (the mean of the per-task differences, tasks weighted equally; its interval combines the
   per-task Newcombe intervals by MOVER, Zou & Donner 2008).
 
+Episodes are paired by scene only when both runs used the same seed (an episode's seed
+derives from the run seed, the task and its index): with different seeds the comparison says
+so (``seeds_differ``, and a plain-words line in ``caveats``). Given the runs' frozen graphs it
+also says what differs between them (``graph_differences``: nodes, edges and fields, old →
+new; :mod:`agentcanvas.eval.graph_diff`).
+
 Pure functions of the summaries; results are sorted by key, so they do not depend on the
 order of the records.
 """
@@ -28,6 +34,7 @@ from typing import Any, Final
 
 from agentcanvas.errors import UserInputError
 from agentcanvas.eval import intervals
+from agentcanvas.eval.graph_diff import graph_differences
 from agentcanvas.eval.health import ERROR_STATUSES
 from agentcanvas.eval.metrics import mcnemar
 from agentcanvas.eval.paired_sequential import paired_sequential_test
@@ -67,6 +74,8 @@ RANK_RULE: Final = (
     "never ranks level with a clean one on its scored rate alone"
 )
 Key = tuple[str, int]
+_Graphs = tuple[Mapping[str, Any] | None, Mapping[str, Any] | None]
+"""The frozen graphs of runs A and B (None: one could not be read)."""
 
 
 @dataclass(frozen=True)
@@ -203,9 +212,13 @@ def _total(tables: Iterable[PairedCounts]) -> PairedCounts:
     return total
 
 
-def compare_runs(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
+def compare_runs(
+    a: Mapping[str, Any], b: Mapping[str, Any], graphs: _Graphs | None = None
+) -> dict[str, Any]:
     """Two runs paired by (task, episode_index): flips, per-task and overall (pooled and
-    stratified) paired differences, McNemar, errors, and the config fields that differ.
+    stratified) paired differences, McNemar, errors, the config fields that differ, what
+    differs between their frozen ``graphs`` (when given; None for one that could not be
+    read) and ``caveats`` in plain words.
 
     Two runs with no episode in common cannot be compared: a UserInputError says so."""
     left, right = _by_key(a), _by_key(b)
@@ -241,10 +254,41 @@ def compare_runs(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
         "overall_errors_as_failures": paired_difference(_total(tables.with_errors.values())),
         "sequential": sequential_verdict(_total(tables.with_errors.values())),
         "per_task": per_task,
-        "seeds_differ": (a.get("config") or {}).get("seed") != (b.get("config") or {}).get("seed"),
+        "seeds_differ": _seed(a) != _seed(b),
         "config_differences": config_differences(a.get("config", {}), b.get("config", {})),
+        "graph_differences": _graph_differences(graphs),
+        "caveats": caveats(a, b, graphs),
         "methods": METHODS,
     }
+
+
+def _seed(summary: Mapping[str, Any]) -> Any:
+    return (summary.get("config") or {}).get("seed")
+
+
+def _graph_differences(graphs: _Graphs | None) -> dict[str, Any] | None:
+    if graphs is None or graphs[0] is None or graphs[1] is None:
+        return None
+    return graph_differences(graphs[0], graphs[1])
+
+
+def caveats(a: Mapping[str, Any], b: Mapping[str, Any], graphs: _Graphs | None = None) -> list[str]:
+    """What a reader of the comparison must know, in plain words."""
+    notes = []
+    if _seed(a) != _seed(b):
+        notes.append(
+            f"The runs used different seeds (A: {_seed(a)}, B: {_seed(b)}): an episode of a "
+            "task starts from another scene in each run, so the episodes are paired by task "
+            "and index only, not by scene. The comparison still holds, without the precision "
+            "that pairing by scene gives; rerun B with A's seed to pair them."
+        )
+    for side, summary, graph in zip("AB", (a, b), graphs or (), strict=False):
+        if graph is None:
+            notes.append(
+                f"The frozen graph of run {side} ({summary.get('run_id')}) could not be read: "
+                "what differs between the graphs is not shown."
+            )
+    return notes
 
 
 SEQUENTIAL_ALPHA: Final = 0.05

@@ -20,50 +20,52 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import shutil
 import signal
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from agentcanvas.cluster.reservations import ClusterReservations
 from agentcanvas.errors import DiskFullError, RunError, RunLockedError, StateError
-from agentcanvas.eval.config import EvalRun
-from agentcanvas.eval.recovery import drop_cancelled_episodes, episodes_planned
+from agentcanvas.eval.recovery import episodes_planned
 from agentcanvas.eval.run_spec import RunSpec
-from agentcanvas.eval.run_state import TERMINAL_RUN_STATUSES, RunStatus
+from agentcanvas.eval.run_state import TERMINAL_RUN_STATUSES, RunStateError, RunStatus
 from agentcanvas.eval.runlock import hold
 from agentcanvas.eval.store import RunDir, check_disk_space, new_run_id
 from agentcanvas.fileio import atomic_write_json, read_json
 from agentcanvas.paths import safe_child
 from agentcanvas.scheduler.admission import HELD_RESOURCES, JobDemand, RunningLoad, decide
 from agentcanvas.scheduler.calibration import CalibrationStore
-from agentcanvas.scheduler.estimates import Estimate, JobShape, estimate_job, explained
-from agentcanvas.scheduler.jobs import QueuedJob, RunningJob, SchedulerHooks, child_env
+from agentcanvas.scheduler.estimates import Estimate, JobShape, estimate_job
+from agentcanvas.scheduler.eval_process import child_env, spawn_eval, terminate_leader
+from agentcanvas.scheduler.jobs import (
+    Job,
+    JobState,
+    RunningJob,
+    SchedulerHooks,
+    queued_view,
+    running_view,
+)
 from agentcanvas.scheduler.resources import ProcessTreeMonitor, ResourceSampler
 from agentcanvas.scheduler.restart import (
+    end_on_full_disk,
     mark_ended,
     read_status,
     recover_runs,
+    rewrite_for_resume,
     set_status,
     settle_at_shutdown,
     settle_exited,
+    write_new_run,
 )
-from agentcanvas.server.procs import ChildProcess, spawn
 
 log = logging.getLogger(__name__)
 CANCEL_GRACE_S = 10.0
 SHUTDOWN_GRACE_S = 8.0
 CALIBRATED = ("ram", "vram")  # CPU is counted by processes, never calibrated
-EVAL_NICENESS = 10
-"""Eval subprocesses run this much below the backend's priority, so that the API stays responsive
-when runs keep every core busy (with a high ``--cpu-oversubscription``, or outside load)."""
 
 
 @dataclass
@@ -77,7 +79,7 @@ class JobScheduler:
     hooks: SchedulerHooks = field(default_factory=SchedulerHooks)
     capacity_mb: dict[str, float] = field(default_factory=dict)
     cwd: Path | None = None
-    queue: list[QueuedJob] = field(default_factory=list)
+    queue: list[Job] = field(default_factory=list)
     running: dict[str, RunningJob] = field(default_factory=dict)
     waiting_reasons: dict[str, str] = field(default_factory=dict)
     queued_estimates: dict[str, dict[str, Estimate]] = field(default_factory=dict)
@@ -117,30 +119,21 @@ class JobScheduler:
         total: int,
         before_queued: Callable[[Path], None] | None,
     ) -> None:
-        run_id, config = run_dir.root.name, spec.config
         run_dir.create()
-        submitted_at = spec.scheduling.submitted_at or time.time()
-        scheduling = spec.scheduling.model_copy(update={"submitted_at": submitted_at})
-        spec = spec.model_copy(update={"run_id": run_id, "scheduling": scheduling})
         with hold(run_dir):
-            spec.write(run_dir)
-            atomic_write_json(run_dir.shared_urls_path, shared_urls)
-            summary = EvalRun(
-                run_id=run_id,
-                graph_name=config.graph_name,
-                config=config,
-                episodes_total=total,
-                status=RunStatus.PENDING,
-            )
-            atomic_write_json(run_dir.summary_path, summary.model_dump(mode="json"))
+            spec = write_new_run(run_dir, spec, shared_urls, total)
             if before_queued is not None:
                 before_queued(run_dir.root)
-            self._enqueue(run_dir, spec)
+            self._enqueue(run_dir, spec, shared_urls)
 
-    def _enqueue(self, run_dir: RunDir, spec: RunSpec) -> QueuedJob:
-        """Queue a validated spec (the caller holds the run's lock)."""
-        job = QueuedJob.from_spec(run_dir, spec)
-        set_status(run_dir, "queued")
+    def _enqueue(
+        self, run_dir: RunDir, spec: RunSpec, shared_urls: dict[str, str] | None = None
+    ) -> Job:
+        """Queue a validated spec (the caller holds the run's lock). The job holds
+        ``shared_urls``; the spec's other shared node sets are to be started for it: it is
+        ``loading`` until :meth:`shared_loaded` (or :meth:`shared_failed`)."""
+        job = Job.from_spec(run_dir, spec, shared_urls or {})
+        set_status(run_dir, RunStatus.QUEUED)
         self.queue.append(job)
         if job.placement is not None and job.ray_address:
             self.cluster.want(job.run_id, job.ray_address, job.placement)
@@ -155,18 +148,18 @@ class JobScheduler:
         for job in self.queue:
             if job.run_id == run_id:
                 with hold(job.run_dir):
-                    set_status(job.run_dir, "cancelled")  # on a full disk: still queued
+                    set_status(job.run_dir, RunStatus.CANCELLED)  # on a full disk: still queued
                     self.queue.remove(job)
                     job.run_dir.touch_done()
-                self.hooks.release_shared(job.shared_nodesets)
-                self.cluster.release(run_id)  # its placement group, placed or not
+                self._drop(job)  # its shared servers, its placement group (placed or not)
                 return "cancelled"
         running = self.running.get(run_id)
         if running is None:
             raise StateError(f"run {run_id} is neither queued nor running")
-        if running.kill_at is None:
-            _terminate_leader(running.child, signal.SIGINT)  # SIGINT: a cancel, not an abort
+        if running.job.state is JobState.RUNNING:
+            terminate_leader(running.child, signal.SIGINT)  # SIGINT: a cancel, not an abort
             running.kill_at = time.monotonic() + CANCEL_GRACE_S
+            running.job.move_to(JobState.CANCELLING)
         return "cancelling"
 
     def resume(self, run_id: str, shared_urls: dict[str, str], shared: list[str]) -> None:
@@ -178,20 +171,41 @@ class JobScheduler:
             raise StateError(f"run {run_id} is already queued or running")
         check_disk_space(self.runs_dir, f"resume run {run_id}")
         with hold(run_dir):
-            summary = read_json(run_dir.summary_path)
-            if summary.get("status") == "completed":
-                raise StateError(f"run {run_id} is completed; nothing to resume")
-            spec = RunSpec.read(run_dir)
-            scheduling = spec.scheduling.model_copy(update={"submitted_at": time.time()})
-            update = {"shared_nodesets": shared, "scheduling": scheduling, "resume": True}
-            spec = spec.model_copy(update=update)
-            spec.write(run_dir)
-            atomic_write_json(run_dir.shared_urls_path, shared_urls)
-            run_dir.done_path.unlink(missing_ok=True)
-            drop_cancelled_episodes(run_dir)  # run again: no stale record may outlive it
-            mark_ended(run_dir, "queued", None)  # the summary agrees with the episode folders
+            spec = rewrite_for_resume(run_dir, shared_urls, shared)
             self.unwritten.pop(run_id, None)  # an end the disk could not take: superseded
-            self._enqueue(run_dir, spec)
+            self._enqueue(run_dir, spec, shared_urls)
+
+    # -- shared node sets started for a job ------------------------------------------------
+    def loading_jobs(self) -> list[Job]:
+        """Queued jobs whose shared node sets are yet to be started (state ``loading``)."""
+        return [j for j in self.queue if j.state is JobState.LOADING]
+
+    def shared_loaded(self, run_id: str, urls: dict[str, str]) -> bool:
+        """The backend started the job's shared node sets (``urls``, refcounted for it): it
+        holds them and waits for admission. False when the job is no longer loading
+        (cancelled meanwhile): the caller gives them back."""
+        job = self._loading(run_id)
+        if job is None:
+            return False
+        job.shared_urls |= urls
+        job.loading = []
+        job.move_to(JobState.QUEUED)
+        return True
+
+    def shared_failed(self, run_id: str, error: str) -> bool:
+        """Its shared node sets could not be started: the run fails with ``error``."""
+        job = self._loading(run_id)
+        if job is None:
+            return False
+        with hold(job.run_dir):
+            self.queue.remove(job)
+            set_status(job.run_dir, RunStatus.FAILED, error)
+            job.run_dir.touch_done()
+        self._drop(job)
+        return True
+
+    def _loading(self, run_id: str) -> Job | None:
+        return next((j for j in self.loading_jobs() if j.run_id == run_id), None)
 
     def finishing(self, run_id: str) -> bool:
         """Whether the run's process still runs although its summary says it ended."""
@@ -225,10 +239,11 @@ class JobScheduler:
 
     def _finish(self, job: RunningJob) -> None:
         run_dir = job.job.run_dir
+        cancelled = job.job.state is JobState.CANCELLING
+        job.job.move_to(JobState.ENDED)
         try:
             with hold(run_dir):  # free: its writer has exited
-                code = job.child.returncode
-                status = settle_exited(run_dir, job.kill_at is not None, code)
+                status = settle_exited(run_dir, cancelled, job.child.returncode)
         except RunLockedError as exc:  # another process writes it now: not ours to touch
             log.error("run %s: %s", job.job.run_id, exc)
             status = read_status(run_dir)
@@ -237,7 +252,7 @@ class JobScheduler:
         self._relay_progress(job, force=True)
         self.hooks.on_finished(job.job.run_id, status)
         peaks = {k: v for k, v in job.monitor.peaks_mb().items() if k in CALIBRATED}
-        if peaks and status == "completed":
+        if peaks and status == RunStatus.COMPLETED:
             self.calibration.record(
                 job.job.graph_key, job.job.worker_count, peaks, graph_name=job.job.graph_name
             )
@@ -247,22 +262,12 @@ class JobScheduler:
 
     def _ended_on_full_disk(self, run_dir: RunDir, exc: DiskFullError) -> str:
         """A run's end could not be written for a full disk: ``aborted`` (resumable once
-        space is freed). The eval process's own last word (``aborted`` with the reason,
-        written in the space its ``_RESERVE`` held) stands; else its status is rewritten
-        in that space; else the state is kept here (`unwritten`: status and listing show
-        it) and written by a later tick, when the disk can take it."""
-        run_id = run_dir.root.name
-        log.error("run %s: %s", run_id, exc)
-        if read_status(run_dir) == RunStatus.ABORTED:
-            return RunStatus.ABORTED
-        state = {"status": RunStatus.ABORTED, "error": f"the run ended on a full disk: {exc}"}
-        with hold(run_dir):
-            run_dir.release_reserve()
-            try:
-                set_status(run_dir, state["status"], error=state["error"])
-            except RunError:
-                self.unwritten[run_id] = state
-        return "aborted"
+        space is freed); what the disk cannot take yet is kept in ``unwritten``."""
+        log.error("run %s: %s", run_dir.root.name, exc)
+        held = end_on_full_disk(run_dir, exc)
+        if held is not None:
+            self.unwritten[run_dir.root.name] = held
+        return RunStatus.ABORTED
 
     def _write_unwritten(self, run_id: str) -> None:
         """Write a held end (the lock is held): the summary rebuilt from the episode
@@ -271,7 +276,7 @@ class JobScheduler:
         if state is None:
             return
         try:
-            mark_ended(self.run_dir(run_id), state["status"], state["error"])
+            mark_ended(self.run_dir(run_id), RunStatus(state["status"]), state["error"])
         except DiskFullError:
             return
         del self.unwritten[run_id]
@@ -315,18 +320,17 @@ class JobScheduler:
             if error is not None:
                 with hold(job.run_dir):
                     self.queue.remove(job)
-                    set_status(job.run_dir, "failed", error=error)
+                    set_status(job.run_dir, RunStatus.FAILED, error)
                     job.run_dir.touch_done()
-                self.hooks.release_shared(job.shared_nodesets)
-                self.cluster.release(job.run_id)
+                self._drop(job)
 
-    def _estimates(self, job: QueuedJob) -> dict[str, Estimate]:
+    def _estimates(self, job: Job) -> dict[str, Estimate]:
         resources = {s.resource for s in self.samplers} | set(self.capacity_mb)
         on_cluster = job.placement is not None
         shape = JobShape(job.graph_key, job.worker_count, job.marginal_vram_mb, on_cluster)
         return estimate_job(shape, resources, self.calibration)
 
-    def _demand(self, job: QueuedJob) -> JobDemand:
+    def _demand(self, job: Job) -> JobDemand:
         estimates = self.queued_estimates.get(job.run_id) or self._estimates(job)
         return JobDemand(
             job.run_id,
@@ -335,7 +339,8 @@ class JobScheduler:
             {resource: e.value for resource, e in estimates.items()},
             job.exclusive_gpu,
             waited_s=max(0.0, time.time() - job.seq),
-            cluster_wait=self.cluster.waiting_for(job.run_id) if job.placement else None,
+            waits_for=job.waiting_for_models()
+            or (self.cluster.waiting_for(job.run_id) if job.placement else None),
         )
 
     def _load(self, running: RunningJob) -> RunningLoad:
@@ -345,50 +350,38 @@ class JobScheduler:
         estimates = {resource: e.value for resource, e in running.estimates.items()}
         return RunningLoad(job.run_id, estimates, used, job.exclusive_gpu)
 
-    def _spawn(self, job: QueuedJob, estimates: dict[str, Estimate]) -> None:
-        argv = [
-            sys.executable,
-            "-m",
-            "agentcanvas.eval_subprocess_main",
-            "--run-dir",
-            str(job.run_dir.root),
-            "--backend-url",
-            self.backend_url,
-        ]
+    def _spawn(self, job: Job, estimates: dict[str, Estimate]) -> None:
         group = self.cluster.group_id(job.run_id) if job.placement else None
         env = child_env(job.active_workspace_dir, group)
         try:
             with hold(job.run_dir):  # "running" before the eval process takes the lock
-                set_status(job.run_dir, "running")
+                atomic_write_json(job.run_dir.shared_urls_path, job.shared_urls)
+                set_status(job.run_dir, RunStatus.RUNNING)
         except DiskFullError as exc:  # it stays queued, waiting for space
             self.queue.insert(0, job)
             self.waiting_reasons[job.run_id] = f"waiting for disk space: {exc}"
             return
-        except RunLockedError as exc:
+        except (RunLockedError, RunStateError) as exc:
             log.error("run %s not started: %s", job.run_id, exc)
-            self.hooks.release_shared(job.shared_nodesets)
-            self.cluster.release(job.run_id)
+            self._drop(job)
             return
         try:
-            child = spawn(
-                argv,
-                env=env,
-                cwd=self.cwd,
-                new_session=True,
-                stdout_path=job.run_dir.stdout_path,
-                stderr_path=job.run_dir.stderr_path,
-            )
+            child = spawn_eval(job.run_dir, self.backend_url, env, self.cwd)
         except Exception as exc:
+            self._drop(job)
             with hold(job.run_dir):
-                set_status(job.run_dir, "failed", error=f"could not spawn: {exc}")
+                set_status(job.run_dir, RunStatus.FAILED, f"could not spawn: {exc}")
                 job.run_dir.touch_done()
-            self.hooks.release_shared(job.shared_nodesets)
-            self.cluster.release(job.run_id)
             return
-        with contextlib.suppress(psutil.Error):  # its env servers inherit it when they fork
-            psutil.Process(child.pid).nice(min(19, os.nice(0) + EVAL_NICENESS))
         monitor = ProcessTreeMonitor(child.pid, self.samplers)
+        job.move_to(JobState.RUNNING)
         self.running[job.run_id] = RunningJob(job, child, monitor, estimates, time.time())
+
+    def _drop(self, job: Job) -> None:
+        """A job out of the queue that will not run: ended, what it held given back."""
+        job.move_to(JobState.ENDED)
+        self.hooks.release_shared(job.shared_nodesets)
+        self.cluster.release(job.run_id)
 
     def _relay_progress(self, job: RunningJob, force: bool = False) -> None:
         path = job.job.run_dir.summary_path
@@ -402,38 +395,30 @@ class JobScheduler:
                 self.hooks.on_progress(job.job.run_id, read_json(path))
 
     # -- restart recovery and views --------------------------------------------------------
+    def waiting_reason(self, run_id: str) -> str | None:
+        """Why a queued run waits: the last tick's reason, or the models it loads (before a
+        tick has seen it); None for a run that is not queued."""
+        job = next((j for j in self.queue if j.run_id == run_id), None)
+        loading = job.waiting_for_models() if job is not None else None
+        return self.waiting_reasons.get(run_id) or loading
+
     def recover(self) -> list[str]:
         """Re-queue queued runs; mark ``running`` runs without ``_DONE`` aborted (summary
         reconciled with the episode folders); a broken run folder is marked failed."""
         return recover_runs(self.runs_dir, self._enqueue)
 
     def list_active(self) -> dict[str, list[dict[str, Any]]]:
+        """``GET /api/eval/v2/queue``: queued runs in admission order, then running ones."""
         queued = [
-            {
-                "run_id": j.run_id,
-                "graph_name": j.graph_name,
-                "priority": j.priority,
-                "worker_count": j.worker_count,
-                "waiting_reason": self.waiting_reasons.get(j.run_id, ""),
-                "estimates": explained(self.queued_estimates.get(j.run_id) or self._estimates(j)),
-                "placement": self.cluster.view(j.run_id),
-            }
+            queued_view(
+                j,
+                self.waiting_reason(j.run_id) or "",
+                self.queued_estimates.get(j.run_id) or self._estimates(j),
+                self.cluster.view(j.run_id),
+            )
             for j in sorted(self.queue, key=lambda j: (-j.priority, j.seq))
         ]
-        running = [
-            {
-                "run_id": r.job.run_id,
-                "graph_name": r.job.graph_name,
-                "pid": r.child.pid,
-                "priority": r.job.priority,
-                "worker_count": r.job.worker_count,
-                "started_at": r.started_at,
-                "estimates_mb": {k: e.value for k, e in r.estimates.items() if e.unit == "MB"},
-                "estimates": explained(r.estimates),
-                "placement": self.cluster.view(r.job.run_id),
-            }
-            for r in self.running.values()
-        ]
+        running = [running_view(r, self.cluster.view(r.job.run_id)) for r in self.running.values()]
         return {"queued": queued, "running": running}
 
     def shutdown(self) -> None:
@@ -443,7 +428,7 @@ class JobScheduler:
         unless a user did cancel it, that is overruled here: the run was interrupted.
         """
         for job in self.running.values():
-            _terminate_leader(job.child, signal.SIGTERM)  # the eval process alone: it records
+            terminate_leader(job.child, signal.SIGTERM)  # the eval process alone: it records
         deadline = time.monotonic() + SHUTDOWN_GRACE_S
         while time.monotonic() < deadline and any(
             j.child.is_alive() for j in self.running.values()
@@ -451,17 +436,11 @@ class JobScheduler:
             time.sleep(0.05)
         for job in self.running.values():
             job.child.close_sync(term_timeout_s=2.0)  # then its group: leftovers
+            cancelled = job.job.state is JobState.CANCELLING
+            job.job.move_to(JobState.ENDED)
             try:
                 with hold(job.job.run_dir):
-                    settle_at_shutdown(job.job.run_dir, cancelled=job.kill_at is not None)
+                    settle_at_shutdown(job.job.run_dir, cancelled=cancelled)
             except (RunLockedError, RunError) as exc:
                 log.error("run %s: %s", job.job.run_id, exc)
         self.running.clear()
-
-
-def _terminate_leader(child: ChildProcess, signum: signal.Signals) -> None:
-    """``signum`` to the eval process only (not its env servers, which it stops itself):
-    SIGINT cancels its run (``cancelled``), SIGTERM interrupts it (``aborted``, resumable)."""
-    if child.returncode is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(child.pid, signum)

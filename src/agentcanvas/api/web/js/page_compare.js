@@ -49,7 +49,7 @@ const OUTPUT_ONLY_FIELDS = new Set(["save_frames", "frames", "record_log"]);
 // A stop rule's fields decide how many episodes of the plan ran, never a paired episode's score.
 const STOP_RULE_FIELDS = new Set(["until_halfwidth", "until_decided_vs", "stop_alpha"]);
 
-function configWarning(allDifferences, configA, configB) {
+function configWarning(allDifferences, configA, configB, graphLines = []) {
   const known = (field) => field in (configA ?? {}) || field in (configB ?? {});
   const value = (config, field) => JSON.stringify(config?.[field] ?? null);
   const change = (field) => (known(field)
@@ -58,13 +58,28 @@ function configWarning(allDifferences, configA, configB) {
   const differences = allDifferences.filter(scoring);
   const outputOnly = allDifferences.filter((f) => OUTPUT_ONLY_FIELDS.has(f));
   const stopRule = allDifferences.filter((f) => STOP_RULE_FIELDS.has(f));
-  const rows = differences.map((field) => [field, change(field)]);
+  const rows = differences.filter((f) => f !== GRAPH).map((field) => [field, change(field)])
+    .concat(graphLines);
   const aside = outputOnly.length ? h("p", { class: "muted" }, "Also differs, without effect on scores: ",
     outputOnly.map((f) => `${f} ${change(f)}`).join(", "), ".") : null;
   const stopAside = stopRule.length ? h("p", { class: "muted", id: "config-stop-rule" },
     "Also differs, the stop rule (how many episodes ran, not a paired episode's score): ",
     stopRule.map((f) => `${f} ${change(f)}`).join(", "), ".") : null;
   return h("div", { class: "config-diff" }, configVerdict(differences, rows), aside, stopAside);
+}
+
+// What differs in the frozen graph, from the server: node or edge, field, A → B.
+const GRAPH = "frozen graph";
+function graphRows(diff) {
+  if (!diff || diff.same) return [];
+  const ab = (c) => `${JSON.stringify(c.a ?? null)} → ${JSON.stringify(c.b ?? null)}`;
+  return [...diff.nodes_added.map((n) => [`graph: node ${n.node}`, `added (${n.type})`]),
+    ...diff.nodes_removed.map((n) => [`graph: node ${n.node}`, `removed (${n.type})`]),
+    ...diff.nodes_changed.map((c) => [`graph: node ${c.node}, ${c.field}`, ab(c)]),
+    ...diff.edges_added.map((e) => [`graph: edge ${e}`, "added"]),
+    ...diff.edges_removed.map((e) => [`graph: edge ${e}`, "removed"]),
+    ...diff.edges_changed.map((c) => [`graph: edge ${c.edge}, ${c.field}`, ab(c)]),
+    ...diff.graph_changed.map((c) => [`graph: ${c.field}`, ab(c)])];
 }
 
 function configVerdict(differences, rows) {
@@ -196,15 +211,15 @@ function runCard(label, summary, meta) {
 }
 
 async function compareReport(ctx, a, b, container) {
-  const [data, sa, sb, ga, gb, ma, mb] = await Promise.all([
+  const [data, sa, sb, ma, mb] = await Promise.all([
     api(`${API}/compare?a=${enc(a)}&b=${enc(b)}`),
     api(`${API}/status/${enc(a)}?compact=true`), api(`${API}/status/${enc(b)}?compact=true`),
-    api(`${runApi(a)}/graph`).catch(() => null), api(`${runApi(b)}/graph`).catch(() => null),
     api(`${runApi(a)}/meta`).catch(() => ({})), api(`${runApi(b)}/meta`).catch(() => ({})),
   ]);
   if (!ctx.alive) return;
   const differences = [...data.config_differences];
-  if (ga && gb && JSON.stringify(ga) !== JSON.stringify(gb)) differences.push("frozen graph");
+  const graph = data.graph_differences;
+  if (graph && !graph.same) differences.push(GRAPH);
   const overall = panel("Overall paired difference in success (B − A)", "overall-panel");
   const tests = panel("Paired test (McNemar, success)", "mcnemar-panel");
   const flips = panel(`Flips (${data.flips.length})`, "flips-panel");
@@ -216,7 +231,7 @@ async function compareReport(ctx, a, b, container) {
   }
   flips.body.append(flipsTable(data));
   deltas.body.append(...perTaskDeltas(data.per_task));
-  container.replaceChildren(configWarning(differences, sa.config, sb.config),
+  container.replaceChildren(configWarning(differences, sa.config, sb.config, graphRows(graph)),
     h("div", { class: "grid two" }, runCard("A", sa, ma), runCard("B", sb, mb)),
     h("div", { class: "grid two" }, overall.el, tests.el), deltas.el, flips.el);
 }
