@@ -126,7 +126,7 @@ def _encode(frames: Sequence[Path], target: Path) -> None:
         first = _padded(_read(frames[0]), None)
         writer = imageio.get_writer(
             partial,
-            format="FFMPEG",  # type: ignore[arg-type]
+            format="FFMPEG",
             mode="I",
             fps=video_fps(len(frames)),
             codec="libx264",
