@@ -7,6 +7,7 @@ selections are 400s naming ``select``, an unknown run a 404, a damaged folder a 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -129,3 +130,26 @@ def test_an_empty_selection_an_unknown_run_and_a_bad_body(backend: Backend, runs
     assert unknown.status_code == 404, unknown.text
     missing = backend.http.post(f"{API}/retry/{runs.mixed}", json={"worker_count": 2})
     assert missing.status_code == 422 and "body.select" in missing.json()["detail"]
+
+
+def test_cli_retry_submit_queues_it_on_the_backend(backend: Backend, runs: Runs) -> None:
+    """``retry --submit``: POST /start with the original's episodes and ``retry_of``, to
+    ``$AGENTCANVAS_URL``, sent with an Idempotency-Key (given here: sent twice, one run)."""
+    env = {**os.environ, "AGENTCANVAS_URL": backend.url}
+    args = ("retry", "mixed api", "--episodes", "1-2", "--submit", "--json")
+    answers = []
+    for _ in range(2):
+        proc = run_cli(
+            *args, "--idempotency-key", "retry-once",
+            workspace=backend.workspace, timeout_s=CLI_TIMEOUT_S, env=env,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        assert "note:" not in proc.stderr  # the graph is the original's
+        answers.append(json.loads(proc.stdout))
+    assert answers[0]["run_id"] == answers[1]["run_id"] and answers[1]["replayed"] is True
+    retry = backend.wait_status(answers[0]["run_id"], "completed")
+    assert retry["config"]["retry_of"] == runs.mixed
+    assert [(e["task"], e["episode_index"]) for e in retry["episodes"]] == [
+        ("walk", 1),
+        ("explode", 0),
+    ]

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Annotated
 
 from fastapi import APIRouter, Request
-from pydantic import Field, ValidationError
+from pydantic import BeforeValidator, Field, ValidationError
 
 from agentcanvas import jsontext
 from agentcanvas.errors import DamagedRunError, NotFoundError, UserInputError
@@ -25,7 +26,7 @@ from agentcanvas.eval.store import RunDir
 from agentcanvas.graph.model import Graph
 
 from .failure_report import FailureReport, failure_report
-from .models import JsonInt, RequestModel, RunId, error_responses
+from .models import RequestModel, RunId, error_responses, integral
 from .services import ProcessServices
 from .start import IdempotencyKey, StartRequest, StartResponse, start_run
 
@@ -33,6 +34,8 @@ __all__ = ["RetryRequest", "retry_start", "router"]
 
 router = APIRouter(prefix="/api/eval/v2", tags=["eval"], responses=error_responses(400, 403, 422))
 
+# Bounds before the validator, or an optional field's schema loses them (as models.StepBudget).
+WorkerCount = Annotated[int, Field(ge=1, le=64), BeforeValidator(integral)]
 _WORDS = "; ".join(f"{word}: {meaning}" for word, meaning in SELECTION_KEYWORDS.items())
 
 
@@ -44,8 +47,8 @@ class RetryRequest(RequestModel):
         max_length=2000,
         description=f"'errors', 'failures' or run indices like '3,17,40-45' ({_WORDS}).",
     )
-    worker_count: JsonInt | None = Field(
-        default=None, ge=1, le=64, description="Parallel workers (default: the original's)."
+    worker_count: WorkerCount | None = Field(
+        default=None, description="Parallel workers, 1 to 64 (default: the original's)."
     )
     name: RunName | None = Field(default=None, description="A short name for the new run.")
     tags: RunTags | None = Field(default=None, description="Labels to filter runs by.")
