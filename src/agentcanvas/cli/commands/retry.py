@@ -135,10 +135,10 @@ def _warn_if_changed(graph: Graph, original: str) -> None:
     the one the original ran (as this workspace has it)."""
     try:
         current = workspace_registry().load_graph(graph.name)
-    except AgentCanvasError:
+    except AgentCanvasError as exc:
         stderr.print(
-            f"note: graph {graph.name!r} is not in this workspace any more; the backend may "
-            "refuse the retry",
+            f"note: graph {graph.name!r} does not load in this workspace ({exc}); the backend "
+            "may refuse the retry",
             style="yellow",
             markup=False,
         )
