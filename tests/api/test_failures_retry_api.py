@@ -133,7 +133,7 @@ def test_an_empty_selection_an_unknown_run_and_a_bad_body(backend: Backend, runs
 
 
 def test_cli_retry_submit_queues_it_on_the_backend(backend: Backend, runs: Runs) -> None:
-    """``retry --submit``: POST /start with the original's episodes and ``retry_of``, to
+    """``retry --submit``: POST /retry/{id} (the run named on the backend) to
     ``$AGENTCANVAS_URL``, sent with an Idempotency-Key (given here: sent twice, one run)."""
     env = {**os.environ, "AGENTCANVAS_URL": backend.url}
     args = ("retry", "mixed api", "--episodes", "1-2", "--submit", "--json")

@@ -71,13 +71,16 @@ def cmd_submit(args: argparse.Namespace) -> int:
     return follow(backend(args), started["run_id"])
 
 
-def post_start(args: argparse.Namespace, body: dict[str, Any]) -> dict[str, Any]:
-    """``POST /api/eval/v2/start`` with ``body`` to ``--url``, sent again when it gets no
-    answer, with ``--idempotency-key`` (else a fresh UUID): the backend's answer."""
+def post_start(
+    args: argparse.Namespace, body: dict[str, Any], route: str = START
+) -> dict[str, Any]:
+    """``POST`` of ``body`` to a route that starts a run (``/api/eval/v2/start`` or
+    ``/retry/{id}``) at ``--url``, sent again when it gets no answer, with
+    ``--idempotency-key`` (else a fresh UUID): the backend's answer."""
     key = args.idempotency_key or str(uuid.uuid4())
     try:
         started = backend(args).call(
-            "POST", START, json=body, headers={"Idempotency-Key": key}, retry_waits_s=RETRY_WAITS_S
+            "POST", route, json=body, headers={"Idempotency-Key": key}, retry_waits_s=RETRY_WAITS_S
         )
     except UserInputError as exc:
         if not isinstance(exc.__cause__, httpx.TransportError):

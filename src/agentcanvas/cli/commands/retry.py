@@ -4,7 +4,8 @@ the run indices given — with the same seeds, as a new run linked to the origin
 
 In the foreground like ``eval`` (progress bar, summary, exit code), then the command that
 compares the two runs (they pair by ``(task, episode_index)``). ``--submit`` queues it on the
-backend instead (``POST /api/eval/v2/start`` with ``episodes`` and ``retry_of``).
+backend instead (``POST /api/eval/v2/retry/{id}``: the backend's copy of the run, its frozen
+graph).
 """
 
 from __future__ import annotations
@@ -16,12 +17,12 @@ from typing import Any
 
 from agentcanvas import envsettings, exit_codes
 from agentcanvas.cli.command import Command
-from agentcanvas.cli.commands.backend import add_idempotency_key, post_start
+from agentcanvas.cli.commands.backend import add_idempotency_key, backend, post_start
 from agentcanvas.cli.commands.evaluate import interrupted_text, run_here
 from agentcanvas.cli.common import RUN_HELP, print_json, run_id_of, stderr, workspace_registry
 from agentcanvas.cli.options import add_json, add_meta, add_url, meta_of
 from agentcanvas.cli.summary import print_summary
-from agentcanvas.errors import AgentCanvasError, DamagedRunError, NotFoundError, UserInputError
+from agentcanvas.errors import DamagedRunError, NotFoundError, UserInputError
 from agentcanvas.eval.config import EvalConfig
 from agentcanvas.eval.retry import SELECTION_KEYWORDS, original_graph, parse_selection, retry_config
 from agentcanvas.eval.run_meta import RunMeta, write_meta
@@ -29,7 +30,6 @@ from agentcanvas.eval.run_setup import new_run_dir
 from agentcanvas.eval.run_spec import RunSpec
 from agentcanvas.eval.store import RunDir
 from agentcanvas.export import workspace_runs
-from agentcanvas.graph.model import Graph
 from agentcanvas.paths import runs_dir
 from agentcanvas.server.registry import WorkspaceComponentRegistry
 
@@ -63,12 +63,12 @@ def retried(args: argparse.Namespace, run_dir: RunDir) -> EvalConfig:
 
 def cmd_retry(args: argparse.Namespace) -> int:
     meta = meta_of(args)  # refused before anything runs
+    if args.submit:
+        return _submit(args, meta)
     original = run_id_of(args.run)
     run_dir = RunDir(workspace_runs(None) / original)
     graph = original_graph(run_dir)
     config = retried(args, run_dir)
-    if args.submit:
-        return _submit(args, config, graph, meta)
     envsettings.check_all()  # refused here, naming the variable, before any server starts
     registry = _registry(RunSpec.read(run_dir))
     new_dir = new_run_dir(runs_dir(registry.workspace))
@@ -111,46 +111,24 @@ def _say_what_next(original: str, new: str, count: int, quiet: bool) -> None:
             print(line)
 
 
-def _submit(args: argparse.Namespace, config: EvalConfig, graph: Graph, meta: RunMeta) -> int:
-    """Queue the retry on the backend; the graph it runs is the one of that name there."""
-    _warn_if_changed(graph, config.retry_of or "?")
-    body: dict[str, Any] = config.model_dump(mode="json", exclude={"version"})
-    body.update(meta.model_dump(exclude_defaults=True))
-    started = post_start(args, body)
+def _submit(args: argparse.Namespace, meta: RunMeta) -> int:
+    """Queue the retry on the backend (``POST /api/eval/v2/retry/{id}``): it selects the
+    episodes from the original's records there and runs the original's frozen graph."""
+    original, _ = backend(args).find_run(args.run)
+    text, flag = selection_of(args)
+    body: dict[str, Any] = {"select": text, **meta.model_dump(exclude_defaults=True)}
+    if args.worker_count is not None:
+        body["worker_count"] = args.worker_count
+    try:
+        started = post_start(args, body, f"/api/eval/v2/retry/{original}")
+    except UserInputError as exc:
+        raise UserInputError(str(exc).replace("select:", f"{flag}:", 1)) from exc
     if args.json:
         print_json(started, indent=None)
     else:
-        print(
-            f"queued retry run {started['run_id']} of {config.retry_of}: "
-            f"{len(config.episodes or ())} episode(s), the original's seeds"
-        )
-        print(
-            f"compare them once it ends: agentcanvas compare {config.retry_of} {started['run_id']}"
-        )
+        print(f"queued retry run {started['run_id']} of {original}, the original's seeds")
+        print(f"compare them once it ends: agentcanvas compare {original} {started['run_id']}")
     return exit_codes.OK
-
-
-def _warn_if_changed(graph: Graph, original: str) -> None:
-    """The backend runs the graph of that name as it is now: say so when it is no longer
-    the one the original ran (as this workspace has it)."""
-    try:
-        current = workspace_registry().load_graph(graph.name)
-    except AgentCanvasError as exc:
-        stderr.print(
-            f"note: graph {graph.name!r} does not load in this workspace ({exc}); the backend "
-            "may refuse the retry",
-            style="yellow",
-            markup=False,
-        )
-        return
-    if current.model_dump(mode="json") != graph.model_dump(mode="json"):
-        stderr.print(
-            f"note: graph {graph.name!r} has changed since run {original} ran; the backend "
-            "runs it as it is now. To rerun the original's graph: run the retry here "
-            f"(without --submit), or POST /api/eval/v2/retry/{original}",
-            style="yellow",
-            markup=False,
-        )
 
 
 def _retry_arguments(p: argparse.ArgumentParser) -> None:
