@@ -3,8 +3,9 @@
 It loads the graph's node sets from the shipped workspace as a node-set server would (each
 alone: ``NodeSetCatalogue.load_one``), holds its replicated node sets (the simulator)
 in-process, reaches the shared ones through model-actor handles, and runs each episode with
-the same ``run_episode`` (LoopRunner / GraphExecutor) as the local engine. In-process calls of replicated and shared node sets
-cross the wire encoding (``nodes.boundary``), so a record equals the local engine's.
+the same ``run_episode`` (LoopRunner / GraphExecutor) as the local engine. In-process calls
+of replicated and shared node sets cross the wire encoding (``nodes.boundary``), so a record
+equals the local engine's.
 
 The head sends an episode's identity and options; the actor answers with its EpisodeResult,
 the episode's firing log (encoded here) and its frames (file name → PNG bytes), which the
