@@ -5,10 +5,10 @@ workspace's node sets and graphs (``shipping``), takes the run's placement group
 scheduler reserved, else its own, named after the run: ``run_group``) — telling the run's
 broadcast why while Ray cannot place it yet (``EvalWaiting``) — starts one actor per shared
 node set in its bundle and binds the registry to them (so the determinism block reads their
-start-up checks and audit, as it reads a server's). The worker actors are started by the
-run's ``RayEpisodeWorkers``, each in its bundle. ``close`` kills every actor of the run,
-removes its group and ends a session it opened (while open, this process's stdout goes to
-stderr: ``session``).
+start-up checks and audit, as it reads a server's), and the worker actors, each in its
+bundle (``workers``); the run's ``RayEpisodeWorkers`` hand them episodes. ``close`` kills
+every actor of the run, removes its group and ends a session it opened (while open, this
+process's stdout goes to stderr: ``session``).
 """
 
 from __future__ import annotations
@@ -87,6 +87,7 @@ class RayEngine:
             self.shipped.active_dir(),
             self.placement,
         )
+        await self.group.start(run_id, config.worker_count)  # a failure here is the run's
 
     async def _models_ready(self) -> None:
         try:

@@ -67,8 +67,6 @@ class RayEpisodeWorkers:
 
     async def run(self, control: RunControl, dispatcher: WorkStealingDispatcher) -> None:
         run = control.recorder.run
-        if not self.group.actors:
-            await self.group.start(control.context.run_id, control.config.worker_count)
         run.determinism.worker_nodes = self.group.nodes  # filled in as the actors report
         run.determinism.placement_group = self.group.reported_group
         work = RetryingWork(dispatcher)

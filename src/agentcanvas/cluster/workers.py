@@ -111,7 +111,9 @@ class RayWorkerGroup:
         del self._asking[worker_id]
         try:
             node, group = asking.result()
-        except ray.exceptions.RayActorError:
+        except ray.exceptions.RayActorError as exc:
+            if exc.actor_init_failed:  # its constructor raised: Ray does not restart it
+                raise ServerError(f"worker actor {worker_id} failed to start: {exc}") from exc
             return False
         if group != self.placement.group_id:  # the reservation would not be what is used
             raise ServerError(f"worker actor {worker_id} is not in the run's placement group")
