@@ -29,6 +29,7 @@ from agentcanvas.errors import ServerError
 
 log = logging.getLogger(__name__)
 PING_TIMEOUT_S = 2.0
+POLL_S = 0.25  # how often a wait for an actor looks at its give-up condition (no new calls)
 STRAGGLER_S = 20.0  # after the first actor answered, how long the run waits for the others
 
 
@@ -73,7 +74,8 @@ class RayWorkerGroup:
     async def start(self, run_id: str, worker_count: int) -> None:
         """Create the actors and wait for them as the module says."""
         self.create(run_id, worker_count)
-        deadline = time.monotonic() + START_TIMEOUT_S
+        started = time.monotonic()
+        deadline = started + START_TIMEOUT_S
         first: float | None = None
         while len(self.answered) < len(self.actors):
             waiting = [k for k in range(len(self.actors)) if k not in self.answered]
@@ -83,7 +85,12 @@ class RayWorkerGroup:
                 first = now
             if first is not None and (now - first >= STRAGGLER_S or await self._lost_a_node()):
                 late = sorted(set(range(len(self.actors))) - self.answered)
-                log.warning("starting without worker actor(s) %s; they join when back", late)
+                log.warning(
+                    "run %s starts %.1f s in without worker actor(s) %s; they join when back",
+                    run_id,
+                    now - started,
+                    late,
+                )
                 return
             if now > deadline:
                 raise ServerError(
@@ -120,6 +127,7 @@ class RayWorkerGroup:
         self.reported_group = group or None
         self.note_node(worker_id, str(node))
         self.answered.add(worker_id)
+        log.info("worker actor %d is up on node %s", worker_id, node)
         return True
 
     def note_node(self, worker_id: int, node: str) -> None:
@@ -140,7 +148,7 @@ class RayWorkerGroup:
         while worker_id not in self.answered:
             if give_up() or time.monotonic() > deadline:
                 return False
-            await self._ask(worker_id, PING_TIMEOUT_S)
+            await self._ask(worker_id, POLL_S)  # the same question: polling costs no calls
         return True
 
     def restart(self, worker_id: int) -> None:
