@@ -92,8 +92,10 @@ def test_one_host_recipe_runs_as_written(recipe: RecipeCluster, tmp_path: Path) 
     _wait_nodes(recipe, workspace, 2)
     _check_sockets(recipe)
 
-    refused = _refused_without_token(recipe, workspace)
-    assert "RAY_AUTH_MODE" in refused and "token authentication" in refused
+    refused = _refused(recipe, workspace, recipe.shell_env(auth=False))
+    assert "RAY_AUTH_MODE is not set here" in refused and "token authentication" in refused
+    wrong = recipe.shell_env() | {"RAY_AUTH_TOKEN": "0" * 32}
+    assert "the token this process sends is not the cluster's" in _refused(recipe, workspace, wrong)
 
     before = _runs(workspace)
     done = recipe.run("eval", workspace, 600.0)
@@ -129,10 +131,18 @@ def _check_sockets(recipe: RecipeCluster) -> None:
         )
 
 
-def _refused_without_token(recipe: RecipeCluster, workspace: Path) -> str:
-    """The page's eval without the auth block's exports: refused at once, naming why."""
+def _refused(recipe: RecipeCluster, workspace: Path, env: dict[str, str]) -> str:
+    """The page's eval command with ``env``: refused at once, naming why."""
     started = time.monotonic()
-    done = recipe.run("eval", workspace, 120.0, auth=False)
+    done = subprocess.run(
+        ["bash", "-euc", recipe.text("eval")],
+        cwd=workspace,
+        env=env | {"AGENTCANVAS_HOME": str(workspace)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 1, done.stderr[-2000:]
     assert time.monotonic() - started < 20.0  # Ray's own connect gives up after ~20 s
     assert "Traceback" not in done.stderr
