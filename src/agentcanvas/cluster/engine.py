@@ -113,8 +113,8 @@ class RayEngine:
         return BatchEvalRunner(context, RayEpisodeWorkers(self.group))
 
     async def close(self) -> None:
-        """Kill the run's actors (workers, then models), remove its placement group, end an
-        owned session."""
+        """Kill the run's actors (workers, then models), remove its placement group, end the
+        session if this engine opened it (the cluster's nodes stay up)."""
         try:
             if self.group is not None:
                 self.group.kill_all()
