@@ -19,7 +19,7 @@ from agentcanvas.cluster import select_engine
 from agentcanvas.errors import ConfigError, RunError
 from agentcanvas.eval.config import EvalConfig, EvalRun
 from agentcanvas.eval.episode_plan import planned_total
-from agentcanvas.eval.events import EvalProgress, LiveEvent
+from agentcanvas.eval.events import EvalProgress, EvalWaiting, LiveEvent
 from agentcanvas.eval.foreground import ForegroundRun, run_foreground
 from agentcanvas.eval.invariance import diff_runs
 from agentcanvas.eval.run_meta import RunMeta, write_meta
@@ -32,6 +32,14 @@ from agentcanvas.paths import runs_dir
 from agentcanvas.server.registry import WorkspaceComponentRegistry
 
 __all__ = ["DEMO", "EVAL", "VERIFY_INVARIANCE", "interrupted_text", "run_here"]
+
+
+def waiting_line(event: EvalWaiting) -> str:
+    """What a run waits for before its first episode, said on the progress view."""
+    return (
+        f"waiting for Ray to place the run's actors ({event.waited_s:.0f} s of "
+        f"{event.deadline_s:.0f} s): {event.reason}"
+    )
 
 
 class ProgressView:
@@ -52,6 +60,11 @@ class ProgressView:
         self.task = self.progress.add_task(label, total=total, sr="-", errors=_errors(0))
 
     def __call__(self, event: LiveEvent) -> None:
+        if isinstance(event, EvalWaiting):  # e.g. a Ray placement group not placed yet
+            self.progress.console.print(
+                waiting_line(event), markup=False, highlight=False, soft_wrap=True
+            )
+            return
         if isinstance(event, EvalProgress) and event.episodes_done is not None:
             sr = event.success_rate
             shown = "-" if sr is None else f"{sr:.3f} of {event.success_n} scored"
