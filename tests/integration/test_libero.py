@@ -61,7 +61,8 @@ import json, os
 from agentcanvas.nodesets.env_libero import prepare_libero
 prepare_libero()
 from libero.libero import get_libero_path
-print(json.dumps({"config": os.environ["LIBERO_CONFIG_PATH"], "bddl": get_libero_path("bddl_files")}))
+found = {"config": os.environ["LIBERO_CONFIG_PATH"], "bddl": get_libero_path("bddl_files")}
+print(json.dumps(found))
 """
 
 
