@@ -12,7 +12,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 
 from agentcanvas.errors import DamagedRunError, UserInputError
-from agentcanvas.eval.comparison import leaderboard
+from agentcanvas.eval.comparison import LEADERBOARD_MAX_RUNS, leaderboard
 from agentcanvas.eval.run_index import read_checked_meta
 from agentcanvas.eval.run_meta import RunMeta
 from agentcanvas.paths import NAME_PATTERNS
@@ -22,7 +22,7 @@ from .runs import comparable
 
 router = APIRouter(prefix="/api/eval/v2", tags=["eval"], responses=error_responses(400, 403, 422))
 
-MAX_RUNS = 20
+MAX_RUNS = LEADERBOARD_MAX_RUNS
 _ONE_ID = NAME_PATTERNS["run_id"].strip("^$")
 RUN_LIST_PATTERN = f"^{_ONE_ID}(,{_ONE_ID}){{1,{MAX_RUNS - 1}}}$"
 RunList = Annotated[

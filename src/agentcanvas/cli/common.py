@@ -28,8 +28,10 @@ __all__ = [
 
 RUN_HELP = "a run's id (a folder of outputs/eval_runs), or its name when one run has it"
 
-stderr = Console(stderr=True)
-"""Progress, tables and notes: stdout is kept for what a script reads (``--json``)."""
+stderr = Console(stderr=True, soft_wrap=True)
+"""Progress, tables and notes: stdout is kept for what a script reads (``--json``). Notes are
+never wrapped by inserting newlines (soft wrap): a run folder's path or a command to run again
+stays on one line, to copy or to parse, at any width."""
 
 
 def workspace_registry() -> WorkspaceComponentRegistry:

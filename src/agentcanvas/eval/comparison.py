@@ -42,6 +42,7 @@ from agentcanvas.eval.sample_size import paired_sample_size, paired_sequential_e
 from agentcanvas.eval.sequential import SEQUENTIAL_METHOD_NAMES
 
 __all__ = [
+    "LEADERBOARD_MAX_RUNS",
     "METHODS",
     "RANK_RULE",
     "PairedCounts",
@@ -361,6 +362,10 @@ def config_differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
     """Config fields that differ (worker_count is a speed dial, so it is not listed)."""
     keys = sorted((set(a) | set(b)) - {"worker_count"})
     return [k for k in keys if a.get(k) != b.get(k)]
+
+
+LEADERBOARD_MAX_RUNS = 20
+"""The most runs a leaderboard compares (the CLI's and the route's limit)."""
 
 
 def leaderboard(summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

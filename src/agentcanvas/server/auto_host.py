@@ -30,17 +30,13 @@ import signal
 import socket
 import sys
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 
-import psutil
 import uvicorn
-from pydantic import BaseModel, Field
 
 from agentcanvas import envsettings
 from agentcanvas.catalogue import NodeSetCatalogue
 from agentcanvas.errors import AgentCanvasError
-from agentcanvas.fileio import atomic_write_json, read_json
 from agentcanvas.nodes.base import LocalNodeSet, NodeSet
 from agentcanvas.paths import check_name
 from agentcanvas.server import procs
@@ -51,6 +47,12 @@ from agentcanvas.server.host_http import create_app
 from agentcanvas.server.hosted import DirectCalls, HostedNodeSet
 from agentcanvas.server.rpc_server import RpcServer
 from agentcanvas.server.runtime import fix_numeric_threads
+from agentcanvas.server.server_record import (
+    ServerRecordFile,
+    record_path,
+    remove_record,
+    write_record,
+)
 
 __all__ = [
     "HOST",
@@ -221,41 +223,6 @@ async def _until_started(server: uvicorn.Server, serving: asyncio.Future[None]) 
             serving.result()
             raise AgentCanvasError("uvicorn stopped before starting")
         await asyncio.sleep(0.005)
-
-
-def record_path(record_dir: Path, nodeset: str, tag: int | None) -> Path:
-    """``<record_dir>/<nodeset>[_<tag>].json``: where a by-hand server records itself."""
-    return record_dir / (f"{nodeset}.json" if tag is None else f"{nodeset}_{tag}.json")
-
-
-class ServerRecordFile(BaseModel):
-    """What a by-hand server (``--record-dir``) writes about itself while it runs."""
-
-    version: int = 1
-    pid: int
-    url: str
-    nodeset: str
-    tag: int | None
-    started_at: datetime = Field(description="When the process started (its create time).")
-
-
-def write_record(record_dir: Path, nodeset: str, tag: int | None, url: str) -> Path:
-    """Record this server atomically; returns the file."""
-    record_dir.mkdir(parents=True, exist_ok=True)
-    path = record_path(record_dir, nodeset, tag)
-    started_at = datetime.fromtimestamp(psutil.Process().create_time(), UTC)
-    record = ServerRecordFile(
-        pid=os.getpid(), url=url, nodeset=nodeset, tag=tag, started_at=started_at
-    )
-    atomic_write_json(path, record.model_dump(mode="json"))
-    return path
-
-
-def remove_record(path: Path) -> None:
-    """Remove this server's record, unless another server has since taken the file."""
-    with contextlib.suppress(OSError, AgentCanvasError):
-        if read_json(path).get("pid") == os.getpid():
-            path.unlink()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,12 +11,12 @@ import argparse
 from collections.abc import Mapping
 from typing import Any
 
-from agentcanvas.api.leaderboard import MAX_RUNS
 from agentcanvas.api.runs import comparable
 from agentcanvas.cli.command import Command
 from agentcanvas.cli.common import RUN_HELP, print_json, run_id_of, with_records
 from agentcanvas.cli.options import add_json
 from agentcanvas.errors import UserInputError
+from agentcanvas.eval.comparison import LEADERBOARD_MAX_RUNS as MAX_RUNS
 from agentcanvas.eval.comparison import leaderboard
 from agentcanvas.eval.run_meta import read_meta
 from agentcanvas.export import workspace_runs

@@ -8,7 +8,6 @@ import socket
 import sys
 
 import psutil
-import uvicorn
 
 from agentcanvas.api.security import TOKEN_RULE, is_loopback, token_problem
 from agentcanvas.cli.command import Command
@@ -39,6 +38,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     print(
         f"agentcanvas backend on {url} (workspace {workspace_dir()})", file=sys.stderr, flush=True
     )
+    import uvicorn  # the web stack: only when serving
+
     config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=10)
     uvicorn.Server(config).run(sockets=[sock])
     return 0

@@ -39,9 +39,9 @@ from agentcanvas.nodes import CallContext
 from agentcanvas.nodes.base import NodeSetHandle
 from agentcanvas.paths import check_name, workspace_dir
 from agentcanvas.policy_protocol import connection_id, serve_policy
-from agentcanvas.server import auto_host, protocol
-from agentcanvas.server.auto_host import ServerRecordFile, record_path
+from agentcanvas.server import protocol
 from agentcanvas.server.registry import WorkspaceComponentRegistry
+from agentcanvas.server.server_record import ServerRecordFile, record_path
 
 HEALTH_TIMEOUT_S = 2.0
 # A record's started_at is the process's create time; a larger gap means the pid was reused.
@@ -139,6 +139,8 @@ def cmd_serve_nodeset(args: argparse.Namespace) -> int:
     argv = ["--nodeset", name, "--record-dir", str(folder)]
     if args.tag is not None:
         argv += ["--tag", str(args.tag)]
+    from agentcanvas.server import auto_host  # the server's web stack: only to serve
+
     return auto_host.main(argv)
 
 
