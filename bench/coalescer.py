@@ -25,7 +25,7 @@ after), steps per second, the mean batch and the median call latency; then the r
 ours to the others. Cells are interleaved (each repeat runs the policies in a rotated order)
 and steps/s is the median over repeats, so a load change on the machine hits every policy.
 In padded mode every forward pass has the fixed ``max_batch`` shape: coalescing saves whole
-passes. Goal (issue 5): at K = 1 ours no slower than none (within noise); at K = 8 forward
+passes. Goal: at K = 1 ours no slower than none (within noise); at K = 8 forward
 passes per step <= 1/4 of none and steps/s above both others.
 
 The batch audit (``server.batch_audit``): every server above runs it at its default rate
@@ -35,7 +35,7 @@ the two alternating cell by cell (cells of at least 2.5 s; 5 pairs with --quick,
 the audit table prints their median steps/s side by side, the ratio of the medians, the
 median of the pairwise ratios (each on/off pair ran back to back, so a load change on the
 machine hits both alike), the audit's extra single-row passes per step and per forward
-pass (its share of the server's compute in padded mode). Goal (issue 11):
+pass (its share of the server's compute in padded mode). Goal:
 audit on/off >= 0.85 at K = 8 (the pairwise median).
 """
 

@@ -13,7 +13,7 @@ costs nothing, so what differs is our overhead.
 - **plain**: the same calls on LIBERO's API in this process (``OffScreenRenderEnv``).
 
 The plain loop's phases are timed: env creation, reset + init state, settling, steps; and
-the steps once more with the cameras off, for the rendering's share. Goal (issue 25): ours /
+the steps once more with the cameras off, for the rendering's share. Goal: ours /
 plain <= 1.1 per episode.
 """
 

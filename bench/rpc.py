@@ -25,7 +25,7 @@ ZeroMQ before it was this socket, for comparison).
 ``--cpus same`` puts caller and callees on one CPU (the figures are then CPU cost alone);
 ``--cpus split`` puts them on two (every call then pays cross-CPU wake-ups, as parallel
 workers on their own cores do). Rows are measured in interleaved rounds, so a change of load
-during the run hits them alike. Goal (issue 13): proxied within 2x of AsyncVectorEnv's pipe
+during the run hits them alike. Goal: proxied within 2x of AsyncVectorEnv's pipe
 step (shm=False) with ``--cpus same``, within 1.3x with ``--cpus split``.
 """
 

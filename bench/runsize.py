@@ -9,7 +9,7 @@ sent once the episode is persisted and summary.json rewritten), so every figure 
 from the same run:
 
 - episodes/s over the first 10 % of the episodes and over the last 10 %, side by side, and
-  their ratio (goal, issue 13: last >= 0.8 x first);
+  their ratio (goal: last >= 0.8 x first);
 - the whole run (first completion to last) against N x the early per-episode cost
   (1 / the first-10 % rate), and their ratio (goal: <= 1.3);
 - the size of summary.json at the end, and the time from the last episode to the end of the

@@ -20,7 +20,7 @@ Wall time is the episodes only; start-up (spawning servers or vector-env workers
 apart. ``ideal`` is the speedup each policy allows given the episode lengths (total env steps
 / steps of the busiest worker, simulated with every action costing the same): fixed
 contiguous chunks, work stealing (the real ``WorkStealingDispatcher``), and next-pending (the
-AsyncVectorEnv side). Goal (issue 15): work stealing >= 0.9 x W at W = 8 with >= 24 episodes
+AsyncVectorEnv side). Goal: work stealing >= 0.9 x W at W = 8 with >= 24 episodes
 per worker (``--episodes 192``), and no slower than AsyncVectorEnv.
 """
 

@@ -77,11 +77,8 @@ def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
     write_run(runs, B, 7, TASK, edited)
     write_run(runs, OTHER_TASK, 0, "BabyAI-GoToLocal-v0", graph)
     write_run(runs, NO_SPEC, 0, TASK, graph).spec_path.write_text("{not json")
-    server = Backend(workspace)
-    try:
+    with Backend(workspace) as server:
         yield server
-    finally:
-        server.close()
 
 
 def test_runs_without_a_paired_episode_are_a_400_saying_so(backend: Backend) -> None:

@@ -1,4 +1,4 @@
-"""Issue 10, the API part: bad input is a 4xx naming the field, never a 500, nothing queued.
+"""Hardening, the API part: bad input is a 4xx naming the field, never a 500, nothing queued.
 
 Against a real ``agentcanvas serve`` on loopback; bodies and paths are sent byte for byte
 (``http.client``), so ``1e999``, a 300-digit index or an 8.5 MB body arrive as a client would

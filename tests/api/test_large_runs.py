@@ -1,4 +1,4 @@
-"""Runs of 10,000+ episodes read through a real ``agentcanvas serve`` on loopback (issue 13).
+"""Runs of 10,000+ episodes read through a real ``agentcanvas serve`` on loopback.
 
 Two run folders are written before the backend starts, through the run-folder API
 (``agentcanvas.eval.records`` and ``eval.store``) with real ``EpisodeResult`` records:

@@ -43,11 +43,8 @@ def summaries(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict
 
 @pytest.fixture(scope="module")
 def backend(summaries: tuple[Path, list[dict[str, Any]]]) -> Iterator[Backend]:
-    server = Backend(summaries[0])
-    try:
+    with Backend(summaries[0]) as server:
         yield server
-    finally:
-        server.close()
 
 
 def _success(runs: list[dict[str, Any]], run_id: str, task: str | None = None) -> list[int]:

@@ -27,11 +27,8 @@ TASKS = 2  # babyai_oracle's
 
 @pytest.fixture(scope="module")
 def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
-    server = Backend(tmp_path_factory.mktemp("live"))
-    try:
+    with Backend(tmp_path_factory.mktemp("live")) as server:
         yield server
-    finally:
-        server.close()
 
 
 def _events_until_complete(ws: ClientConnection, run_id: str, seen: list[dict[str, Any]]) -> None:

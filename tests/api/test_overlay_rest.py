@@ -55,11 +55,8 @@ def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
             "overlay/graph_nodes/tagger/__init__.py": TAGGER,
         },
     )
-    server = Backend(root)
-    try:
+    with Backend(root) as server:
         yield server
-    finally:
-        server.close()
 
 
 def _start(backend: Backend, graph: str, **extra: Any) -> tuple[int, Any]:

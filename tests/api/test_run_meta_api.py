@@ -21,11 +21,8 @@ RUNS = "/api/eval/v2/runs"
 
 @pytest.fixture(scope="module")
 def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
-    backend = Backend(write_truth_workspace(tmp_path_factory.mktemp("meta_ws")))
-    try:
+    with Backend(write_truth_workspace(tmp_path_factory.mktemp("meta_ws"))) as backend:
         yield backend
-    finally:
-        backend.close()
 
 
 @pytest.fixture(scope="module")

@@ -32,11 +32,8 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def backend(workspace: Path) -> Iterator[Backend]:
-    server = Backend(workspace)
-    try:
+    with Backend(workspace) as server:
         yield server
-    finally:
-        server.close()
 
 
 def run_folders(workspace: Path) -> set[str]:

@@ -90,11 +90,8 @@ def test_the_configs_ranges_hold_in_the_body(schema: dict[str, Any]) -> None:
 
 @pytest.fixture(scope="module")
 def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
-    server = Backend(tmp_path_factory.mktemp("start-options"), "--vram-capacity-mb", "1")
-    try:
+    with Backend(tmp_path_factory.mktemp("start-options"), "--vram-capacity-mb", "1") as server:
         yield server
-    finally:
-        server.close()
 
 
 @pytest.fixture(scope="module")

@@ -22,11 +22,8 @@ CLI_TIMEOUT_S = 120.0
 
 @pytest.fixture(scope="module")
 def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
-    server = Backend(write_truth_workspace(tmp_path_factory.mktemp("backend") / "ws"))
-    try:
+    with Backend(write_truth_workspace(tmp_path_factory.mktemp("backend") / "ws")) as server:
         yield server
-    finally:
-        server.close()
 
 
 def cli(backend: Backend, *args: str) -> subprocess.CompletedProcess[str]:

@@ -102,3 +102,21 @@ def test_ctrl_c_names_the_run_folder_and_how_to_finish_it(workspace: Path) -> No
     assert f"agentcanvas resume {run_id} --follow" in text
     assert "agentcanvas eval napping -n 100 --name 'nap time'" in text
     assert "Traceback" not in text
+
+
+def test_a_placement_wait_is_said_on_the_progress_view() -> None:
+    """The Ray engine's EvalWaiting events reach the user: a line above the bar with the
+    reason, how long the run has waited and its deadline."""
+    import io
+
+    from agentcanvas.cli.commands.evaluate import ProgressView
+    from agentcanvas.eval.events import EvalWaiting
+
+    view = ProgressView(10, "eval w=2")
+    out = io.StringIO()
+    view.progress.console.file = out
+    reason = "ray placement group: 40 CPU, 0 GPU; cluster has 3 CPU, 0 GPU free"
+    with view.progress:
+        view(EvalWaiting(run_id="r1", reason=reason, waited_s=6.2, deadline_s=300.0))
+    text = out.getvalue()
+    assert f"waiting for Ray to place the run's actors (6 s of 300 s): {reason}" in text

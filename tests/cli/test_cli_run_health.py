@@ -287,7 +287,7 @@ def test_play_into_a_closed_pipe_exits_quietly(workspace: Path) -> None:
 
 @pytest.mark.xfail(
     strict=False,
-    reason="known race (open issue 11 follow-up): a Ctrl-C landing in some window of the "
+    reason="known race: a Ctrl-C landing in some window of the "
     "episode start is not delivered to the hung call, and eval waits for the call deadline",
 )
 def test_ctrl_c_on_a_hung_run_exits_130_with_the_run_cancelled(workspace: Path) -> None:

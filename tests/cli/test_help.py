@@ -15,12 +15,12 @@ import agentcanvas
 from agentcanvas import exit_codes
 from agentcanvas.cli.command import build_parser
 from agentcanvas.cli.commands import COMMANDS
-from agentcanvas.cli.status_text import counts_text, status_text
+from agentcanvas.cli.status_text import counts_text, failures_text, status_text
 from support.cli import run_cli
 from support.recording_http import recording_server
 
 CLI_TIMEOUT_S = 60.0
-WITH_EXIT_CODES = {"eval", "play", "submit", "resume", "verify-invariance", "compare"}
+WITH_EXIT_CODES = {"eval", "play", "submit", "resume", "verify-invariance", "compare", "retry"}
 
 
 def subparsers() -> dict[str, argparse.ArgumentParser]:
@@ -104,10 +104,61 @@ def test_status_counts_read_as_words() -> None:
 
 
 LISTED = {"total": 1, "runs": [{"run_id": "20260101_000000", "name": "flaky cli"}]}
+FAILURES: dict[str, Any] = {
+    "run_id": "20260101_000000",
+    "episodes": 24,
+    "succeeded": 9,
+    "failed": 15,
+    "errors": 6,
+    "retryable_failures": 15,
+    "groups": [
+        {
+            "kind": "budget_exhausted",
+            "cause": "the step budget ran out before the env said done",
+            "node": None,
+            "count": 9,
+            "episodes": [0, 2, 4, 6, 8, 10, 12, 14, 16],
+            "tasks": ["walk"],
+            "example": "the step budget ran out before the env said done",
+            "label": "budget exhausted",
+            "meaning": "the step budget ran out before the env said done, without success",
+            "example_episode": 0,
+            "example_traceback": None,
+        },
+        {
+            "kind": "node_error",
+            "cause": "RuntimeError: boom at step <n>",
+            "node": "mid",
+            "count": 6,
+            "episodes": [1, 3, 5, 7, 9, 11],
+            "tasks": ["walk"],
+            "example": "RuntimeError: boom at step 3\nsecond line",
+            "label": "exception in node mid",
+            "meaning": "a node failed",
+            "example_episode": 1,
+            "example_traceback": "Traceback (most recent call last):\nRuntimeError: boom",
+        },
+    ],
+}
+
+
+def test_status_lists_the_failures_by_cause() -> None:
+    text = failures_text(FAILURES)
+    assert text.splitlines() == [
+        "run 20260101_000000: 15 of 24 episode(s) did not succeed (6 error(s)), by cause:",
+        "  9 × budget exhausted - task walk - episodes 0, 2, 4, 6, 8, 10, 12, 14, … (+1 more)",
+        "      the step budget ran out before the env said done",
+        "  6 × exception in node mid - task walk - episodes 1, 3, 5, 7, 9, 11",
+        "      RuntimeError: boom at step 3",
+        "  tracebacks: agentcanvas failures 20260101_000000 --verbose",
+        "  run the errors again: agentcanvas retry 20260101_000000 --errors",
+    ]
+    assert "RuntimeError: boom\n" not in text and "Traceback" in failures_text(FAILURES, True)
 
 
 def test_status_in_words_json_on_demand_from_agentcanvas_url(tmp_path: Path) -> None:
-    with recording_server([(200, LISTED), (200, SUMMARY)] * 2) as server:
+    replies = [(200, LISTED), (200, SUMMARY), (200, FAILURES), (200, LISTED), (200, SUMMARY)]
+    with recording_server(replies) as server:
         env = {**os.environ, "AGENTCANVAS_URL": server.url}
         words = run_cli(
             "status", "20260101_000000", workspace=tmp_path, timeout_s=CLI_TIMEOUT_S, env=env
@@ -121,13 +172,15 @@ def test_status_in_words_json_on_demand_from_agentcanvas_url(tmp_path: Path) -> 
             env=env,
         )
     assert words.returncode == as_json.returncode == 0, words.stderr + as_json.stderr
-    assert words.stdout == status_text(SUMMARY, "flaky cli") + "\n"
+    assert words.stdout == f"{status_text(SUMMARY, 'flaky cli')}\n{failures_text(FAILURES)}\n"
     assert words.stdout.startswith('run 20260101_000000 "flaky cli" - graph walk')
     assert as_json.stdout.startswith("{") and '"status_counts"' in as_json.stdout
-    assert [r.path for r in server.requests] == [
+    listed, status = (
         "/api/eval/v2/runs?q=20260101_000000&limit=500&offset=0",
         "/api/eval/v2/status/20260101_000000?compact=true",
-    ] * 2
+    )
+    failures = "/api/eval/v2/runs/20260101_000000/failures"  # words only: errors to explain
+    assert [r.path for r in server.requests] == [listed, status, failures, listed, status]
 
 
 def test_a_bad_agentcanvas_url_is_named(tmp_path: Path) -> None:

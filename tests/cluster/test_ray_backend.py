@@ -24,11 +24,8 @@ EPISODES = 2  # per task (two tasks)
 
 @pytest.fixture(scope="module")
 def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
-    server = Backend(write_slow_workspace(tmp_path_factory.mktemp("ray_backend")))
-    try:
+    with Backend(write_slow_workspace(tmp_path_factory.mktemp("ray_backend"))) as server:
         yield server
-    finally:
-        server.close()
 
 
 def test_rest_ray_run_is_cancelled_with_its_actors(ray_cluster: Any, backend: Backend) -> None:

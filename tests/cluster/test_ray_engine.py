@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -110,6 +111,16 @@ def test_cli_refuses_a_bad_ray_address(tmp_path: Path) -> None:
     )
     assert done.returncode == 1
     assert "ray_address" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_cli_names_an_address_where_nothing_listens(tmp_path: Path) -> None:
+    """Refused at once (Ray's own connect would retry), naming what is wrong there."""
+    started = time.monotonic()
+    args = ["eval", "babyai_oracle", "-n", "1", "--engine", "ray", "--ray-address", "127.0.0.1:1"]
+    done = run_cli(*args, workspace=tmp_path, timeout_s=60)
+    assert done.returncode == 1 and time.monotonic() - started < 20.0
+    assert "nothing that speaks Ray's protocol listens at 127.0.0.1:1" in done.stderr
+    assert "Connection refused" in done.stderr and "Traceback" not in done.stderr
 
 
 def _logs(base: Path, run: EvalRun) -> list[list[dict[str, Any]]]:

@@ -1,6 +1,5 @@
 """SIGKILL of the run's writer at random points: summary.json and the episode folders agree
-after recover, and a run resumed after each kill ends with the records of an unbroken run
-(issue 10, item 1).
+after recover, and a run resumed after each kill ends with the records of an unbroken run.
 
 The writer is killed with its whole process group (a foreground ``agentcanvas eval`` first,
 then the scheduler's eval process on each resume) at a random number of recorded episodes,

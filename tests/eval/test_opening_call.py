@@ -1,4 +1,4 @@
-"""An episode's opening call travels with its panel request (issue 13: a round trip fewer).
+"""An episode's opening call travels with its panel request (a round trip fewer).
 
 ``topen`` is a replicated env whose step node counts, on the server, how often it ran in the
 episode (``calls``) and what it was given (``given``): a call made twice — once with the

@@ -1,4 +1,4 @@
-"""One writer per run folder: the flock held by real processes (issue 10, item 1).
+"""One writer per run folder: the flock held by real processes.
 
 - the lock has one holder, names it, and is free the moment its holder is SIGKILLed;
 - a second eval process on a held folder exits 1 at once without writing anything, and the

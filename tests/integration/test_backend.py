@@ -50,11 +50,8 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def backend(workspace: Path) -> Iterator[Backend]:
-    server = Backend(workspace)
-    try:
+    with Backend(workspace) as server:
         yield server
-    finally:
-        server.close()
 
 
 @pytest.fixture

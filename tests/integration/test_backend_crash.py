@@ -1,4 +1,4 @@
-"""Crashes of a real ``agentcanvas serve`` and what must hold after them (issue 10).
+"""Crashes of a real ``agentcanvas serve`` and what must hold after them.
 
 - the backend SIGKILLed with a long run running and one queued: every process of the run is
   gone within 5 s, the run is ``aborted`` with summary.json equal to its episode folders, the

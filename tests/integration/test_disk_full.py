@@ -1,4 +1,4 @@
-"""Issue 24, point 2: a full outputs disk under a foreground run and under a backend run.
+"""A full outputs disk under a foreground run and under a backend run.
 
 The outputs folder is a small tmpfs mounted for the test (root only: skipped otherwise) and
 filled to its last byte while the run goes. Must hold: the run ends ``aborted`` (resumable)

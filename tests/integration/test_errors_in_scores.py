@@ -182,11 +182,8 @@ def test_runs_df_columns_carry_the_errors(runs: tuple[Path, dict[str, Any]]) -> 
 
 @pytest.fixture(scope="module")
 def backend(runs: tuple[Path, dict[str, Any]]) -> Iterator[Backend]:
-    server = Backend(runs[0])
-    try:
+    with Backend(runs[0]) as server:
         yield server
-    finally:
-        server.close()
 
 
 def test_the_leaderboard_ranks_the_clean_run_first_and_shows_the_errors(

@@ -1,4 +1,4 @@
-"""Issue 25: LIBERO through us — the benchmark's init states exactly, and the same episodes
+"""LIBERO through us — the benchmark's init states exactly, and the same episodes
 at 1 and 4 workers through a real policy server.
 
 - ``tasks.json`` is LIBERO's own benchmark (suites, task names, instructions);

@@ -1,6 +1,6 @@
 """A MuJoCo simulator that dies mid-episode: its env_metaworld server (forked from the
 template, MetaWorld loaded before the fork) is restarted, the episode retried with the same
-seed, and the run's records equal an uninterrupted run's (issue 25, point 5)."""
+seed, and the run's records equal an uninterrupted run's."""
 
 from __future__ import annotations
 

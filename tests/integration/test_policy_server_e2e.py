@@ -1,4 +1,4 @@
-"""Issue 25: policies behind the openpi policy-server protocol, end to end.
+"""Policies behind the openpi policy-server protocol, end to end.
 
 - ``agentcanvas serve-policy`` answers openpi's own ``WebsocketClientPolicy`` (run in the
   NumPy-1 environment ``.venv-openpi`` that ``make test`` creates) with exactly what the

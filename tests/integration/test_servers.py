@@ -1,4 +1,4 @@
-"""Node-set servers as real processes on loopback (issue 3, "Must show").
+"""Node-set servers as real processes on loopback.
 
 - a graph run through proxies is bit-identical to the same graph run in-process (W = 1, 2);
 - two tagged servers hold independent episode state;

@@ -1,4 +1,4 @@
-"""Issue 27: runs that stop when the answer is known, after the same episodes at any W.
+"""Runs that stop when the answer is known, after the same episodes at any W.
 
 Real ``agentcanvas eval`` runs of babyai_oracle. The baseline is the oracle with a step
 budget too small for half the episodes (success 0.5); the oracle itself never fails. Against

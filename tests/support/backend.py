@@ -311,6 +311,12 @@ class Backend:
             self.snapshot_tree()
         return stop_process(self.proc, sig)
 
+    def __enter__(self) -> Backend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def close(self) -> None:
         """Finaliser: stop the backend and kill whatever of its tree survived it."""
         try:

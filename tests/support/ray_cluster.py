@@ -16,6 +16,7 @@ from typing import Any
 
 from agentcanvas.eval.config import EpisodeResult, EvalConfig, EvalRun
 from agentcanvas.eval.engine import Engine, LocalEngine
+from agentcanvas.eval.events import Broadcast
 from agentcanvas.eval.foreground import run_foreground
 from agentcanvas.server.registry import WorkspaceComponentRegistry
 
@@ -63,15 +64,22 @@ def registry_for(workspace: Path) -> WorkspaceComponentRegistry:
 
 
 async def run_graph(
-    workspace: Path, graph_name: str, engine: Engine | None = None, **config: Any
+    workspace: Path,
+    graph_name: str,
+    engine: Engine | None = None,
+    broadcast: Broadcast | None = None,
+    **config: Any,
 ) -> EvalRun:
-    """One foreground run of ``graph_name`` in ``workspace`` (default engine: local)."""
+    """One foreground run of ``graph_name`` in ``workspace`` (default engine: local), its
+    live events to ``broadcast``."""
     registry = registry_for(workspace)
     graph = registry.load_graph(graph_name)
     engine = engine or LocalEngine()
     cfg = EvalConfig(graph_name=graph.name, engine=engine.name, **config)  # type: ignore[arg-type]
     (workspace / "runs").mkdir(exist_ok=True)
-    done = await run_foreground(registry, graph, cfg, base_dir=workspace / "runs", engine=engine)
+    done = await run_foreground(
+        registry, graph, cfg, broadcast, base_dir=workspace / "runs", engine=engine
+    )
     return done.summary
 
 
@@ -104,3 +112,13 @@ def live_groups() -> list[str]:
 
 def attempts(run: EvalRun) -> list[EpisodeResult]:
     return [e for e in run.episodes if e.attempts > 1]
+
+
+def group_named(name: str) -> dict[str, Any] | None:
+    """The placement group ``name`` (Ray's table entry, with its id), if Ray has it."""
+    import ray
+
+    for group_id, info in ray.util.placement_group_table().items():
+        if info.get("name") == name and info["state"] != "REMOVED":
+            return {**info, "id": group_id}
+    return None

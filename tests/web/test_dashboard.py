@@ -75,11 +75,8 @@ def live_backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
     (workspace / "graphs").mkdir()
     (workspace / "graphs" / "babyai_slow.json").write_text(json.dumps(slow, indent=1))
     require_websocket_support()
-    backend = Backend(workspace)
-    try:
+    with Backend(workspace) as backend:
         yield backend
-    finally:
-        backend.close()
 
 
 @pytest.fixture(scope="module")

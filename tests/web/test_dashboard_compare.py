@@ -31,11 +31,8 @@ WIDE = """() => [...document.querySelectorAll('body *')]
 
 @pytest.fixture(scope="module")
 def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
-    server = Backend(tmp_path_factory.mktemp("compare"))
-    try:
+    with Backend(tmp_path_factory.mktemp("compare")) as server:
         yield server
-    finally:
-        server.close()
 
 
 @pytest.fixture(scope="module")

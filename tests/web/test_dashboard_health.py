@@ -50,11 +50,8 @@ def _slow_oracle() -> str:
 def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
     workspace = write_truth_workspace(tmp_path_factory.mktemp("health_ws"))
     (workspace / "graphs" / "babyai_slow.json").write_text(_slow_oracle())
-    backend = Backend(workspace)
-    try:
+    with Backend(workspace) as backend:
         yield backend
-    finally:
-        backend.close()
 
 
 @pytest.fixture(scope="module")

@@ -25,11 +25,8 @@ MIN_READABLE_SCALE = 0.95  # an SVG drawn at less than this of its own size is s
 
 @pytest.fixture(scope="module")
 def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
-    backend = Backend(tmp_path_factory.mktemp("phone_ws"))
-    try:
+    with Backend(tmp_path_factory.mktemp("phone_ws")) as backend:
         yield backend
-    finally:
-        backend.close()
 
 
 @pytest.fixture(scope="module")

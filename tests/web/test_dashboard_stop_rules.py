@@ -65,11 +65,8 @@ def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
     workspace = tmp_path_factory.mktemp("stop_rules_ws")
     (workspace / "graphs").mkdir()
     (workspace / "graphs" / "babyai_slow.json").write_text(_slow_oracle())
-    backend = Backend(workspace)
-    try:
+    with Backend(workspace) as backend:
         yield backend
-    finally:
-        backend.close()
 
 
 @pytest.fixture(scope="module")

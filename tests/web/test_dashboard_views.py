@@ -40,11 +40,8 @@ SHOWN_IDS = "rs => rs.map(r => r.dataset.runId)"
 
 @pytest.fixture(scope="module")
 def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
-    backend = Backend(write_truth_workspace(tmp_path_factory.mktemp("views_ws")))
-    try:
+    with Backend(write_truth_workspace(tmp_path_factory.mktemp("views_ws"))) as backend:
         yield backend
-    finally:
-        backend.close()
 
 
 @pytest.fixture(scope="module")

@@ -26,11 +26,8 @@ pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason=NO_CHROMIUM)
 
 @pytest.fixture
 def backend(tmp_path: Path) -> Iterator[Backend]:
-    backend = Backend(write_batched_workspace(tmp_path))
-    try:
+    with Backend(write_batched_workspace(tmp_path)) as backend:
         yield backend
-    finally:
-        backend.close()
 
 
 def test_the_run_page_lists_the_batched_function_the_audit_caught(

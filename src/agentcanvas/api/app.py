@@ -26,7 +26,7 @@ from agentcanvas.scheduler.samplers import default_samplers
 from agentcanvas.scheduler.settings import AdmissionSettings
 from agentcanvas.server.registry import WorkspaceComponentRegistry
 
-from . import downloads, leaderboard, media, misc, run_detail, start
+from . import downloads, failures, leaderboard, media, misc, run_detail, start
 from . import eval as eval_api
 from .error_handlers import install_error_handlers
 from .limits import BodyLimitMiddleware
@@ -186,6 +186,7 @@ def create_app(
     app.include_router(media.router)
     app.include_router(leaderboard.router)
     app.include_router(run_detail.router)
+    app.include_router(failures.router)
     app.include_router(misc.router)
     install_error_handlers(app)
     install_method_not_allowed(app)

@@ -111,8 +111,11 @@ async def list_runs(
     q: str | None = Query(None, max_length=200, description="Words in name, tags, note, id."),
     tag: str | None = Query(None, max_length=40, description="Only runs with this tag."),
     graph: str | None = Query(None, max_length=128, description="Only runs of this graph."),
+    retry_of: str | None = Query(
+        None, max_length=64, description="Only the retries of this run (config.retry_of)."
+    ),
 ) -> dict[str, Any]:
-    query = RunQuery(text=q, tag=tag, graph=graph)
+    query = RunQuery(text=q, tag=tag, graph=graph, retry_of=retry_of)
     return services(request).runs.list(offset, limit, status, query)
 
 

@@ -45,7 +45,7 @@ from .run_detail import save_start_meta
 from .services import ProcessServices
 from .start_request import StartRequest
 
-__all__ = ["StartRequest", "StartResponse", "router"]
+__all__ = ["IdempotencyKey", "StartRequest", "StartResponse", "router", "start_run"]
 
 router = APIRouter(prefix="/api/eval/v2", tags=["eval"], responses=error_responses(400, 403, 422))
 
@@ -82,18 +82,32 @@ async def start_eval_v2(
     """Queue a run (default) or, with via_subprocess false, run it inside the backend.
 
     With an ``Idempotency-Key`` header a retried start never creates a second run."""
-    svc: ProcessServices = request.app.state.services
+    return await start_run(request.app.state.services, body, idempotency_key)
+
+
+async def start_run(
+    svc: ProcessServices,
+    body: StartRequest,
+    idempotency_key: str | None,
+    graph: Graph | None = None,
+) -> StartResponse:
+    """Queue (or run) ``body``'s run, as ``POST /start`` does; ``graph``: the graph to run
+    instead of the one named ``graph_name`` in the workspace (a retry runs the original's
+    frozen graph), validated against the node sets first."""
     if idempotency_key is None:
-        return await _start(svc, body, None)
+        return await _start(svc, body, None, graph)
     fingerprint = body_fingerprint(body)
     async with svc.submit_keys.claim(idempotency_key, fingerprint) as earlier:
         if earlier is not None:
             return StartResponse.model_validate({**earlier.response, "replayed": True})
-        return await _start(svc, body, (idempotency_key, fingerprint))
+        return await _start(svc, body, (idempotency_key, fingerprint), graph)
 
 
 async def _start(
-    svc: ProcessServices, body: StartRequest, key: tuple[str, str] | None
+    svc: ProcessServices,
+    body: StartRequest,
+    key: tuple[str, str] | None,
+    frozen: Graph | None = None,
 ) -> StartResponse:
     overlay = None
     resolver = svc.registry
@@ -101,7 +115,11 @@ async def _start(
         overlay = check_overlay(svc.workspace, body.active_workspace_dir)
         resolver = overlay_registry(svc.workspace, overlay)
     options = body.run_options()
-    graph = resolver.load_graph(options["graph_name"])
+    if frozen is None:
+        graph = resolver.load_graph(options["graph_name"])
+    else:
+        resolver.validate(frozen)
+        graph = frozen
     _check_tasks(resolver, graph, options["tasks"])
     try:
         config = EvalConfig(**options)

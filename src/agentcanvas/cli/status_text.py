@@ -1,13 +1,21 @@
 """A run's state in a few readable lines, from its summary as the backend serves it (JSON):
 ``agentcanvas status`` without ``--json``. Counts read ``completed 18 · error 6``, never a
-Python repr; every rate names its interval's method and what it covers."""
+Python repr; every rate names its interval's method and what it covers.
+
+Its failures too (:func:`failures_text`), from the report the backend serves and
+``agentcanvas failures --json`` prints (:class:`agentcanvas.api.failure_report.FailureReport`
+as JSON): one line per cause, largest first, with its episodes, tasks and an example message;
+with ``verbose``, the example's traceback under it (as recorded: already bounded)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+import textwrap
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
 
-__all__ = ["counts_text", "status_text", "success_text"]
+from agentcanvas.api.failure_report import first_line
+
+__all__ = ["counts_text", "failures_text", "listed", "status_text", "success_text"]
 
 
 def counts_text(counts: Mapping[str, Any] | None) -> str:
@@ -67,4 +75,53 @@ def status_text(summary: Mapping[str, Any], name: str | None = None) -> str:
         rows.append(("waiting", str(summary["waiting_reason"])))
     width = max(len(label) for label, _ in rows)
     lines += [f"  {label:<{width}}  {value}" for label, value in rows]
+    return "\n".join(lines)
+
+
+MAX_SHOWN_EPISODES: Final = 8
+MAX_SHOWN_TASKS: Final = 4
+MAX_SHOWN_GROUPS: Final = 20
+
+
+def listed(items: Sequence[Any], at_most: int) -> str:
+    """``1, 3, 5`` or ``1, 3, 5, … (+12 more)``."""
+    shown = ", ".join(map(str, items[:at_most]))
+    return shown + (f", … (+{len(items) - at_most} more)" if len(items) > at_most else "")
+
+
+def _group_lines(group: Mapping[str, Any], verbose: bool) -> list[str]:
+    tasks = group["tasks"]
+    lines = [
+        f"  {group['count']} × {group['label']} - task{'s' if len(tasks) > 1 else ''} "
+        f"{listed(tasks, MAX_SHOWN_TASKS)} - episode{'s' if group['count'] > 1 else ''} "
+        f"{listed(group['episodes'], MAX_SHOWN_EPISODES)}",
+        f"      {first_line(group['example'])}",
+    ]
+    trace = group.get("example_traceback")
+    if verbose and trace:
+        lines.append(f"      traceback of episode {group['example_episode']}:")
+        lines.append(textwrap.indent(trace, "        "))
+    return lines
+
+
+def failures_text(report: Mapping[str, Any], verbose: bool = False) -> str:
+    """The report in lines (see the module's doc), with how to retry them."""
+    run_id = report["run_id"]
+    if not report["failed"]:
+        return f"run {run_id}: no failure in {report['episodes']} episode(s)"
+    lines = [
+        f"run {run_id}: {report['failed']} of {report['episodes']} episode(s) did not succeed "
+        f"({report['errors']} error(s)), by cause:"
+    ]
+    groups = report["groups"]
+    for group in groups[:MAX_SHOWN_GROUPS]:
+        lines += _group_lines(group, verbose)
+    if len(groups) > MAX_SHOWN_GROUPS:
+        lines.append(f"  … {len(groups) - MAX_SHOWN_GROUPS} more cause(s) (--json lists them all)")
+    if not verbose and any(g.get("example_traceback") for g in groups):
+        lines.append(f"  tracebacks: agentcanvas failures {run_id} --verbose")
+    if report["errors"]:
+        lines.append(f"  run the errors again: agentcanvas retry {run_id} --errors")
+    elif report["retryable_failures"]:
+        lines.append(f"  run them again: agentcanvas retry {run_id} --failures")
     return "\n".join(lines)

@@ -8,13 +8,21 @@ from collections.abc import Mapping
 
 from rich.table import Table
 
+from agentcanvas.api.failure_report import record_problem
 from agentcanvas.cli.common import stderr
 from agentcanvas.cli.determinism import determinism_line, determinism_table
 from agentcanvas.cli.status_text import counts_text
 from agentcanvas.eval.config import EvalRun
 from agentcanvas.eval.metrics import MetricAggregate
 
-__all__ = ["method_legend", "metrics_table", "print_summary", "stop_line", "task_table"]
+__all__ = [
+    "error_lines",
+    "method_legend",
+    "metrics_table",
+    "print_summary",
+    "stop_line",
+    "task_table",
+]
 
 
 def _num(value: float | None, digits: int = 4) -> str:
@@ -130,11 +138,8 @@ def print_summary(run: EvalRun, where: str) -> None:
         f"[{style}]health: {health.verdict}, {health.error_count} error episode(s)"
         + (f" - {health.reason}" if health.reason else "")
     )
-    errors = [e for e in run.episodes if e.status != "completed"]
-    for ep in errors[:20]:
-        stderr.print(
-            f"  [red]episode {ep.index} ({ep.task} #{ep.episode_index}): {ep.status}: {ep.error}"
-        )
+    for line in error_lines(run):
+        stderr.print(line, style="red", markup=False, highlight=False)
     stderr.print(determinism_table(run.determinism))
     style = "green" if run.determinism.level == "certified" else "yellow"
     stderr.print(determinism_line(run.determinism), style=style, markup=False)
@@ -143,6 +148,25 @@ def print_summary(run: EvalRun, where: str) -> None:
     if run.stop is not None:
         stderr.print(stop_line(run), markup=False)
     stderr.print(f"run written to {where}")
+
+
+MAX_ERROR_LINES = 20
+
+
+def error_lines(run: EvalRun) -> list[str]:
+    """One line per episode that did not complete (at most MAX_ERROR_LINES): its status, its
+    end reason and the first line of what went wrong (:func:`record_problem`), then where to
+    see them grouped by cause when any episode did not succeed."""
+    errors = [e for e in run.episodes if e.status != "completed"]
+    lines = [
+        f"  episode {ep.index} ({ep.task} #{ep.episode_index}): {record_problem(ep)}"
+        for ep in errors[:MAX_ERROR_LINES]
+    ]
+    if len(errors) > MAX_ERROR_LINES:
+        lines.append(f"  … {len(errors) - MAX_ERROR_LINES} more episode(s) in error")
+    if errors or any(e.end_reason not in (None, "success") for e in run.episodes):
+        lines.append(f"  grouped by cause: agentcanvas failures {run.run_id}")
+    return lines
 
 
 def stop_line(run: EvalRun) -> str:

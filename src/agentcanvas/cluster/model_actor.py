@@ -1,9 +1,10 @@
 """Shared node sets (models) as Ray actors, reached from worker actors through handles.
 
 One :class:`ModelServer` actor per shared node set of a run. It loads the node set as its
-server would (catalogue scan, ``LocalNodeSet``), runs the same start-up batch-invariance
-checks, and serves node calls through the same :class:`BatchedInferenceServer` (coalescing
-across the workers attached to it, audit included). It is an async actor, so concurrent calls
+server would (that node set alone: ``NodeSetCatalogue.load_one``), runs the same start-up
+batch-invariance checks, and serves node calls through the same
+:class:`BatchedInferenceServer` (coalescing across the workers attached to it, audit
+included). It is an async actor, so concurrent calls
 from several workers land in one batch. Inputs and outputs travel wire-encoded, as they do to
 a node-set server, so a value reaches the model exactly as on the local engine.
 
@@ -17,10 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from agentcanvas import wire
+from agentcanvas.catalogue import NodeSetCatalogue
 from agentcanvas.errors import NodeSetError, ServerDiedError
 from agentcanvas.nodes.base import CallContext, LocalNodeSet
 from agentcanvas.nodes.handles import AttachesClients, BatchAudited
@@ -35,14 +38,18 @@ from agentcanvas.server.runtime import fix_numeric_threads
 MODEL_RETRY_S = 120.0  # how long a caller keeps retrying a model actor that died
 
 
-def load_catalogue(workspace: str | None, active: str | None) -> WorkspaceComponentRegistry:
-    """The node sets of the shipped workspace (and overlay), as a node-set server loads them."""
-    registry = WorkspaceComponentRegistry(
-        workspace=Path(workspace) if workspace else Path.cwd(),
-        active_workspace=Path(active) if active else None,
+def load_catalogue(
+    workspace: str | None, active: str | None, names: Iterable[str]
+) -> WorkspaceComponentRegistry:
+    """The node sets ``names`` of the shipped workspace (and overlay), each imported alone
+    (``NodeSetCatalogue.load_one``, the precedence of a full scan), as a node-set server
+    loads its own: no other node set of the workspace is imported."""
+    catalogue = NodeSetCatalogue(
+        Path(workspace) if workspace else Path.cwd(), Path(active) if active else None
     )
-    registry.scan_all()
-    return registry
+    for name in names:
+        catalogue.load_one(name)
+    return WorkspaceComponentRegistry(catalogue=catalogue)
 
 
 class ModelServer:
@@ -50,7 +57,7 @@ class ModelServer:
 
     def __init__(self, nodeset: str, workspace: str | None, active: str | None) -> None:
         fix_numeric_threads()
-        registry = load_catalogue(workspace, active)
+        registry = load_catalogue(workspace, active, [nodeset])
         self.instance = LocalNodeSet(registry.nodeset(nodeset))
         policy = policy_from_env()
         auditor = build_auditor(self.instance, policy.max_batch, audit_settings_from_env())

@@ -29,6 +29,7 @@ __all__ = [
     "PlacementPlan",
     "describe_wait",
     "group_name",
+    "group_view",
     "in_group",
     "model_options",
     "plan_placement",
@@ -89,6 +90,16 @@ def _bundle(declared: NodeSetResources) -> dict[str, float]:
 def group_name(run_id: str) -> str:
     """The name of a run's placement group (seen in ``ray.util.placement_group_table()``)."""
     return f"agentcanvas:{run_id}"
+
+
+def group_view(plan: PlacementPlan, state: str, group_id: str | None) -> dict[str, Any]:
+    """A run's group as ``/queue`` and the ``eval_waiting`` event show it."""
+    return {
+        "state": state,
+        "placement_group": group_id,
+        "bundles": [dict(b) for b in plan.bundles],
+        "strategy": plan.strategy,
+    }
 
 
 def describe_wait(demand: Mapping[str, float], free: Mapping[str, float]) -> str:

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from agentcanvas.cluster.placement import PlacementPlan, describe_wait, group_name
+from agentcanvas.cluster.placement import PlacementPlan, describe_wait, group_name, group_view
 from agentcanvas.cluster.run_group import cluster_free, create_group, remove_group
 from agentcanvas.cluster.session import import_ray, open_session
 from agentcanvas.errors import ConfigError
@@ -45,12 +45,7 @@ class Reservation:
     error: str = ""
 
     def as_json(self) -> dict[str, Any]:
-        return {
-            "state": self.state,
-            "placement_group": self.group_id,
-            "bundles": [dict(b) for b in self.plan.bundles],
-            "strategy": self.plan.strategy,
-        }
+        return group_view(self.plan, self.state, self.group_id)
 
 
 @dataclass

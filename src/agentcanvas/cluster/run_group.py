@@ -4,9 +4,11 @@ An eval process admitted by the scheduler finds the group reserved for it in
 ``PLACEMENT_GROUP_ENV`` (its hex id): it checks that the group's bundles are the ones its own
 plan needs and uses it (one that no longer fits is released and reserved anew). Without one
 (a foreground ``agentcanvas eval``, a local Ray) it reserves its own group and waits until Ray
-has placed it, up to ``START_TIMEOUT_S``, then fails naming what the cluster lacks. Either
-way the group is removed when the run ends (removing a removed group is a no-op, so the
-scheduler may remove it again when it reaps).
+has placed it, up to ``START_TIMEOUT_S``, then fails naming what the cluster lacks; while it
+waits, the reason (what the group needs, what the cluster has free) goes to the caller's
+``WaitReport`` after a second and then every few seconds. Either way the group is removed
+when the run ends (removing a removed group is a no-op, so the scheduler may remove it again
+when it reaps).
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import asyncio
 import contextlib
 import logging
 import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +27,7 @@ from agentcanvas.cluster.placement import (
     PlacementPlan,
     describe_wait,
     group_name,
+    group_view,
 )
 from agentcanvas.cluster.session import import_ray
 from agentcanvas.errors import ConfigError, ServerError
@@ -30,6 +35,8 @@ from agentcanvas.errors import ConfigError, ServerError
 __all__ = [
     "START_TIMEOUT_S",
     "RunGroup",
+    "WaitReport",
+    "awaited",
     "cluster_free",
     "create_group",
     "group_by_id",
@@ -38,6 +45,11 @@ __all__ = [
 
 log = logging.getLogger("agentcanvas.cluster")
 START_TIMEOUT_S = 300.0  # an actor's first start: a new node may install its runtime env
+FIRST_REPORT_S = 1.0  # a group placed at once says nothing
+REPORT_EVERY_S = 5.0
+WaitReport = Callable[[str, float, dict[str, Any]], None]
+"""Told while a group waits: the reason (``describe_wait``), seconds waited, the group as
+``/queue`` shows it (``group_view``)."""
 
 
 def create_group(plan: PlacementPlan, name: str) -> Any:
@@ -102,11 +114,14 @@ class RunGroup:
         return None if index is None else (self.group, index)
 
     @classmethod
-    async def acquire(cls, plan: PlacementPlan, run_key: str) -> RunGroup:
+    async def acquire(
+        cls, plan: PlacementPlan, run_id: str, report: WaitReport | None = None
+    ) -> RunGroup:
         """The group the scheduler reserved (``PLACEMENT_GROUP_ENV``), else a new one of
-        this process, once Ray has placed it. A reservation that no longer fits the run (a
-        manifest changed since it was queued, or a spec written before resources were
-        recorded) is released and the run reserves what it needs now."""
+        this process named after ``run_id``, once Ray has placed it (``report`` is told why
+        while it waits). A reservation that no longer fits the run (a manifest changed since
+        it was queued, or a spec written before resources were recorded) is released and the
+        run reserves what it needs now."""
         granted = os.environ.get(PLACEMENT_GROUP_ENV)
         run_group: RunGroup | None = None
         if granted:
@@ -122,14 +137,15 @@ class RunGroup:
                 )
                 await asyncio.to_thread(remove_group, group)
         if run_group is None:
-            run_group = cls(create_group(plan, group_name(run_key)), plan, owned=True)
-        await run_group._ready()
+            run_group = cls(create_group(plan, group_name(run_id)), plan, owned=True)
+        await run_group._ready(report)
         return run_group
 
-    async def _ready(self) -> None:
+    async def _ready(self, report: WaitReport | None) -> None:
+        placed: asyncio.Future[Any] = asyncio.ensure_future(awaited(self.group.ready()))
         try:
             async with asyncio.timeout(START_TIMEOUT_S):
-                await self.group.ready()
+                await self._report_until(placed, report)
         except TimeoutError as exc:
             free = await asyncio.to_thread(cluster_free)
             self.remove()
@@ -141,6 +157,27 @@ class RunGroup:
             if self.owned:
                 self.remove()
             raise
+        finally:
+            placed.cancel()
+
+    async def _report_until(self, placed: asyncio.Future[Any], report: WaitReport | None) -> None:
+        """Until ``placed`` resolves, tell ``report`` what the group waits for."""
+        started = time.monotonic()
+        pause = FIRST_REPORT_S
+        while not placed.done():
+            await asyncio.wait({placed}, timeout=pause)
+            pause = REPORT_EVERY_S
+            if placed.done() or report is None:
+                continue
+            free = await asyncio.to_thread(cluster_free)
+            view = group_view(self.plan, "pending", self.group_id)
+            report(describe_wait(self.plan.demand(), free), time.monotonic() - started, view)
+        placed.result()
 
     def remove(self) -> None:
         remove_group(self.group)
+
+
+async def awaited(ref: Any) -> Any:
+    """An ObjectRef awaited in a task of its own (so the wait can be polled and cancelled)."""
+    return await ref

@@ -8,7 +8,9 @@ actor in one call, and hands what comes back to the recorder — the record with
 (the episode's log.jsonl and frames, :class:`ShippedFiles`), written as the local engine
 writes them. A worker actor or node lost mid-episode puts the episode back for a retry with
 the same seed (``attempts`` counts them); the loop waits for Ray to restart its actor and
-goes on, while the other workers keep taking episodes. When every worker is gone with
+goes on, while the other workers keep taking episodes. The same holds before the first
+episode: a loop whose actor has not answered yet (its node lost as it started, or slow)
+waits for it while the others run (``RayWorkerGroup.start``). When every worker is gone with
 episodes left the run raises ServerDiedError: it ends ``aborted`` and can be resumed.
 """
 
@@ -19,6 +21,7 @@ import logging
 from pathlib import Path
 
 from agentcanvas.cluster.elastic import Assignment, RetryingWork
+from agentcanvas.cluster.run_group import START_TIMEOUT_S
 from agentcanvas.cluster.session import import_ray
 from agentcanvas.cluster.worker_actor import EpisodeReply, EpisodeRequest
 from agentcanvas.cluster.workers import RayWorkerGroup
@@ -66,8 +69,6 @@ class RayEpisodeWorkers:
 
     async def run(self, control: RunControl, dispatcher: WorkStealingDispatcher) -> None:
         run = control.recorder.run
-        if not self.group.actors:
-            await self.group.start(control.context.run_id, control.config.worker_count)
         run.determinism.worker_nodes = self.group.nodes  # filled in as the actors report
         run.determinism.placement_group = self.group.reported_group
         work = RetryingWork(dispatcher)
@@ -90,7 +91,14 @@ class RayEpisodeWorkers:
         await self.group.cancel_all()
 
     async def _worker_loop(self, control: RunControl, worker_id: int, work: RetryingWork) -> None:
+        """Take episodes while the actor is there; wait for it when it is not (not up yet,
+        lost, restarted), giving up once nothing is left for it."""
+        wait_s = START_TIMEOUT_S  # the first time: an actor whose node was lost as it started
         while not control.cancelled:
+            if not await self._actor_ready(control, worker_id, work, wait_s):
+                self.lost_workers += not (work.finished() or control.cancelled)
+                return
+            wait_s = ACTOR_RETURN_S
             item = work.take(worker_id)
             if item is None:
                 if work.finished():
@@ -99,19 +107,22 @@ class RayEpisodeWorkers:
                 continue
             reply = await self._send(control, worker_id, item)
             if reply is None:
+                self.group.lost(worker_id)
                 await self._lost(control, item, work)
-                back = await self.group.wait_back(
-                    worker_id, lambda: work.finished() or control.cancelled, ACTOR_RETURN_S
-                )
-                if not back:
-                    self.lost_workers += 1
-                    return
                 continue
             work.done(item, lost=False, max_attempts=control.config.max_attempts)
             result = await self._record_reply(control, reply, item)
             if result.status == "timeout" and not control.cancelled:
                 self.group.restart(worker_id)  # a call may still run in the old simulator
-                await self.group.wait_back(worker_id, work.finished, ACTOR_RETURN_S)
+
+    async def _actor_ready(
+        self, control: RunControl, worker_id: int, work: RetryingWork, timeout_s: float
+    ) -> bool:
+        """Whether the worker's actor answers, waiting up to ``timeout_s`` for it; False when
+        it does not, or once nothing is left for it to do."""
+        return await self.group.wait_ready(
+            worker_id, lambda: work.finished() or control.cancelled, timeout_s
+        )
 
     def _request(self, control: RunControl, index: int) -> EpisodeRequest:
         config = control.config

@@ -1,10 +1,11 @@
 """EpisodeWorker: one worker of a Ray run, an actor that runs whole episodes itself.
 
-It loads the node sets from the shipped workspace as a node-set server would (catalogue
-scan), holds its replicated node sets (the simulator) in-process, reaches the shared ones
-through model-actor handles, and runs each episode with the same ``run_episode`` (LoopRunner
-/ GraphExecutor) as the local engine. In-process calls of replicated and shared node sets
-cross the wire encoding (``nodes.boundary``), so a record equals the local engine's.
+It loads the graph's node sets from the shipped workspace as a node-set server would (each
+alone: ``NodeSetCatalogue.load_one``), holds its replicated node sets (the simulator)
+in-process, reaches the shared ones through model-actor handles, and runs each episode with
+the same ``run_episode`` (LoopRunner / GraphExecutor) as the local engine. In-process calls
+of replicated and shared node sets cross the wire encoding (``nodes.boundary``), so a record
+equals the local engine's.
 
 The head sends an episode's identity and options; the actor answers with its EpisodeResult,
 the episode's firing log (encoded here) and its frames (file name → bytes: per view an mp4
@@ -78,8 +79,8 @@ class EpisodeWorker:
     ) -> None:
         fix_numeric_threads()
         self.client = client
-        self.registry = load_catalogue(workspace, active)
         self.graph = parse_graph(graph, source="the run's graph")
+        self.registry = load_catalogue(workspace, active, self.graph.nodesets())
         for name, actor in models.items():
             manifest = self.registry.manifest(name)
             self.registry.bind_handle(name, RayModelHandle(name, actor, manifest))
@@ -103,12 +104,13 @@ class EpisodeWorker:
 
         return str(ray.get_runtime_context().get_node_id())
 
-    async def placement_group(self) -> str:
-        """The hex id of the placement group this actor runs in ("" for none), as Ray says."""
+    async def where(self) -> tuple[str, str]:
+        """The Ray node this actor runs on, and the hex id of the placement group it runs in
+        ("" for none), as Ray says."""
         from ray.util import get_current_placement_group
 
         group = get_current_placement_group()
-        return "" if group is None else str(group.id.hex())
+        return await self.node_id(), "" if group is None else str(group.id.hex())
 
     async def cancel(self) -> None:
         """End the episode in flight as ``cancelled`` (the run was cancelled)."""

@@ -1,24 +1,42 @@
-"""RayWorkerGroup: the worker actors of one run — started, pinged, restarted, killed."""
+"""RayWorkerGroup: the worker actors of one run — started, asked where they run, restarted,
+killed.
+
+A run does not wait for every actor to come up. ``start`` returns once all have answered,
+or — as soon as one has — when the run's placement group lost a node (Ray reports it
+``RESCHEDULING``: the bundles there wait for room elsewhere, maybe for a node that never
+comes) or when the others are still silent ``STRAGGLER_S`` after the first answer (a node
+still installing its runtime env, say). The late ones are awaited by their own worker loops
+(``wait_ready``) while the others take episodes, and steal the late ones' shares meanwhile.
+Only when no actor answers within ``START_TIMEOUT_S`` does the run fail.
+
+Each actor has at most one question in flight (``where``): a restarting actor queues calls,
+and asking again on every poll would leave it a backlog to answer when it is back.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
 
 from agentcanvas.cluster.placement import worker_options
-from agentcanvas.cluster.run_group import START_TIMEOUT_S, RunGroup
+from agentcanvas.cluster.run_group import START_TIMEOUT_S, RunGroup, awaited
 from agentcanvas.cluster.session import import_ray
 from agentcanvas.cluster.worker_actor import EpisodeWorker
 from agentcanvas.errors import ServerError
 
+log = logging.getLogger(__name__)
 PING_TIMEOUT_S = 2.0
+POLL_S = 0.25  # how often a wait for an actor looks at its give-up condition (no new calls)
+STRAGGLER_S = 20.0  # after the first actor answered, how long the run waits for the others
 
 
 class RayWorkerGroup:
     """W worker actors, worker ``k`` in bundle ``k`` of the run's placement group;
-    ``nodes`` records the Ray node ids each one ran on (in order)."""
+    ``nodes`` records the Ray node ids each one ran on (in order), ``answered`` which have
+    answered since they were (re)started."""
 
     def __init__(
         self,
@@ -35,12 +53,13 @@ class RayWorkerGroup:
         self.placement = placement
         self.actors: list[Any] = []
         self.nodes: dict[str, list[str]] = {}
+        self.answered: set[int] = set()
         self.reported_group: str | None = None
-        """The placement group every worker actor said it runs in (set by ``start``)."""
+        """The placement group the worker actors say they run in (set as they answer)."""
+        self._asking: dict[int, asyncio.Future[Any]] = {}
 
-    async def start(self, run_id: str, worker_count: int) -> None:
-        """Create the actors in their bundles and wait until each has loaded its node sets
-        and said it runs in the run's group."""
+    def create(self, run_id: str, worker_count: int) -> None:
+        """Create the actors in their bundles (they start in the background)."""
         ray = import_ray()
         remote = ray.remote(EpisodeWorker)
         group = self.placement.group
@@ -51,53 +70,91 @@ class RayWorkerGroup:
                 client, self.graph, None, self.active, self.models
             )
             self.actors.append(actor)
+
+    async def start(self, run_id: str, worker_count: int) -> None:
+        """Create the actors and wait for them as the module says."""
+        self.create(run_id, worker_count)
+        started = time.monotonic()
+        deadline = started + START_TIMEOUT_S
+        first: float | None = None
+        while len(self.answered) < len(self.actors):
+            waiting = [k for k in range(len(self.actors)) if k not in self.answered]
+            await asyncio.gather(*(self._ask(k, PING_TIMEOUT_S) for k in waiting))
+            now = time.monotonic()
+            if first is None and self.answered:
+                first = now
+            if first is not None and (now - first >= STRAGGLER_S or await self._lost_a_node()):
+                late = sorted(set(range(len(self.actors))) - self.answered)
+                log.warning(
+                    "run %s starts %.1f s in without worker actor(s) %s; they join when back",
+                    run_id,
+                    now - started,
+                    late,
+                )
+                return
+            if now > deadline:
+                raise ServerError(
+                    f"Ray could not start any of the {worker_count} worker actor(s) within "
+                    f"{START_TIMEOUT_S:g} s in their placement group"
+                )
+
+    async def _lost_a_node(self) -> bool:
+        """Whether Ray is re-placing bundles of the run's group (a node it used is gone)."""
+        ray = import_ray()
+        table = await asyncio.to_thread(ray.util.placement_group_table, self.placement.group)
+        return str(table.get("state")) == "RESCHEDULING"
+
+    async def _ask(self, worker_id: int, timeout_s: float) -> bool:
+        """Whether actor ``worker_id`` answers within ``timeout_s``; an answer records its
+        node and checks it runs in the run's group (ServerError if not)."""
+        ray = import_ray()
+        asking = self._asking.get(worker_id)
+        if asking is None:
+            where = self.actors[worker_id].where.remote()
+            asking = self._asking[worker_id] = asyncio.ensure_future(awaited(where))
+        done, _ = await asyncio.wait({asking}, timeout=timeout_s)
+        if not done:
+            return False
+        del self._asking[worker_id]
         try:
-            async with asyncio.timeout(START_TIMEOUT_S):
-                nodes = await asyncio.gather(*(a.node_id.remote() for a in self.actors))
-                groups = await asyncio.gather(*(a.placement_group.remote() for a in self.actors))
-        except TimeoutError as exc:
-            raise ServerError(
-                f"Ray could not start {worker_count} worker actor(s) within "
-                f"{START_TIMEOUT_S:g} s in their placement group"
-            ) from exc
-        reported = set(groups)  # what the actors say, for the summary, not what we asked
-        self.reported_group = (reported.pop() or None) if len(reported) == 1 else None
-        strays = [k for k, g in enumerate(groups) if g != self.placement.group_id]
-        if strays:  # Ray placed them elsewhere: the reservation would not be what is used
-            raise ServerError(f"worker actor(s) {strays} are not in the run's placement group")
-        for k, node in enumerate(nodes):
-            self.note_node(k, str(node))
+            node, group = asking.result()
+        except ray.exceptions.RayActorError as exc:
+            if exc.actor_init_failed:  # its constructor raised: Ray does not restart it
+                raise ServerError(f"worker actor {worker_id} failed to start: {exc}") from exc
+            return False
+        if group != self.placement.group_id:  # the reservation would not be what is used
+            raise ServerError(f"worker actor {worker_id} is not in the run's placement group")
+        self.reported_group = group or None
+        self.note_node(worker_id, str(node))
+        self.answered.add(worker_id)
+        log.info("worker actor %d is up on node %s", worker_id, node)
+        return True
 
     def note_node(self, worker_id: int, node: str) -> None:
         seen = self.nodes.setdefault(str(worker_id), [])
         if not seen or seen[-1] != node:
             seen.append(node)
 
-    async def ping(self, worker_id: int) -> bool:
-        """Whether the actor answers now (and where it runs)."""
-        ray = import_ray()
-        try:
-            async with asyncio.timeout(PING_TIMEOUT_S):
-                node = await self.actors[worker_id].node_id.remote()
-        except (ray.exceptions.RayActorError, TimeoutError):
-            return False
-        self.note_node(worker_id, str(node))
-        return True
+    def lost(self, worker_id: int) -> None:
+        """The actor was lost (or is being restarted): it must answer again."""
+        self.answered.discard(worker_id)
 
-    async def wait_back(
+    async def wait_ready(
         self, worker_id: int, give_up: Callable[[], bool], timeout_s: float
     ) -> bool:
-        """Wait until the (restarted) actor answers; False once ``give_up()`` or timed out."""
+        """Wait until the actor answers (at once if it has); False once ``give_up()`` or
+        timed out."""
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and not give_up():
-            if await self.ping(worker_id):
-                return True
-            await asyncio.sleep(0.5)
-        return False
+        while worker_id not in self.answered:
+            if give_up() or time.monotonic() > deadline:
+                return False
+            await self._ask(worker_id, POLL_S)  # the same question: polling costs no calls
+        return True
 
     def restart(self, worker_id: int) -> None:
         """Kill the actor so that Ray restarts it fresh (after a timed-out episode)."""
         ray = import_ray()
+        self.lost(worker_id)
         ray.kill(self.actors[worker_id], no_restart=False)
 
     async def cancel_all(self) -> None:
@@ -115,6 +172,9 @@ class RayWorkerGroup:
     def kill_all(self) -> None:
         """Kill every worker actor for good (the run is over)."""
         ray = import_ray()
+        for asking in self._asking.values():
+            asking.cancel()
+        self._asking.clear()
         actors, self.actors = self.actors, []
         for actor in actors:
             ray.kill(actor, no_restart=True)

@@ -15,6 +15,7 @@ from typing import Protocol
 
 from agentcanvas.eval.config import DeterminismInfo, EvalConfig
 from agentcanvas.eval.determinism import collect_determinism
+from agentcanvas.eval.events import Broadcast
 from agentcanvas.eval.run_context import RunContext
 from agentcanvas.eval.runner import BatchEvalRunner
 from agentcanvas.graph.model import Graph
@@ -27,8 +28,17 @@ class Engine(Protocol):
     name: str
 
     async def start(
-        self, registry: WorkspaceComponentRegistry, graph: Graph, config: EvalConfig
-    ) -> None: ...
+        self,
+        registry: WorkspaceComponentRegistry,
+        graph: Graph,
+        config: EvalConfig,
+        *,
+        run_id: str = "",
+        broadcast: Broadcast | None = None,
+    ) -> None:
+        """Start what the run ``run_id`` needs; a wait before it can start is told to
+        ``broadcast`` (``EvalWaiting``)."""
+        ...
 
     async def determinism(
         self, registry: WorkspaceComponentRegistry, graph: Graph
@@ -47,7 +57,13 @@ class LocalEngine:
     name = "local"
 
     async def start(
-        self, registry: WorkspaceComponentRegistry, graph: Graph, config: EvalConfig
+        self,
+        registry: WorkspaceComponentRegistry,
+        graph: Graph,
+        config: EvalConfig,
+        *,
+        run_id: str = "",
+        broadcast: Broadcast | None = None,
     ) -> None:
         await registry.ensure_nodesets_for_graph(graph, worker_count=config.worker_count)
 

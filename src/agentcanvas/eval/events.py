@@ -9,6 +9,8 @@ the dashboard reads (``api/web/js/live.js``, ``page_run.js``, ``page_runs.js``):
                         success_rate}                                 one per finished episode
                    or  {type, source: "eval", run_id, summary}        a subprocess run's status
     eval_complete      {type, source: "eval", run_id, status}         once per run, at the end
+    eval_waiting       {type, source: "eval", run_id, reason, waited_s, deadline_s,
+                        placement}                                    while a run waits to start
     nav_status, nav_step, exec_log  {type, source: "canvas", ...}     canvas Play, the
                                                                       executor's fields as-is
 
@@ -39,6 +41,7 @@ __all__ = [
     "EvalComplete",
     "EvalEpisodeDone",
     "EvalProgress",
+    "EvalWaiting",
     "LiveEvent",
     "LiveEventBase",
 ]
@@ -135,6 +138,22 @@ class EvalComplete(LiveEventBase):
     status: str
 
 
+class EvalWaiting(LiveEventBase):
+    """A run waits before its first episode, and why (the Ray engine: for its placement
+    group, with what the cluster has free, as ``/queue`` says). Sent every few seconds while
+    it waits; the run fails once ``waited_s`` reaches ``deadline_s``."""
+
+    type: Literal["eval_waiting"] = "eval_waiting"
+    source: Literal["eval"] = "eval"
+    run_id: str
+    reason: str
+    waited_s: float
+    deadline_s: float
+    placement: dict[str, Any] | None = Field(
+        default=None, description="state, placement_group, strategy, bundles (as /queue)."
+    )
+
+
 class CanvasEvent(LiveEventBase):
     """A step of canvas Play, with the executor's fields (step, node, status, ...) as-is."""
 
@@ -145,7 +164,8 @@ class CanvasEvent(LiveEventBase):
 
 
 LiveEvent = Annotated[
-    EvalEpisodeDone | EvalProgress | EvalComplete | CanvasEvent, Field(discriminator="type")
+    EvalEpisodeDone | EvalProgress | EvalComplete | EvalWaiting | CanvasEvent,
+    Field(discriminator="type"),
 ]
 LIVE_EVENT: Final[TypeAdapter[LiveEvent]] = TypeAdapter(LiveEvent)
 Broadcast = Callable[[LiveEvent], None]

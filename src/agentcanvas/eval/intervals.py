@@ -103,7 +103,7 @@ def betting_interval(
     The bets are predictable, so the interval depends on the ORDER of the values: callers
     pass them in a fixed order (sorted by episode index) to get a deterministic result.
     Valid (coverage >= confidence) for any distribution on ``[lo, hi]``, n = 1 included
-    (the interval is then wide). About 10 ms at n = 1000.
+    (the interval is then wide).
     """
     alpha = check_confidence("betting_interval", confidence)
     z = betting.bounded_values("betting_interval", values, lo, hi)

@@ -1,6 +1,6 @@
 """Per-episode records of a run: the append-only ``episodes.jsonl`` index and its readers.
 
-Where a run's per-episode records live (issue 13: flat cost per episode at any run size):
+Where a run's per-episode records live (a flat cost per episode at any run size):
 
 - ``episodes/ep{idx:04d}/episode.json`` is the durable record of one episode: written
   atomically (fsync) when the episode ends, before anything else mentions it.

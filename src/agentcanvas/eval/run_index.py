@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -68,9 +68,13 @@ class RunQuery:
     text: str | None = None
     tag: str | None = None
     graph: str | None = None
+    retry_of: str | None = None
+    """Only the retries of this run (their config's ``retry_of``)."""
 
     def matches(self, row: dict[str, Any]) -> bool:
         if self.status and row.get("status") != self.status:
+            return False
+        if self.retry_of and (row.get("config") or {}).get("retry_of") != self.retry_of:
             return False
         if self.graph and row.get("graph_name") != self.graph:
             return False
@@ -158,12 +162,7 @@ class RunIndex:
         ``query``, paged, each with ``config_diff``: the fields that differ between all the
         runs of its graph (:func:`config_differences_by_graph`), filtered or not; ``tags``
         and ``graphs``: every tag and graph of every run, for filters."""
-        query = RunQuery(
-            status=status or (query.status if query else None),
-            text=query.text if query else None,
-            tag=query.tag if query else None,
-            graph=query.graph if query else None,
-        )
+        query = replace(query or RunQuery(), status=status or (query.status if query else None))
         every = self.rows()
         rows = [row for row in every if query.matches(row)]
         differing = config_differences_by_graph(every)  # all runs of a graph, not the page

@@ -79,7 +79,8 @@ async def prepare_run(registry: WorkspaceComponentRegistry, setup: RunSetup) -> 
         marks["shared_borrowed_at"] = time.time()
     registry.validate(setup.graph)  # against the borrowed servers' manifests too
     config, engine = setup.config, setup.engine
-    await engine.start(registry, setup.graph, config)
+    run_id = setup.run_dir.root.name
+    await engine.start(registry, setup.graph, config, run_id=run_id, broadcast=setup.broadcast)
     if marks is not None:
         marks["servers_ready_at"] = time.time()
     context = RunContext(
@@ -87,7 +88,7 @@ async def prepare_run(registry: WorkspaceComponentRegistry, setup: RunSetup) -> 
         setup.graph,
         config,
         setup.run_dir,
-        setup.run_dir.root.name,
+        run_id,
         broadcast=setup.broadcast,
         determinism=await engine.determinism(registry, setup.graph),
         previous=setup.previous,

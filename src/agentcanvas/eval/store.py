@@ -11,7 +11,7 @@
 
 ``assets/`` exists when the episode saved any (frames): an empty folder per episode would
 cost a file creation each, which on some filesystems costs more CPU than a short episode
-(issue 13). Files are written with the atomic helpers of :mod:`agentcanvas.fileio`.
+. Files are written with the atomic helpers of :mod:`agentcanvas.fileio`.
 
 ``_RESERVE`` is disk space held while a run is written (:meth:`RunDir.reserve_space`): when
 the disk fills up, the run gives it back (:meth:`RunDir.release_reserve`) and so can still

@@ -55,7 +55,7 @@ MAX_TRACEBACK_LINES: Final = 40
 MAX_TRACEBACK_BYTES: Final = 8 * 1024
 MAX_TRACEBACK_LINE: Final = 400
 
-# ``str(dtype)`` runs Python code in numpy 2 (a few µs): every firing-log entry names the
+# ``str(dtype)`` runs Python code in numpy 2: every firing-log entry names the
 # dtypes of its arrays, so each dtype's name is computed once.
 _DTYPE_NAMES: dict[np.dtype[Any], str] = {}
 

@@ -77,7 +77,7 @@ def same_bits(a: Any, b: Any) -> bool:
             and a.tobytes() == b.tobytes()
         )
     if isinstance(a, np.generic) or isinstance(b, np.generic):
-        return type(a) is type(b) and a.tobytes() == b.tobytes()  # type: ignore[union-attr]
+        return type(a) is type(b) and a.tobytes() == b.tobytes()
     if isinstance(a, float) or isinstance(b, float):
         return (
             isinstance(a, float)

@@ -21,7 +21,7 @@ from agentcanvas.cli.command import Command
 from agentcanvas.cli.common import print_json
 from agentcanvas.cli.options import add_json, add_meta, add_url, meta_of, url_of
 from agentcanvas.cli.run_options import add_run_options, build_config, given_options
-from agentcanvas.cli.status_text import status_text
+from agentcanvas.cli.status_text import failures_text, status_text
 from agentcanvas.errors import ConfigError, UserInputError
 from agentcanvas.eval.run_state import TERMINAL_RUN_STATUSES
 
@@ -64,10 +64,23 @@ def idempotency_key(text: str) -> str:
 
 def cmd_submit(args: argparse.Namespace) -> int:
     body = start_body(args)  # refused here, naming the flag, before any request
+    started = post_start(args, body)
+    print_json(started, indent=None)
+    if not args.follow:
+        return exit_codes.OK
+    return follow(backend(args), started["run_id"])
+
+
+def post_start(
+    args: argparse.Namespace, body: dict[str, Any], route: str = START
+) -> dict[str, Any]:
+    """``POST`` of ``body`` to a route that starts a run (``/api/eval/v2/start`` or
+    ``/retry/{id}``) at ``--url``, sent again when it gets no answer, with
+    ``--idempotency-key`` (else a fresh UUID): the backend's answer."""
     key = args.idempotency_key or str(uuid.uuid4())
     try:
         started = backend(args).call(
-            "POST", START, json=body, headers={"Idempotency-Key": key}, retry_waits_s=RETRY_WAITS_S
+            "POST", route, json=body, headers={"Idempotency-Key": key}, retry_waits_s=RETRY_WAITS_S
         )
     except UserInputError as exc:
         if not isinstance(exc.__cause__, httpx.TransportError):
@@ -76,10 +89,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
             f"{exc}. If a backend did queue the run, submitting again with "
             f"--idempotency-key {key} answers that run instead of queueing a second one"
         ) from exc
-    print_json(started, indent=None)
-    if not args.follow:
-        return exit_codes.OK
-    return follow(backend(args), started["run_id"])
+    answer: dict[str, Any] = started
+    return answer
 
 
 def follow(client: Backend, run_id: str) -> int:
@@ -137,10 +148,27 @@ def cmd_status(args: argparse.Namespace) -> int:
     summary = client.call("GET", f"/api/eval/v2/status/{run_id}", params=params)
     if not args.json:
         print(status_text(summary, name))
+        report = failures_of(client, run_id, summary)
+        if report is not None:
+            print(failures_text(report))
         return exit_codes.OK
     shown = summary if args.full else {k: v for k, v in summary.items() if k != "episodes"}
     print_json(shown, indent=1)
     return exit_codes.OK
+
+
+def failures_of(client: Backend, run_id: str, summary: dict[str, Any]) -> dict[str, Any] | None:
+    """The run's failures by cause (``GET …/failures``) when its summary shows an error or a
+    success rate below 1; None otherwise, or from a backend without the route."""
+    errors = (summary.get("health") or {}).get("error_count") or 0
+    success = ((summary.get("aggregate_metrics") or {}).get("success") or {}).get("mean")
+    if not errors and (success is None or success >= 1):
+        return None
+    try:
+        report: dict[str, Any] = client.call("GET", f"/api/eval/v2/runs/{run_id}/failures")
+    except UserInputError:  # an older backend: the status alone
+        return None
+    return report
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
@@ -165,6 +193,18 @@ def _follow_flag(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_idempotency_key(p: argparse.ArgumentParser) -> None:
+    """``--idempotency-key``: what makes a start safe to send again."""
+    p.add_argument(
+        "--idempotency-key",
+        type=idempotency_key,
+        metavar="KEY",
+        help="sent as the Idempotency-Key header, the same on every retry of this submit: "
+        "a backend that already queued a run with KEY answers with that run (default: a "
+        "fresh UUID per invocation)",
+    )
+
+
 def _submit_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("graph", metavar="GRAPH", help="graph name (as the backend knows it)")
     p.add_argument(
@@ -174,14 +214,7 @@ def _submit_arguments(p: argparse.ArgumentParser) -> None:
         help="queue priority, -100 to 100: higher runs first, FIFO within one (default: 0)",
     )
     _follow_flag(p)
-    p.add_argument(
-        "--idempotency-key",
-        type=idempotency_key,
-        metavar="KEY",
-        help="sent as the Idempotency-Key header, the same on every retry of this submit: "
-        "a backend that already queued a run with KEY answers with that run (default: a "
-        "fresh UUID per invocation)",
-    )
+    add_idempotency_key(p)
     add_url(p)
     add_meta(p)
     add_run_options(p)

@@ -2,7 +2,9 @@
 its CI gate ``--fail-on-regression``.
 
 The pairing, the difference's interval, McNemar and the anytime-valid decision are
-:func:`agentcanvas.eval.comparison.compare_runs`'s; runs are named by id or name.
+:func:`agentcanvas.eval.comparison.compare_runs`'s, given the two run folders as the compare
+route and page give them (:func:`agentcanvas.api.runs.compare_runs`), so the answer has the
+same ``caveats`` and ``graph_differences``; runs are named by id or name.
 
 The gate's rule (:func:`regression`): B regresses from A when the exact two-sided McNemar
 test on the paired episodes, errored episodes counted as failures (the comparison's
@@ -16,11 +18,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from agentcanvas import exit_codes
+from agentcanvas import exit_codes, jsontext
+from agentcanvas.api.runs import compare_runs
 from agentcanvas.cli.command import Command
-from agentcanvas.cli.common import RUN_HELP, print_json, with_records
+from agentcanvas.cli.common import RUN_HELP, print_json, run_id_of
 from agentcanvas.cli.options import add_json
-from agentcanvas.eval.comparison import compare_runs
+from agentcanvas.eval.store import RunDir
+from agentcanvas.export import read_run, workspace_runs
 
 __all__ = ["COMPARE"]
 
@@ -48,8 +52,17 @@ def regression(result: dict[str, Any], alpha: float) -> dict[str, Any]:
     }
 
 
+def _side(ref: str, field: str) -> tuple[dict[str, Any], RunDir]:
+    """The summary (with its records) and the folder of the run ``ref`` names."""
+    runs = workspace_runs(None)
+    run_id = run_id_of(ref, field)
+    summary, records = read_run(runs, run_id)
+    return {**summary, "episodes": records}, RunDir(runs / run_id)
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
-    result = compare_runs(with_records(args.a, "RUN_A"), with_records(args.b, "RUN_B"))
+    (a, folder_a), (b, folder_b) = _side(args.a, "RUN_A"), _side(args.b, "RUN_B")
+    result = compare_runs(a, b, folder_a, folder_b)  # the compare route's answer
     gate = regression(result, args.alpha) if args.fail_on_regression else None
     if args.json:
         print_json({**result, "gate": gate} if gate else result, indent=1)
@@ -114,9 +127,32 @@ def compare_text(result: dict[str, Any]) -> str:
             + (f" ({seq['note']})" if seq["note"] else "")
         )
     lines.append(f"  decision method: {seq['method']}, alpha {seq['alpha']:g}")
-    if result["seeds_differ"]:
-        lines.append("  warning: the runs used different seeds; their episodes are not paired")
+    lines += graph_lines(result.get("graph_differences"))
+    lines += [f"  caveat: {caveat}" for caveat in result.get("caveats", [])]
     return "\n".join(lines)
+
+
+def _ab(change: dict[str, Any]) -> str:
+    return f"{jsontext.dumps(change.get('a'))} -> {jsontext.dumps(change.get('b'))}"
+
+
+def graph_lines(diff: dict[str, Any] | None) -> list[str]:
+    """What differs between the runs' frozen graphs, one line each: node or edge, field,
+    A's value -> B's (none when the graphs are the same or one could not be read)."""
+    if not diff or diff.get("same"):
+        return []
+    changes = [
+        *(f"node {n['node']}: added ({n['type']})" for n in diff["nodes_added"]),
+        *(f"node {n['node']}: removed ({n['type']})" for n in diff["nodes_removed"]),
+        *(f"node {c['node']}, {c['field']}: {_ab(c)}" for c in diff["nodes_changed"]),
+        *(f"edge {e}: added" for e in diff["edges_added"]),
+        *(f"edge {e}: removed" for e in diff["edges_removed"]),
+        *(f"edge {c['edge']}, {c['field']}: {_ab(c)}" for c in diff["edges_changed"]),
+        *(f"graph {c['field']}: {_ab(c)}" for c in diff["graph_changed"]),
+    ]
+    omitted = diff.get("omitted") or 0
+    tail = [f"    … {omitted} more change(s) (--json lists them)"] if omitted else []
+    return ["  the graphs differ (A -> B):", *(f"    {c}" for c in changes), *tail]
 
 
 def _compare_arguments(p: argparse.ArgumentParser) -> None:

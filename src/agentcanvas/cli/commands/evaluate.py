@@ -18,12 +18,12 @@ from agentcanvas.cli.summary import print_summary
 from agentcanvas.cluster import select_engine
 from agentcanvas.errors import ConfigError, RunError
 from agentcanvas.eval.config import EvalConfig, EvalRun
-from agentcanvas.eval.events import EvalProgress, LiveEvent
+from agentcanvas.eval.episode_plan import planned_total
+from agentcanvas.eval.events import EvalProgress, EvalWaiting, LiveEvent
 from agentcanvas.eval.foreground import ForegroundRun, run_foreground
 from agentcanvas.eval.invariance import diff_runs
 from agentcanvas.eval.run_meta import RunMeta, write_meta
 from agentcanvas.eval.run_setup import new_run_dir, run_registry
-from agentcanvas.eval.runner import episode_tasks
 from agentcanvas.eval.store import RunDir
 from agentcanvas.eval.tasks import check_tasks
 from agentcanvas.fileio import read_json
@@ -31,7 +31,15 @@ from agentcanvas.graph.model import Graph
 from agentcanvas.paths import runs_dir
 from agentcanvas.server.registry import WorkspaceComponentRegistry
 
-__all__ = ["DEMO", "EVAL", "VERIFY_INVARIANCE"]
+__all__ = ["DEMO", "EVAL", "VERIFY_INVARIANCE", "interrupted_text", "run_here"]
+
+
+def waiting_line(event: EvalWaiting) -> str:
+    """What a run waits for before its first episode, said on the progress view."""
+    return (
+        f"waiting for Ray to place the run's actors ({event.waited_s:.0f} s of "
+        f"{event.deadline_s:.0f} s): {event.reason}"
+    )
 
 
 class ProgressView:
@@ -52,6 +60,11 @@ class ProgressView:
         self.task = self.progress.add_task(label, total=total, sr="-", errors=_errors(0))
 
     def __call__(self, event: LiveEvent) -> None:
+        if isinstance(event, EvalWaiting):  # e.g. a Ray placement group not placed yet
+            self.progress.console.print(
+                waiting_line(event), markup=False, highlight=False, soft_wrap=True
+            )
+            return
         if isinstance(event, EvalProgress) and event.episodes_done is not None:
             sr = event.success_rate
             shown = "-" if sr is None else f"{sr:.3f} of {event.success_n} scored"
@@ -95,13 +108,13 @@ def _run(args: argparse.Namespace, label: str, meta: RunMeta | None = None) -> F
         write_meta(run_dir.root, meta)
     label = f"{label} w={config.worker_count}"
     try:
-        return asyncio.run(_run_here(registry, graph, config, run_dir, label))
+        return asyncio.run(run_here(registry, graph, config, run_dir, label))
     except KeyboardInterrupt:
         stderr.print(interrupted_text(run_dir, args), markup=False, highlight=False)
         raise
 
 
-async def _run_here(
+async def run_here(
     registry: WorkspaceComponentRegistry,
     graph: Graph,
     config: EvalConfig,
@@ -110,8 +123,10 @@ async def _run_here(
     *,
     shared_urls: Mapping[str, str] | None = None,
 ) -> ForegroundRun:
-    """One foreground run with a progress bar; ``shared_urls``: shared servers to borrow."""
-    view = ProgressView(config.episode_count * len(episode_tasks(config, graph)), label)
+    """One foreground run with a progress bar; ``shared_urls``: shared servers to borrow.
+    The bar's total is the plan's (``planned_total``: a retry's listed episodes, else
+    episode_count per task)."""
+    view = ProgressView(planned_total(config, graph), label)
     run = run_registry(registry.catalogue, run_dir)  # its servers log into the run folder
     with view.progress:
         result = await run_foreground(
@@ -147,7 +162,7 @@ async def _runs_at(args: argparse.Namespace, counts: list[int]) -> list[Foregrou
         for config in configs:
             run_dir = run_dirs.pop() if run_dirs else new_run_dir(base)
             label = f"w={config.worker_count}"
-            runs.append(await _run_here(registry, graph, config, run_dir, label, shared_urls=urls))
+            runs.append(await run_here(registry, graph, config, run_dir, label, shared_urls=urls))
     finally:
         await asyncio.shield(owner.shutdown_all())
     return runs

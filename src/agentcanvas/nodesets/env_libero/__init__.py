@@ -19,7 +19,7 @@ cause of results that do not reproduce between harnesses):
   libero_90 400) policy steps; the episode ends there or at success (LIBERO's ``done``);
 - ``camera_size`` (256, openpi's LIBERO_ENV_RESOLUTION): the agent-view (``image``) and
   wrist (``wrist_image``) pictures, both turned 180° (``[::-1, ::-1]``) as the policies were
-  trained on; ``images`` off gives state observations only (10 ms a step instead of 90–190);
+  trained on; ``images`` off gives state observations only (no rendering: far cheaper steps);
 - ``obs`` is the 8-float state openpi sends: end-effector position, its orientation as an
   axis-angle, the two gripper joint positions (float32).
 

@@ -72,8 +72,8 @@ node set does not import MuJoCo (a test keeps them equal)."""
 
 
 def variations(dataset: str, split: str, task: str, benchmark_seed: int) -> list[Any]:
-    """The task's 50 goal variations (MetaWorld ``Task`` objects), made by MetaWorld (0.5 s:
-    it resets the env 50 times) or read from the cache it was saved in the first time
+    """The task's 50 goal variations (MetaWorld ``Task`` objects), made by MetaWorld (it
+    resets the env 50 times) or read from the cache it was saved in the first time
     (``variations_cache``). MetaWorld seeds NumPy's global generator to make them; it is
     restored afterwards."""
     import metaworld
@@ -288,7 +288,7 @@ class MetaWorldPanel(TaskPanel):
 
 
 def _preload() -> None:
-    """In the fork template: MetaWorld, its envs and MuJoCo (0.5 s), once for all servers."""
+    """In the fork template: MetaWorld, its envs and MuJoCo, imported once for all servers."""
     import metaworld.env_dict  # noqa: F401
 
 

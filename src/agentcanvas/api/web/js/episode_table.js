@@ -2,6 +2,7 @@
 
 import { episodeHref, latestGet, runApi } from "./api.js";
 import { fillRows, h, num, option, panel, scroller, statusBadge } from "./dom.js";
+import { whyText } from "./failure_words.js";
 import { fmtNum, truncate } from "./format.js";
 import { PAGE_SIZE, pagerBar } from "./pager.js";
 import { nextSort, parseSort } from "./sorting.js";
@@ -29,14 +30,18 @@ function episodeRow(runId, e, metrics) {
   const scored = kind !== "error" && kind !== "cancelled";
   const metricCell = (m) => (scored ? num(fmtNum(e.metrics?.[m]))
     : h("td", { class: "num muted", title: UNSCORED }, fmtNum(e.metrics?.[m])));
-  const noteClass = kind === "cancelled" ? "note-text muted" : "error-text";
-  return h("tr", { dataset: { index: e.index, outcome: kind } },
+  // Why it ended, from the record's fields: the failing node's own message, the end reason.
+  const why = whyText(e);
+  const noteClass = kind === "error" ? "error-text" : "note-text muted";
+  return h("tr", { dataset: { index: e.index, outcome: kind, endReason: e.end_reason ?? "" } },
     num(h("a", { href: episodeHref(runId, e.index), text: e.index })),
     h("td", {}, e.task), num(e.episode_index),
     h("td", {}, statusBadge(e.status)), h("td", { class: `outcome ${kind}` }, outcome),
     num(e.steps), metrics.map(metricCell), num(e.attempts ?? 1),
-    h("td", { class: noteClass, title: e.error || "" }, e.error ? truncate(e.error, 90) : ""));
+    h("td", { class: why ? noteClass : undefined, title: why }, why ? truncate(why, WHY_CHARS) : ""));
 }
+
+const WHY_CHARS = 120;
 
 const OUTCOME_FILTERS = [
   ["outcome:success", "successes"],
@@ -62,7 +67,7 @@ function episodeHead(sort, metrics, sortBy) {
     : h("th", { scope: "col", title: m === "steps" ? STEPS_NOTE : undefined }, label(m)));
   return h("tr", {}, sortable("index", "Index"), sortable("task", "Task"), plain("Ep. #"),
     sortable("status", "Status"), plain("Outcome"), sortable("steps", "Graph steps"),
-    metrics.map(metricHead), plain("Attempts"), plain("Error"));
+    metrics.map(metricHead), plain("Attempts"), plain("Why it ended"));
 }
 
 function taskFilter(onChange) {

@@ -48,16 +48,21 @@ function comparePicker(runs, a, b) {
 const OUTPUT_ONLY_FIELDS = new Set(["save_frames", "frames", "record_log"]);
 // A stop rule's fields decide how many episodes of the plan ran, never a paired episode's score.
 const STOP_RULE_FIELDS = new Set(["until_halfwidth", "until_decided_vs", "stop_alpha"]);
+// Which episodes a run planned (a retry lists them), never a paired episode's score: the
+// pairing by (task, episode_index) takes care of them.
+const PLAN_FIELDS = new Set(["episodes", "retry_of", "episode_count", "tasks", "start_index",
+  "max_errors"]);
 
 function configWarning(allDifferences, configA, configB, graphLines = []) {
   const known = (field) => field in (configA ?? {}) || field in (configB ?? {});
   const value = (config, field) => JSON.stringify(config?.[field] ?? null);
   const change = (field) => (known(field)
     ? `${value(configA, field)} → ${value(configB, field)}` : "differs");
-  const scoring = (f) => !OUTPUT_ONLY_FIELDS.has(f) && !STOP_RULE_FIELDS.has(f);
+  const scoring = (f) => !OUTPUT_ONLY_FIELDS.has(f) && !STOP_RULE_FIELDS.has(f) && !PLAN_FIELDS.has(f);
   const differences = allDifferences.filter(scoring);
   const outputOnly = allDifferences.filter((f) => OUTPUT_ONLY_FIELDS.has(f));
   const stopRule = allDifferences.filter((f) => STOP_RULE_FIELDS.has(f));
+  const plan = allDifferences.filter((f) => PLAN_FIELDS.has(f));
   const rows = differences.filter((f) => f !== GRAPH).map((field) => [field, change(field)])
     .concat(graphLines);
   const aside = outputOnly.length ? h("p", { class: "muted" }, "Also differs, without effect on scores: ",
@@ -65,7 +70,19 @@ function configWarning(allDifferences, configA, configB, graphLines = []) {
   const stopAside = stopRule.length ? h("p", { class: "muted", id: "config-stop-rule" },
     "Also differs, the stop rule (how many episodes ran, not a paired episode's score): ",
     stopRule.map((f) => `${f} ${change(f)}`).join(", "), ".") : null;
-  return h("div", { class: "config-diff" }, configVerdict(differences, rows), aside, stopAside);
+  const planAside = plan.length ? h("p", { class: "muted", id: "config-plan" },
+    "Also differs, which episodes each run planned (the pairing takes care of it): ",
+    plan.join(", "), ".") : null;
+  return h("div", { class: "config-diff" }, configVerdict(differences, rows), aside, stopAside,
+    planAside);
+}
+
+// What the reader must know about the comparison, in the server's words (different seeds,
+// a frozen graph that could not be read…).
+function caveatsBlock(caveats) {
+  if (!caveats?.length) return null;
+  return h("div", { id: "compare-caveats" },
+    caveats.map((text) => h("p", { class: "notice warning caveat" }, text)));
 }
 
 // What differs in the frozen graph, from the server: node or edge, field, A → B.
@@ -108,8 +125,6 @@ function overallBlock(data) {
     errors.pairs ? notice(`${errors.pairs} paired episodes have an errored episode (A: ${errors.a}, `
       + `B: ${errors.b} errors): they are not scored. Counting errors as failures: ${line(ef)}.`,
     "warning") : null,
-    data.seeds_differ ? notice("The two runs have different seeds: paired episodes are not the "
-      + "same scenes, so the pairing is by index only.", "warning") : null,
     keyValues([
       ["paired episodes (n)", `${o.n} scored (of ${data.paired} in common)`],
       ["A success", `${fmtPct(o.a)} ${fmtInterval(...o.a_interval, fmtPct)}`],
@@ -231,7 +246,8 @@ async function compareReport(ctx, a, b, container) {
   }
   flips.body.append(flipsTable(data));
   deltas.body.append(...perTaskDeltas(data.per_task));
-  container.replaceChildren(configWarning(differences, sa.config, sb.config, graphRows(graph)),
+  container.replaceChildren(caveatsBlock(data.caveats) ?? "",
+    configWarning(differences, sa.config, sb.config, graphRows(graph)),
     h("div", { class: "grid two" }, runCard("A", sa, ma), runCard("B", sb, mb)),
     h("div", { class: "grid two" }, overall.el, tests.el), deltas.el, flips.el);
 }

@@ -4,6 +4,7 @@
 import { api, episodeHref, runApi, runHref } from "./api.js";
 import { h, keyValues, notice, panel, put, statusBadge } from "./dom.js";
 import { episodeOutcome } from "./episode_table.js";
+import { endReasonText, tracebacks, whyText } from "./failure_words.js";
 import { firingLog, nodeStats } from "./firing_log.js";
 import { fmtDuration, fmtNum } from "./format.js";
 import { episodeVideo, hasFrameAssets } from "./episode_video.js";
@@ -13,17 +14,28 @@ function episodeFacts(e) {
   const [outcome] = episodeOutcome(e);
   const metrics = Object.entries(e.metrics ?? {}).map(([k, v]) => `${k} ${fmtNum(v)}`).join(" · ");
   const nodeErrors = Object.entries(e.node_errors ?? {}).map(([n, msg]) => h("li", {}, `${n}: ${msg}`));
+  const why = whyText(e);
   return [
     keyValues([
       ["task", e.task], ["episode index", e.episode_index], ["seed", e.seed],
       ["status", statusBadge(e.status)], ["outcome", outcome],
+      ["ended", h("span", { id: "end-reason", dataset: { endReason: e.end_reason ?? "" } },
+        endReasonText(e) || "–", e.end_reason ? h("span", { class: "muted" }, ` (${e.end_reason})`) : null)],
       ["steps", `${e.steps} (budget ${e.step_budget ?? "–"})`], ["metrics", metrics || "–"],
       ["attempts", e.attempts ?? 1], ["instruction", e.instruction || "–"],
       ["duration", fmtDuration(e.duration_s)],
     ]),
-    e.error ? notice(`Error: ${e.error}`, "error") : null,
+    why && e.status !== "completed" ? notice(`Why it ended: ${why}`, "error") : null,
     nodeErrors.length ? h("ul", { class: "reasons" }, nodeErrors) : null,
+    tracebackBlocks(e),
   ];
+}
+
+// Each traceback the record holds, as text in a <pre> (never parsed as HTML), open.
+function tracebackBlocks(e) {
+  return tracebacks(e).map((t) => h("details", { class: "traceback", open: true,
+    dataset: { node: t.node ?? "" } },
+  h("summary", {}, t.title), h("pre", { class: "json traceback-text", text: t.text })));
 }
 
 // Runs / <the run's name, or its id> / episode N, with the previous and next episodes.

@@ -9,6 +9,7 @@ import { determinismBlock } from "./determinism_view.js";
 import { episodeTable } from "./episode_table.js";
 import { fmtInterval, fmtNum, fmtTime, isNum } from "./format.js";
 import { failureVideos } from "./failure_videos.js";
+import { failuresPanel } from "./failures_panel.js";
 import { graphDiagram } from "./graph_view.js";
 import { eventSummary, isLive, POLL_MS } from "./live.js";
 import { distributionsUrl, histogramBlock } from "./run_histograms.js";
@@ -17,6 +18,7 @@ import {
   ACTIVE, allEpisodesEnded, coverageText, errorCount, etaText, healthView, notNeeded,
 } from "./run_facts.js";
 import { healthBadge, progressBox, runAction, runActions, setProgress } from "./run_summary.js";
+import { retryLinks } from "./retry_links.js";
 import { makeSortable } from "./sortable.js";
 import { liveCsLine, stopBlock } from "./stop_rules.js";
 
@@ -38,6 +40,7 @@ function runHeader(ctx, runId, onAction) {
     title.textContent = m.name || `Run ${runId}`;
     idLine.textContent = m.name ? `run ${runId}` : "";
   });
+  const lineage = retryLinks(ctx, runId);
   const progress = progressBox();
   const eta = h("span", { class: "eta" });
   const actions = h("span", { class: "actions" });
@@ -55,7 +58,7 @@ function runHeader(ctx, runId, onAction) {
     }));
   const compare = h("a", { href: `#/compare?a=${enc(runId)}`, text: "compare with…" });
   const el = h("header", { class: "run-header" },
-    h("div", { class: "title-row" }, title, idLine, status, health, actions), meta.el,
+    h("div", { class: "title-row" }, title, idLine, status, health, actions), meta.el, lineage.el,
     h("div", { class: "progress-row" }, progress, eta,
       h("span", { class: "links" }, logs, downloads, compare)),
     facts, problem);
@@ -64,6 +67,7 @@ function runHeader(ctx, runId, onAction) {
     meta,
     fill(summary, source) {
       status.replaceChildren(statusBadge(summary.status));
+      lineage.fill(summary);
       health.replaceChildren(healthBadge(summary));
       el.classList.toggle("unhealthy", UNHEALTHY.has(summary.health?.verdict));
       setProgress(progress, summary, source);
@@ -245,6 +249,7 @@ function runLayout(ctx, runId, onAction) {
     config: panel("Config", "config-panel"),
     determinism: panel("Determinism", "determinism-panel"),
     graph: panel("Frozen graph", "graph-panel"),
+    failures: failuresPanel(ctx, runId),
     taskState: { metric: "success", sort: "" },
   };
   page.episodes = episodeTable(ctx, runId, (total) => page.onRecorded(total));
@@ -258,7 +263,7 @@ function runLayout(ctx, runId, onAction) {
   };
   page.stop.el.hidden = true;
   ctx.root.append(page.header.el, page.stop.el,
-    h("div", { class: "grid two" }, page.outcomes.el, page.aggregates.el),
+    h("div", { class: "grid two" }, page.outcomes.el, page.aggregates.el), page.failures.el,
     page.tasks.el, page.histograms.el, page.episodes.el, page.graph.el,
     h("div", { class: "grid two" }, page.config.el, page.determinism.el));
   return page;
@@ -327,6 +332,7 @@ export function runView(ctx, runId) {
     if (!ctx.alive) return;
     put(page.histograms.body, histogramBlock(page.dist));
     renderRun(page, summary, "load");
+    page.failures.load(summary); // its own errors show in its panel
     await page.episodes.load();
   }
   function reload() {
