@@ -14,7 +14,9 @@ episodes in the same invocation, interleaved, each in its own process and worksp
   ``video.mp4`` cached beside them): apparent size and allocated blocks, per frame and per
   episode, and the ratio after / before (the goal is at most 0.25);
 - the time to the first byte of an episode's video from a real ``agentcanvas serve`` (the
-  first request of three episodes), and after, of a frame of the scrubber;
+  first request of three episodes), and of the frame scrubber's frames: the first one asked
+  for (the middle of the episode), then the next few (before: PNG assets; after: the
+  frames route, decoded from the video);
 - that the records of every run are identical (frames are never part of a record).
 """
 
@@ -41,6 +43,7 @@ ANNOUNCE = re.compile(r"agentcanvas backend on (http://\S+)")
 STEP_BUDGET_BABYAI = 8
 SERVE_DEADLINE_S = 60.0
 VIDEOS_TIMED = 3
+FRAMES_STEPPED = 4  # frames fetched after the first, as a user stepping through
 
 
 def _worker(graph: str, n: int, workers: int, mode: str, budget: int | None) -> None:
@@ -103,6 +106,8 @@ def _run(src: Path, workspace: Path, args: list[str]) -> Path:
 
 def _frames_on_disk(run_dir: Path) -> dict[str, int]:
     """Bytes of every frame file of the run (apparent, allocated), frames, episodes."""
+    from agentcanvas.eval.media import frame_views
+
     apparent = allocated = n_frames = 0
     episodes = sorted((run_dir / "episodes").iterdir())
     for episode in episodes:
@@ -111,9 +116,8 @@ def _frames_on_disk(run_dir: Path) -> dict[str, int]:
             stat = path.stat()
             apparent += stat.st_size
             allocated += stat.st_blocks * 512
-        n_frames += len(list((episode / "assets").glob("step*_*.png")))
-        for index in (episode / "assets").glob("*.frames.json"):
-            n_frames += json.loads(index.read_text())["frames"]
+        views = frame_views(episode / "assets")  # either layout: PNGs, or a video's index
+        n_frames += sum(len(view.steps) for view in views.values())
     return {"apparent": apparent, "allocated": allocated, "frames": n_frames,
             "episodes": len(episodes)}  # fmt: skip
 
@@ -151,20 +155,31 @@ def _serve_times(src: Path, workspace: Path, run_dir: Path, frames: bool) -> dic
     try:
         url = _announced(proc, log)
         base = f"{url}/api/eval/v2/runs/{run_dir.name}/episodes"
-        times: dict[str, Any] = {"video_s": [], "video_bytes": [], "frame_s": []}
+        times: dict[str, Any] = {"video_s": [], "video_bytes": [], "frame_s": [], "next_s": []}
         with httpx.Client(timeout=120) as client:
             for index in range(VIDEOS_TIMED):
                 spent, size = _first_byte_s(client, f"{base}/{index}/video.mp4")
                 times["video_s"].append(spent)
                 times["video_bytes"].append(size)
-                if frames:
-                    steps = client.get(f"{base}/{index}/frames").json()["views"][0]["steps"]
-                    frame = f"{base}/{index}/frames/env/{len(steps) // 2}"
-                    times["frame_s"].append(_first_byte_s(client, frame)[0])
+                urls = _frame_urls(client, f"{base}/{index}", frames)
+                middle = len(urls) // 2  # the first frame asked for, then the next few
+                times["frame_s"].append(_first_byte_s(client, urls[middle])[0])
+                for url in urls[middle + 1 : middle + 1 + FRAMES_STEPPED]:
+                    times["next_s"].append(_first_byte_s(client, url)[0])
         return times
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def _frame_urls(client: httpx.Client, episode: str, frames_route: bool) -> list[str]:
+    """The URLs the frame scrubber fetches the env's frames from, in order: the frames
+    route (after), or each PNG asset (before)."""
+    if frames_route:
+        steps = client.get(f"{episode}/frames").json()["views"][0]["steps"]
+        return [f"{episode}/frames/env/{k}" for k in range(len(steps))]
+    assets = client.get(episode).json()["assets"]
+    return [f"{episode}/assets/{name}" for name in sorted(assets) if name.endswith("_env.png")]
 
 
 def _announced(proc: subprocess.Popen[bytes], log: Path) -> str:
@@ -218,9 +233,12 @@ def _report(graph: str, runs: dict[tuple[str, str], Path], serve: dict[str, Any]
         mp4 = _kb(statistics.median(serve[side]["video_bytes"]))
         line = (f"  first byte of a video ({side}): median {statistics.median(video_ms):.0f} ms, "
                 f"max {max(video_ms):.0f} ms; mp4 {mp4}")  # fmt: skip
-        if serve[side]["frame_s"]:
-            line += f"; a scrubbed frame: max {1000 * max(serve[side]['frame_s']):.0f} ms"
         print(line)
+        first_ms = [1000 * s for s in serve[side]["frame_s"]]
+        next_ms = [1000 * s for s in serve[side]["next_s"]]
+        print(f"  scrubber ({side}): first frame median {statistics.median(first_ms):.0f} ms, "
+              f"max {max(first_ms):.0f} ms; the next {FRAMES_STEPPED}: median "
+              f"{statistics.median(next_ms):.0f} ms, max {max(next_ms):.0f} ms")  # fmt: skip
     same = _same_records(list(runs.values()))
     print(f"  records identical with and without frames, before and after: {same}")
 

@@ -9,7 +9,7 @@ equals the local engine's.
 
 The head sends an episode's identity and options; the actor answers with its EpisodeResult,
 the episode's firing log (encoded here) and its frames (file name → bytes: per view an mp4
-and its index), which the head writes into the run folder. One call per episode: the head's
+that carries its index), which the head writes into the run folder. One call per episode: the head's
 work does not grow with episode length.
 """
 

@@ -91,6 +91,7 @@ class VideoEncoder:
         self._process: subprocess.Popen[bytes] | None = None
         self._error: str | None = None
         self._aborted = threading.Event()
+        self._starting = threading.Lock()  # abort and ffmpeg's start: one sees the other
         self._thread = threading.Thread(target=self._feed, name=f"frames {partial.name}")
         self._thread.daemon = True  # joined by finish/abort; daemon only so a crash cannot hang
         self._thread.start()
@@ -99,18 +100,21 @@ class VideoEncoder:
         """Queue ``frame`` (H×W×3 uint8); waits while ``MAX_QUEUED`` frames are queued."""
         if self._error is not None or self._aborted.is_set():
             return
-        self._queue.put(self._fitted(frame).tobytes())
+        self._queue.put(self._fitted(frame).tobytes())  # a copy: the caller keeps its array
         self.frames += 1
 
     def _fitted(self, frame: np.ndarray) -> np.ndarray:
-        width, height = _even(self.width), _even(self.height)
+        """``frame`` as RGB of the view's size (a larger one cropped, a smaller one padded
+        with black), then with even sides for 4:2:0 (its last row and column repeated: a
+        black edge would bleed into the picture's colours)."""
         rgb = frame[..., :3]
-        if rgb.shape[:2] == (height, width):
-            return np.ascontiguousarray(rgb)
-        out = np.zeros((height, width, 3), dtype=np.uint8)
-        h, w = min(height, rgb.shape[0]), min(width, rgb.shape[1])
-        out[:h, :w] = rgb[:h, :w]
-        return out
+        if rgb.shape[:2] != (self.height, self.width):
+            out = np.zeros((self.height, self.width, 3), dtype=np.uint8)
+            h, w = min(self.height, rgb.shape[0]), min(self.width, rgb.shape[1])
+            out[:h, :w] = rgb[:h, :w]
+            rgb = out
+        pad = ((0, self.height % 2), (0, self.width % 2), (0, 0))
+        return np.pad(rgb, pad, mode="edge") if any(p[1] for p in pad) else rgb
 
     def _command(self) -> list[str]:
         size = f"{_even(self.width)}x{_even(self.height)}"
@@ -128,13 +132,15 @@ class VideoEncoder:
 
     def _feed(self) -> None:
         """The encoder's thread: start ffmpeg, then write each queued frame to its stdin."""
-        try:
-            self._process = subprocess.Popen(
-                self._command(), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-            )  # fmt: skip
-        except OSError as exc:
-            self._error = f"cannot start ffmpeg: {exc}"
+        with self._starting:
+            if not self._aborted.is_set():  # aborted before it started: it never starts
+                try:
+                    self._process = subprocess.Popen(
+                        self._command(), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                        stderr=subprocess.PIPE,
+                    )  # fmt: skip
+                except OSError as exc:
+                    self._error = f"cannot start ffmpeg: {exc}"
         stdin = self._process.stdin if self._process is not None else None
         while (item := self._queue.get()) is not None:
             if stdin is None or self._error is not None or self._aborted.is_set():
@@ -175,8 +181,9 @@ class VideoEncoder:
 
     def abort(self) -> None:
         """Stop ffmpeg at once and delete the partial file (an episode whose frames go)."""
-        self._aborted.set()
-        process = self._process
+        with self._starting:
+            self._aborted.set()
+            process = self._process
         if process is not None and process.poll() is None:
             process.kill()
         try:  # wake the thread: with ffmpeg gone it drains the queue without writing
