@@ -21,7 +21,7 @@ from agentcanvas.errors import AssetNotFoundError
 from agentcanvas.eval.frame_reader import FrameReader
 from agentcanvas.eval.media import FrameView, episode_video, frame_views, has_frames, main_view
 from agentcanvas.eval.store import RunDir
-from agentcanvas.paths import check_name
+from agentcanvas.paths import NAME_PATTERNS, check_name
 
 from . import runs
 from .models import EpisodeIndex, RunId, error_responses
@@ -44,9 +44,10 @@ _PNG: dict[int | str, dict[str, Any]] = {
 ViewName = Annotated[
     str,
     Path(
-        min_length=1,
-        max_length=100,
-        description="A view: the node that rendered the frames (``env`` for the env).",
+        pattern=NAME_PATTERNS["asset"],
+        max_length=128,
+        description="A view: the node that rendered the frames (``env`` for the env; "
+        f"{NAME_PATTERNS['asset']}, '..' refused).",
     ),
 ]
 Position = Annotated[
