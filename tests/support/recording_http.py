@@ -13,13 +13,12 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from support.canned_http import QuietHandler, serving
 
 __all__ = ["DROP", "Recorded", "Recording", "recording_server"]
 
-SHUTDOWN_POLL_S = 0.02
-JOIN_TIMEOUT_S = 10.0
 DROP = None
 """A reply that is no reply: the connection is closed once the request is read."""
 
@@ -49,7 +48,7 @@ def recording_server(
     lock = threading.Lock()
     recording = Recording(url="")
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def _answer(self) -> None:
             length = int(self.headers.get("content-length") or 0)
             raw = self.rfile.read(length)
@@ -74,30 +73,10 @@ def recording_server(
                 self.connection.close()
                 return
             status, payload = reply
-            body = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            self.send_body(status, json.dumps(payload).encode(), "application/json")
 
         do_GET = do_POST = _answer
 
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    recording.url = f"http://127.0.0.1:{server.server_address[1]}"
-    serving = threading.Thread(
-        target=server.serve_forever,
-        kwargs={"poll_interval": SHUTDOWN_POLL_S},
-        name="recording-http",
-        daemon=True,
-    )
-    serving.start()
-    try:
+    with serving(Handler, "recording-http") as url:
+        recording.url = url
         yield recording
-    finally:
-        server.shutdown()
-        server.server_close()
-        serving.join(timeout=JOIN_TIMEOUT_S)
