@@ -4,7 +4,6 @@ aborted and resumed. Each ends with the records of an uninterrupted local run.""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,25 +27,9 @@ from support.ray_cluster import (
     run_graph,
 )
 from support.slow_workspace import write_slow_workspace
-from support.workspace import home_workspace
 
 pytestmark = pytest.mark.slow
 EPISODES = 12  # per task (two tasks)
-
-
-@pytest.fixture(scope="module")
-def slow_workspace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    for root in home_workspace(tmp_path_factory, "ray_slow", {}):
-        write_slow_workspace(root)
-        yield root
-
-
-@pytest.fixture(scope="module")
-def reference(slow_workspace: Path) -> EvalRun:
-    """The uninterrupted run on the local engine, one worker."""
-    return asyncio.run(
-        run_graph(slow_workspace, "slow_graph", episode_count=EPISODES, worker_count=1)
-    )
 
 
 def _summary(base: Path) -> dict[str, Any]:

@@ -7,7 +7,6 @@ import asyncio
 import os
 import textwrap
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,24 +19,10 @@ from agentcanvas.eval.events import EvalWaiting, LiveEvent
 from support.polling import poll_until
 from support.ray_cluster import add_node, group_named, identities, live_groups, run_graph
 from support.slow_workspace import write_slow_workspace
-from support.workspace import home_workspace, write_nodeset
+from support.workspace import write_nodeset
 
 pytestmark = pytest.mark.slow
 EPISODES = 6  # per task (two tasks)
-
-
-@pytest.fixture(scope="module")
-def slow_workspace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    for root in home_workspace(tmp_path_factory, "ray_start", {}):
-        write_slow_workspace(root)
-        yield root
-
-
-@pytest.fixture(scope="module")
-def reference(slow_workspace: Path) -> EvalRun:
-    return asyncio.run(
-        run_graph(slow_workspace, "slow_graph", episode_count=EPISODES, worker_count=1)
-    )
 
 
 def _run_id(runs: Path) -> str | None:
