@@ -53,12 +53,18 @@ browser:
 		(apt-get update -qq && apt-get install -y -qq chromium >/dev/null) || \
 		echo "chromium could not be installed: browser tests will be skipped"
 
+# pytest-xdist workers: one per core, at most 4 (each test starts its own servers, so more
+# workers than cores only queue). tests/conftest.py hands each worker whole modules (their
+# fixtures made once), and everything that starts Ray as one unit. TEST_WORKERS=0: one process.
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ "$$n" -gt 4 ] && n=4; echo $$n)
+XDIST := -n $(TEST_WORKERS)
+
 test: $(STAMP) $(OPENPI_STAMP) browser test-js
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -p no:cacheprovider
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -p no:cacheprovider $(XDIST)
 
 # The inner loop: everything not marked slow (no backends, browsers or clusters).
 test-fast: $(STAMP)
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow"
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -p no:cacheprovider $(XDIST) -m "not slow"
 
 lint: $(STAMP) lint-js
 	$(BIN)/ruff format --check src tests bench scripts

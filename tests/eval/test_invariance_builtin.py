@@ -50,7 +50,7 @@ WORKER_COUNTS = {"babyai_oracle": [1, 2, 3, 4, 8]}  # default [1, 2, 4]
 NEEDS_A_SERVER = {
     "libero_policy_server": "its policy is a server at ws://127.0.0.1:8000: "
     "tests/integration/test_libero.py runs it against one, records and every request "
-    "compared at -w 1 and -w 4",
+    "compared at -w 1 and -w 2",
 }
 EPISODES = {"babyai_oracle": "6"}  # per task: 12 episodes, so 3 workers have some to steal
 

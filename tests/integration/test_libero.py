@@ -1,5 +1,5 @@
 """LIBERO through us — the benchmark's init states exactly, and the same episodes
-at 1 and 4 workers through a real policy server.
+at 1 and 2 workers through a real policy server.
 
 - ``tasks.json`` is LIBERO's own benchmark (suites, task names, instructions);
 - the first observation of episode *i* (state, agent view, wrist view) is byte-identical to
@@ -7,7 +7,7 @@ at 1 and 4 workers through a real policy server.
   way openpi's LIBERO client does it (seeding before the reset);
 - ``libero_policy_server`` against the openpi reference server (openpi-client's own packer,
   in .venv-openpi; its actions are made from the state it receives, 3-row chunks, 2 rows
-  executed): records identical at ``-w 1`` and ``-w 4``, and the server received the same
+  executed): records identical at ``-w 1`` and ``-w 2``, and the server received the same
   requests — every observation, bit for bit (sha256 of each message) — in both runs.
 
 Small pictures and few steps: LIBERO builds an env in 3–8 s here and resets in 2–3 s.
@@ -157,7 +157,7 @@ def identities(summary: dict[str, Any]) -> list[dict[str, Any]]:
     return [EpisodeResult.model_validate(e).identity() for e in summary["episodes"]]
 
 
-def test_a_policy_server_run_is_the_same_at_w1_and_w4(
+def test_a_policy_server_run_is_the_same_at_w1_and_w2(
     tmp_path: Path, reference_server: tuple[str, Path]
 ) -> None:
     url, log = reference_server
@@ -169,7 +169,7 @@ def test_a_policy_server_run_is_the_same_at_w1_and_w4(
     (tmp_path / "graphs").mkdir()
     (tmp_path / "graphs" / "libero_reference.json").write_text(json.dumps(graph))
     runs, requests = [], []
-    for workers in ("1", "4"):
+    for workers in ("1", "2"):
         log.write_text("")
         done = run_cli(
             "eval", "libero_reference", "--tasks", TASK, "-n", "4", "-w", workers, "--json",
