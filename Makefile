@@ -55,7 +55,7 @@ browser:
 
 # pytest-xdist workers: one per core, at most 4 (each test starts its own servers, so more
 # workers than cores only queue). tests/conftest.py hands each worker whole modules (their
-# fixtures made once), and everything that starts Ray as one unit. TEST_WORKERS=0: one process.
+# fixtures made once), and the Ray tests (tests/cluster) as one unit. TEST_WORKERS=0: one process.
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ "$$n" -gt 4 ] && n=4; echo $$n)
 XDIST := -n $(TEST_WORKERS)
 

@@ -1,12 +1,12 @@
 """Markers by folder: ``slow`` for tests that start backends, browsers or clusters, ``browser``
 for the dashboard's Chromium tests.
 
-``make test`` runs everything, on pytest-xdist workers (``work_unit``: whole modules, and
-everything that starts Ray on one worker); ``make test-fast`` (``pytest -m "not slow"``) is the
-inner loop, and does not even import the slow modules. Slow modules outside those folders (real
-runs through servers or subprocesses, taking seconds each) are listed in ``SLOW_MODULES``; add
-a module there when its tests start real runs, and move its entry with it (a name that no
-longer exists stops the session).
+``make test`` runs everything, on pytest-xdist workers (``work_unit``: whole modules, and the
+cluster folder, where every test starts Ray, on one worker); ``make test-fast`` (``pytest -m
+"not slow"``) is the inner loop, and does not even import the slow modules. Slow modules outside
+those folders (real runs through servers or subprocesses, taking seconds each) are listed in
+``SLOW_MODULES``; add a module there when its tests start real runs, and move its entry with it
+(a name that no longer exists stops the session).
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from support.backend import Backend
 TESTS = Path(__file__).parent
 SLOW_FOLDERS = {"integration", "web", "cluster"}
 BROWSER_FOLDERS = {"web"}
-RAY_MODULES = {"api/test_start_options.py"}  # outside cluster/, starts a local Ray
 SLOW_MODULES = {
     "api/test_api_validation.py",
     "api/test_app_shutdown.py",
@@ -81,7 +80,6 @@ SLOW_MODULES = {
 def pytest_configure(config: pytest.Config) -> None:
     """A slow module that moved would silently lose its mark: its old name is refused."""
     missing = sorted(m for m in SLOW_MODULES if not (TESTS / m).is_file())
-    missing += sorted(m for m in RAY_MODULES if not (TESTS / m).is_file())
     missing += sorted(f for f in SLOW_FOLDERS | BROWSER_FOLDERS if not (TESTS / f).is_dir())
     if missing:
         raise pytest.UsageError(f"tests/conftest.py marks files that do not exist: {missing}")
@@ -110,13 +108,10 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
 
 def work_unit(nodeid: str) -> str:
     """What one pytest-xdist worker runs whole, in order: a module (so its module-scoped
-    fixtures, a backend or finished runs, are made once), and everything that starts Ray as
-    one unit (two Ray clusters never start side by side)."""
+    fixtures, a backend or finished runs, are made once), and the cluster folder, where every
+    test starts Ray, as one unit (two Ray clusters never start side by side)."""
     module = nodeid.split("::", 1)[0]
-    relative = module.removeprefix("tests/")
-    if relative.startswith("cluster/") or relative in RAY_MODULES:
-        return "ray"
-    return module
+    return "cluster" if module.removeprefix("tests/").startswith("cluster/") else module
 
 
 @pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist (`make test` runs with -n)
