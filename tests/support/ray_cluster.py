@@ -11,6 +11,11 @@ import os
 
 # Read by Ray when it is first imported: set before anything can import it.
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+# Ray's per-node agents sample every worker's resource use every few seconds for the
+# dashboard's metrics; the tests read none of them, and on two cores that sampling cost
+# tens of CPU-seconds a cluster.
+os.environ.setdefault("REPORTER_UPDATE_INTERVAL_MS", "600000")
+os.environ.setdefault("METRICS_RECORD_INTERVAL_S", "600")
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +32,7 @@ FAST_HEALTH = {
     "health_check_period_ms": 1000,
     "health_check_failure_threshold": 2,
     "health_check_timeout_ms": 1000,
+    "enable_metrics_collection": False,
 }
 
 
@@ -42,6 +48,9 @@ def start_cluster() -> Any:
             "num_cpus": 1,
             "node_ip_address": LOOPBACK,
             "include_dashboard": False,
+            # Worker output is not sent to the driver (log_to_driver=False): nothing for the
+            # log monitor to forward, and it polls every worker's log file.
+            "include_log_monitor": False,
             "object_store_memory": OBJECT_STORE,
             "_system_config": FAST_HEALTH,
         },
