@@ -13,7 +13,8 @@ import pytest
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # before Ray is imported: loopback only
 
 from agentcanvas.eval.config import EvalRun
-from support.ray_cluster import run_graph, start_cluster
+from support.polling import poll_until
+from support.ray_cluster import live_actor_names, live_groups, run_graph, start_cluster
 from support.slow_workspace import write_slow_workspace
 from support.workspace import home_workspace
 
@@ -32,6 +33,42 @@ def ray_cluster() -> Iterator[Any]:
     finally:
         ray.shutdown()
         cluster.shutdown()
+
+
+NODES = 3  # start_cluster's head and two nodes
+SETTLE_DEADLINE_S = 60.0
+
+
+@pytest.fixture(autouse=True)
+def settled_cluster(request: pytest.FixtureRequest) -> None:
+    """Before a test on the shared cluster: its three nodes alive, every CPU free, and no
+    actor or placement group of an earlier run left. Ray releases a killed actor's or a
+    removed group's resources asynchronously; a test that started before that could not
+    place its own group, and one that leaked would otherwise fail a later test obscurely."""
+    if "ray_cluster" not in request.fixturenames:
+        return
+    request.getfixturevalue("ray_cluster")
+    import ray
+
+    def settled() -> bool:
+        alive = sum(bool(n["Alive"]) for n in ray.nodes())
+        total, free = ray.cluster_resources(), ray.available_resources()
+        return (
+            alive == NODES
+            and free.get("CPU", 0.0) == total.get("CPU", 0.0)
+            and not live_groups()
+            and not live_actor_names()
+        )
+
+    def left() -> str:
+        return (
+            f"alive nodes {sum(bool(n['Alive']) for n in ray.nodes())}/{NODES}, "
+            f"CPU free {ray.available_resources().get('CPU', 0.0)} of "
+            f"{ray.cluster_resources().get('CPU', 0.0)}, groups {live_groups()}, "
+            f"actors {live_actor_names()}"
+        )
+
+    poll_until(settled, "the shared cluster to settle", SETTLE_DEADLINE_S, explain=left)
 
 
 @pytest.fixture(scope="module")
