@@ -50,25 +50,24 @@ def settled_cluster(request: pytest.FixtureRequest) -> None:
     request.getfixturevalue("ray_cluster")
     import ray
 
-    def settled() -> bool:
+    def leftovers() -> str | None:
+        """What keeps the cluster from being settled; None when nothing does."""
         alive = sum(bool(n["Alive"]) for n in ray.nodes())
-        total, free = ray.cluster_resources(), ray.available_resources()
+        free, total = ray.available_resources().get("CPU", 0.0), ray.cluster_resources()
+        groups, actors = live_groups(), live_actor_names()
+        if alive == NODES and free == total.get("CPU", 0.0) and not groups and not actors:
+            return None
         return (
-            alive == NODES
-            and free.get("CPU", 0.0) == total.get("CPU", 0.0)
-            and not live_groups()
-            and not live_actor_names()
+            f"alive nodes {alive}/{NODES}, CPU free {free} of {total.get('CPU', 0.0)}, "
+            f"groups {groups}, actors {actors}"
         )
 
-    def left() -> str:
-        return (
-            f"alive nodes {sum(bool(n['Alive']) for n in ray.nodes())}/{NODES}, "
-            f"CPU free {ray.available_resources().get('CPU', 0.0)} of "
-            f"{ray.cluster_resources().get('CPU', 0.0)}, groups {live_groups()}, "
-            f"actors {live_actor_names()}"
-        )
-
-    poll_until(settled, "the shared cluster to settle", SETTLE_DEADLINE_S, explain=left)
+    poll_until(
+        lambda: leftovers() is None,
+        "the shared cluster to settle",
+        SETTLE_DEADLINE_S,
+        explain=lambda: leftovers() or "settled",
+    )
 
 
 @pytest.fixture(scope="module")

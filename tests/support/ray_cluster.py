@@ -27,7 +27,8 @@ from agentcanvas.server.registry import WorkspaceComponentRegistry
 
 LOOPBACK = "127.0.0.1"
 OBJECT_STORE = 100 * 1024**2
-FAST_HEALTH = {
+# Health checks fast (a removed node is declared dead in seconds); no metrics collected.
+SYSTEM_CONFIG = {
     "health_check_initial_delay_ms": 0,
     "health_check_period_ms": 1000,
     "health_check_failure_threshold": 2,
@@ -52,7 +53,7 @@ def start_cluster() -> Any:
             # log monitor to forward, and it polls every worker's log file.
             "include_log_monitor": False,
             "object_store_memory": OBJECT_STORE,
-            "_system_config": FAST_HEALTH,
+            "_system_config": SYSTEM_CONFIG,
         },
     )
     for _ in range(2):
