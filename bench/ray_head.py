@@ -117,9 +117,6 @@ async def measure(engine: Engine, budget: int, episodes: int, workers: int, base
     runner = engine.runner(
         RunContext(registry, graph, config, run_dir, run_id, determinism=determinism)
     )
-    group = getattr(runner.workers, "group", None)
-    if group is not None:  # the actors start outside the measured span, like the servers
-        await group.start(run_id, workers)
     try:
         idle = await idle_cpu_per_s()
         cpu, wall = time.process_time(), time.perf_counter()
