@@ -24,7 +24,7 @@ so they do not add up with it):
     path    firing-log writes       episode_log.EpisodeLog.record (encode; a write past 256 KiB)
     path    firing-log timed flush  episode_log.EpisodeLog._timed (a write 10 ms after a firing)
     path    evictions               eval.episode._evict (skipped after the first answer)
-    path    frames check            media.discard_unwanted_frames (and its thread hop)
+    path    frames check            media.AttemptFrames.finish (the recording kept or dropped)
     path    record encoding         RunRecorder._encode (episode.json and the index line,
                                     encoded on the loop: the recording thread then holds the
                                     GIL only between its syscalls)
@@ -152,7 +152,7 @@ PATCHES: list[tuple[Any, str, str]] = [  # (owner, attribute, phase)
     (EpisodeLog, "_timed", "firing-log timed flush"),
     (EpisodeLog, "write_rest", "firing-log rest"),
     (episode_mod, "_evict", "evictions"),
-    (media, "discard_unwanted_frames", "frames check"),
+    (media.AttemptFrames, "finish", "frames check"),
     (local_workers, "run_episode", "run_episode"),
     (recorder.RunRecorder, "_encode", "record encoding"),
     (recorder.RunRecorder, "_write_episode", "episode.json write"),

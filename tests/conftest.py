@@ -43,6 +43,7 @@ SLOW_MODULES = {
     "cli/test_cli_run_meta.py",
     "eval/test_batch_audit_runs.py",
     "eval/test_crash_consistency.py",
+    "eval/test_frames_runner.py",
     "eval/test_interrupt.py",
     "eval/test_retry.py",
     "eval/test_invariance_builtin.py",

@@ -14,6 +14,7 @@ import pytest
 from agentcanvas.cluster.engine import RayEngine
 from agentcanvas.cluster.session import node_addresses
 from agentcanvas.eval.config import EvalRun
+from agentcanvas.eval.media import frame_views
 from support.batched_nodesets import write_batched_workspace
 from support.cli import run_cli
 from support.ray_cluster import identities, live_actor_names, live_groups, run_graph
@@ -81,9 +82,11 @@ async def test_workspace_nodeset_records_equal_local(
 
 def test_cli_engine_ray_joins_a_cluster(ray_cluster: Any, tmp_path: Path) -> None:
     """``agentcanvas eval --engine ray --ray-address`` joins the cluster; the run folder is
-    the head's, its spec and summary say the engine."""
+    the head's, its spec and summary say the engine; the actors ship each episode's frames,
+    recorded as one video per view, a frame per step."""
     env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
     args = ["eval", "babyai_oracle", "-n", "1", "-w", "2", "--engine", "ray", "--json"]
+    args.append("--save-frames")
     done = run_cli(
         *args, "--ray-address", ray_cluster.address, workspace=tmp_path, timeout_s=240, env=env
     )
@@ -94,6 +97,10 @@ def test_cli_engine_ray_joins_a_cluster(ray_cluster: Any, tmp_path: Path) -> Non
     (spec,) = tmp_path.glob("outputs/eval_runs/*/spec.json")
     assert json.loads(spec.read_text())["config"]["ray_address"] == ray_cluster.address
     assert live_actor_names() == []
+    for episode in summary["episodes"]:
+        assets = spec.parent / f"episodes/ep{episode['index']:04d}/assets"
+        assert [p.name for p in assets.iterdir()] == ["env.mp4"]
+        assert frame_views(assets)["env"].steps == tuple(range(episode["steps"]))
 
 
 def test_cli_refuses_a_bad_ray_address(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import json
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -25,6 +26,8 @@ from agentcanvas.eval import recorder as recorder_module
 from agentcanvas.eval.config import EpisodeResult, EvalConfig, EvalRun
 from agentcanvas.eval.events import EvalEpisodeDone, LiveEvent
 from agentcanvas.eval.foreground import ForegroundRun, run_foreground
+from agentcanvas.eval.frame_reader import FrameReader
+from agentcanvas.eval.media import frame_views
 from agentcanvas.eval.run_context import RunContext
 from agentcanvas.eval.runner import BatchEvalRunner, plan_episodes
 from agentcanvas.eval.seeding import episode_seed
@@ -397,11 +400,16 @@ async def test_an_episode_is_reconstructible_from_its_own_folder(
         assert all(r["outputs"]["seed"] == record.seed for r in facts)
         assert all(r["outputs"]["episode_key"].endswith(f":{record.index}") for r in facts)
         assert all(r["outputs"]["task"] == record.task for r in facts)
-        frames = sorted(p.name for p in (folder / "assets").iterdir())
-        assert frames == [f"step{s:04d}_env.png" for s in range(steps)]
-        for s, name in enumerate(frames):
-            pixels = np.asarray(Image.open(folder / "assets" / name))
-            assert (pixels == (record.seed + s + 1) % 256).all()
+        # Its frames: one video of the env's view, a frame per step, each traced to it.
+        assert [p.name for p in (folder / "assets").iterdir()] == ["env.mp4"]
+        view = frame_views(folder / "assets")["env"]
+        assert view.steps == tuple(range(steps))
+        reader = FrameReader()
+        for s in range(steps):
+            with Image.open(io.BytesIO(reader.png(view, s, "env"))) as image:
+                pixels = np.asarray(image).astype(int)
+            assert pixels.shape == (4, 4, 3)
+            assert int(np.abs(pixels - (record.seed + s + 1) % 256).max()) <= 2  # H.264: near
 
 
 async def test_a_torn_log_line_is_skipped_by_the_reader(foreground: ForegroundRun) -> None:

@@ -28,6 +28,7 @@ import numpy as np
 import pytest
 
 from agentcanvas.eval.config import EpisodeResult
+from agentcanvas.eval.media import frame_views
 from agentcanvas.nodes.base import CallContext, LocalNodeSet
 from agentcanvas.nodesets.policy_server import NodeSetError
 from agentcanvas.policy_protocol import unpack
@@ -244,9 +245,9 @@ def test_frames_of_failed_metaworld_episodes_only(workspace: Path) -> None:
     assert set(outcomes.values()) == {0, 1}, outcomes  # both kinds, or the test shows nothing
     run = workspace / "outputs" / "eval_runs" / summary["run_id"] / "episodes"
     for record in summary["episodes"]:
-        assets = run / f"ep{record['index']:04d}" / "assets"
-        frames = sorted(assets.glob("*.png")) if assets.is_dir() else []
+        views = frame_views(run / f"ep{record['index']:04d}" / "assets")
         if record["metrics"]["success"]:
-            assert frames == []
+            assert views == {}
         else:
-            assert len(frames) == record["steps"], (record["run_index"], len(frames))
+            assert list(views) == ["env"] and views["env"].layout == "video"
+            assert len(views["env"].steps) == record["steps"], record["run_index"]

@@ -336,22 +336,32 @@ def test_episode_frames_step_through(
 ) -> None:
     run_a = finished_runs["a"]
     record = live_backend.api("GET", f"/api/eval/v2/runs/{run_a}/episodes/0")
-    frame_names = [a for a in record["assets"] if a.endswith("_env.png")]
-    assert len(frame_names) >= 3
+    assert record["assets"] == ["env.mp4"]  # recorded as video while the episode ran
+    listing = live_backend.api("GET", f"/api/eval/v2/runs/{run_a}/episodes/0/frames")
+    (view,) = listing["views"]
+    n_frames = view["frames"]
+    assert listing["main"] == view["view"] == "env" and n_frames >= 3
+
+    def frame_url(k: int) -> str:  # one frame at a time, PNG from the video
+        return f"/api/eval/v2/runs/{run_a}/episodes/0/frames/env/{k}"
+
     open_route(page, live_backend, f"#/run/{run_a}/episode/0")
     image = page.locator("img#frame")
     image.wait_for()
-    first = image.get_attribute("src")
-    assert first.endswith(frame_names[0])
+    assert image.get_attribute("src").endswith(frame_url(0))
     page.click("#frame-next")
-    assert image.get_attribute("src").endswith(frame_names[1])
-    assert page.locator("#frame-label").inner_text().startswith(f"frame 2/{len(frame_names)}")
-    page.wait_for_function("document.querySelector('img#frame').naturalWidth > 0")
+    assert image.get_attribute("src").endswith(frame_url(1))
+    assert page.locator("#frame-label").inner_text().startswith(f"frame 2/{n_frames}")
+    page.wait_for_function("document.querySelector('img#frame').naturalWidth >= 256")
     page.focus("#frame-slider")
     page.keyboard.press("End")
-    assert image.get_attribute("src").endswith(frame_names[-1])
+    assert image.get_attribute("src").endswith(frame_url(n_frames - 1))
     page.click("#frame-prev")
-    assert image.get_attribute("src").endswith(frame_names[-2])
+    assert image.get_attribute("src").endswith(frame_url(n_frames - 2))
+    page.wait_for_function(
+        "document.querySelector('img#frame').complete"
+        " && document.querySelector('img#frame').naturalWidth >= 256"
+    )
     log_rows = page.locator("#log-table tbody tr")
     assert log_rows.count() == len(
         live_backend.api("GET", f"/api/eval/v2/runs/{run_a}/episodes/0/log")["records"]

@@ -66,9 +66,10 @@ def _failed(summary: dict[str, Any]) -> list[int]:
     ]
 
 
-def _frames(backend: Backend, run_id: str, index: int) -> list[str]:
-    assets = backend.http.get(f"{API}/runs/{run_id}/episodes/{index}").json()["assets"]
-    return [a for a in assets if a.endswith("_env.png")]
+def _frames(backend: Backend, run_id: str, index: int) -> list[int]:
+    """The steps of the episode's env frames, as the frame scrubber lists them."""
+    listing = backend.http.get(f"{API}/runs/{run_id}/episodes/{index}/frames").json()
+    return next((v["steps"] for v in listing["views"] if v["view"] == "env"), [])
 
 
 def test_a_cli_run_with_save_frames_plays_and_downloads_its_video(
@@ -105,6 +106,10 @@ def test_a_cli_run_with_save_frames_plays_and_downloads_its_video(
         decoded = [frame for frame in reader]  # not list(reader): its len is infinite
     assert len(decoded) == len(frames)
     assert min(decoded[0].shape[:2]) >= 256
+    # The video recorded while the episode ran: nothing was encoded for this request.
+    episode = backend.run_dir(run_id) / f"episodes/ep{index:04d}"
+    assert saved.read_bytes() == (episode / "assets" / "env.mp4").read_bytes()
+    assert not (episode / "video.mp4").exists()
 
 
 def test_frames_failures_keeps_failures_and_the_run_page_shows_their_videos(

@@ -1,19 +1,27 @@
-"""An episode's video (to play and to download) and the run's first failure videos.
+"""An episode's video and frames (to play, scrub and download) and the run's failure videos.
 
-The mp4 is made from the episode's frames on first request and cached in its folder
-(:mod:`agentcanvas.eval.media`); encoding runs in a thread, so the backend keeps serving.
-An episode without frames is a 404 that says why.
+A recorded episode's video was written while it ran (:mod:`agentcanvas.eval.media`): the
+video route serves the file as it is. An older run's (PNG frames) is made on first request
+and cached, in a thread, so the backend keeps serving. The frame scrubber lists an episode's
+views (``…/frames``) and fetches one frame at a time as PNG (``…/frames/{view}/{position}``),
+either layout. An episode without frames is a 404 that says why.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import pathlib
+import weakref
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
-from fastapi.responses import FileResponse
+from fastapi import APIRouter, Path, Query, Request
+from fastapi.responses import FileResponse, Response
 
-from agentcanvas.eval.media import episode_video, frame_files
+from agentcanvas.errors import AssetNotFoundError
+from agentcanvas.eval.frame_reader import FrameReader
+from agentcanvas.eval.media import FrameView, episode_video, frame_views, has_frames, main_view
+from agentcanvas.eval.store import RunDir
+from agentcanvas.paths import check_name
 
 from . import runs
 from .models import EpisodeIndex, RunId, error_responses
@@ -22,9 +30,28 @@ router = APIRouter(prefix="/api/eval/v2", tags=["eval"], responses=error_respons
 
 MAX_FAILURE_VIDEOS = 24
 MAX_SCANNED_FAILURES = 500  # bounds the folder reads of one request on a huge run
+MAX_DECODES = 2  # ffmpeg runs at once for the scrubber: a dragged slider must not fork dozens
+_READER = FrameReader()
+_SLOTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+    weakref.WeakKeyDictionary()
+)
 _MP4: dict[int | str, dict[str, Any]] = {
     200: {"content": {"video/mp4": {}}, "description": "The episode's frames as an H.264 mp4."}
 }
+_PNG: dict[int | str, dict[str, Any]] = {
+    200: {"content": {"image/png": {}}, "description": "The frame as PNG."}
+}
+ViewName = Annotated[
+    str,
+    Path(
+        min_length=1,
+        max_length=100,
+        description="A view: the node that rendered the frames (``env`` for the env).",
+    ),
+]
+Position = Annotated[
+    int, Path(ge=0, le=10_000_000, description="The frame's position in the view, from 0.")
+]
 
 
 @router.get(
@@ -38,7 +65,7 @@ async def episode_video_file(
     request: Request,
     download: bool = Query(False, description="Serve as an attachment (a file to save)."),
 ) -> FileResponse:
-    """The episode's video, made on first request; 404 naming why when it has no frames."""
+    """The episode's video (its main view); 404 naming why when it has no frames."""
     run_dir = request.app.state.services.runs.run_dir(run_id)
     folder = runs.episode_folder(run_dir, index)
     what = f"episode {index} of run {run_id}"
@@ -50,6 +77,71 @@ async def episode_video_file(
         filename=filename,
         content_disposition_type="attachment" if download else "inline",
     )
+
+
+@router.get("/runs/{run_id}/episodes/{index}/frames", responses=error_responses(404))
+async def episode_frames(run_id: RunId, index: EpisodeIndex, request: Request) -> dict[str, Any]:
+    """The episode's views with frames: each view's steps, one per frame, in order; ``main``
+    is the view its video shows (null: no frames)."""
+    run_dir = request.app.state.services.runs.run_dir(run_id)
+    views = await asyncio.to_thread(frame_views, _assets(run_dir, index))
+    main = main_view(views)
+    return {
+        "run_id": run_id,
+        "index": index,
+        "main": main.name if main is not None else None,
+        "views": [_view_json(views[name]) for name in sorted(views)],
+    }
+
+
+def _assets(run_dir: RunDir, index: int) -> pathlib.Path:
+    """The episode's real assets folder; refused when a link leads out of the run folder."""
+    runs.episode_folder(run_dir, index)
+    return runs.served(run_dir, run_dir.episode_assets_dir(index))
+
+
+def _decode_slots() -> asyncio.Semaphore:
+    """This event loop's ``MAX_DECODES`` decoding slots."""
+    loop = asyncio.get_running_loop()
+    slots = _SLOTS.get(loop)
+    if slots is None:
+        slots = _SLOTS[loop] = asyncio.Semaphore(MAX_DECODES)
+    return slots
+
+
+def _view_json(view: FrameView) -> dict[str, Any]:
+    index = view.index
+    return {
+        "view": view.name,
+        "layout": view.layout,
+        "frames": len(view.steps),
+        "steps": list(view.steps),
+        "fps": index.fps if index is not None else None,
+        "width": index.width if index is not None else None,
+        "height": index.height if index is not None else None,
+    }
+
+
+@router.get(
+    "/runs/{run_id}/episodes/{index}/frames/{view}/{position}",
+    response_class=Response,
+    responses={**error_responses(404), **_PNG},
+)
+async def episode_frame(
+    run_id: RunId, index: EpisodeIndex, view: ViewName, position: Position, request: Request
+) -> Response:
+    """Frame ``position`` of ``view`` as PNG (what the frame scrubber shows)."""
+    check_name("asset", view, field="view")
+    run_dir = request.app.state.services.runs.run_dir(run_id)
+    views = await asyncio.to_thread(frame_views, _assets(run_dir, index))
+    found = views.get(view)
+    what = f"view {view!r} of episode {index} of run {run_id}"
+    if found is None:
+        shown = ", ".join(sorted(views)) or "none"
+        raise AssetNotFoundError(f"{what} has no frames (views with frames: {shown})")
+    async with _decode_slots():
+        data = await asyncio.to_thread(_READER.png, found, position, what)
+    return Response(data, media_type="image/png", headers={"Cache-Control": "private, max-age=60"})
 
 
 @router.get("/runs/{run_id}/failure_videos", responses=error_responses(404))
@@ -71,7 +163,7 @@ async def failure_videos(
             break
         index = int(episode["index"])
         folder = runs.episode_folder(run_dir, index)
-        if not (folder / "episode.json").is_file() or not frame_files(folder / "assets"):
+        if not (folder / "episode.json").is_file() or not has_frames(folder / "assets"):
             continue
         shown.append(
             {

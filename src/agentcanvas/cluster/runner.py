@@ -29,6 +29,7 @@ from agentcanvas.errors import ServerDiedError
 from agentcanvas.eval.config import EpisodeResult
 from agentcanvas.eval.dispatch import WorkStealingDispatcher
 from agentcanvas.eval.episode import episode_result
+from agentcanvas.eval.media import clear_frames, keeps_frames, renders
 from agentcanvas.eval.run_control import RunControl
 from agentcanvas.eval.store import RunDir
 from agentcanvas.graph.model import DEFAULT_STEP_BUDGET
@@ -51,8 +52,9 @@ class ShippedFiles:
         log_path.unlink(missing_ok=True)  # a retry or a resume starts the log afresh
         if self.record_log and self.reply.log:
             log_path.write_bytes(self.reply.log)  # one write: no per-step work at the head
+        assets = self.run_dir.episode_assets_dir(self.index)
+        clear_frames(assets)  # what a retried or resumed attempt left
         if self.reply.frames:
-            assets = self.run_dir.episode_assets_dir(self.index)
             assets.mkdir(parents=True, exist_ok=True)
             for name, data in self.reply.frames.items():
                 (assets / Path(name).name).write_bytes(data)  # a bare file name
@@ -129,7 +131,7 @@ class RayEpisodeWorkers:
             step_budget=config.step_budget,
             per_step_timeout_s=config.per_step_timeout_s,
             episode_timeout_s=config.episode_timeout_s,
-            save_frames=config.save_frames,
+            save_frames=renders(config),
             record_log=config.record_log,
         )
 
@@ -185,6 +187,8 @@ class RayEpisodeWorkers:
         result.attempts = item.attempt
         control.settle_cancelled(result)
         control.spend(result)  # before the writes: past it, no episode starts
+        if not keeps_frames(control.config, result):
+            reply.frames = {}
         run_dir, record_log = control.context.run_dir, control.config.record_log
         await control.record(result, ShippedFiles(run_dir, result.index, reply, record_log))
         return result

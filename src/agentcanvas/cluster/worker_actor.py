@@ -8,9 +8,9 @@ of replicated and shared node sets cross the wire encoding (``nodes.boundary``),
 equals the local engine's.
 
 The head sends an episode's identity and options; the actor answers with its EpisodeResult,
-the episode's firing log (encoded here) and its frames (file name → PNG bytes), which the
-head writes into the run folder. One call per episode: the head's work does not grow with
-episode length.
+the episode's firing log (encoded here) and its frames (file name → bytes: per view an mp4
+that carries its index), which the head writes into the run folder. One call per episode: the head's
+work does not grow with episode length.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from typing import Any
 
 from agentcanvas.cluster.model_actor import RayModelHandle, load_catalogue
 from agentcanvas.eval.episode import EpisodeOptions, EpisodeSpec, EpisodeWiring, run_episode
+from agentcanvas.eval.media import recorded_frames
 from agentcanvas.fileio import encode_jsonl_line
 from agentcanvas.graph.executor import ExecutionPrinciples
 from agentcanvas.graph.model import parse_graph
@@ -137,7 +138,9 @@ class EpisodeWorker:
                 asset_dir=asset_dir,
                 cancel=self._cancel_event(),
             )
-            result = await run_episode(self.graph, request.spec, wiring, options)
+            async with recorded_frames(asset_dir) as recording:  # one mp4 per view, to ship
+                result = await run_episode(self.graph, request.spec, wiring, options)
+                await recording.finish(keep=True)  # the head drops what its mode does not keep
             frames = _read_frames(asset_dir)
         finally:
             if asset_dir:

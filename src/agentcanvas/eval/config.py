@@ -232,6 +232,14 @@ class EvalConfig(BaseModel):
         return value
 
     @model_validator(mode="after")
+    def _frames_resolved(self) -> EvalConfig:
+        """``save_frames`` without ``frames`` is recorded as ``every``, so a summary says
+        which episodes kept their frames without knowing the default."""
+        if self.save_frames and self.frames is None:
+            self.frames = "every"
+        return self
+
+    @model_validator(mode="after")
     def _episodes_alone(self) -> EvalConfig:
         """``episodes`` decides the plan alone; ``retry_of`` needs it; no episode twice."""
         if self.episodes is None:

@@ -150,19 +150,18 @@ class _Slots:
             return episode_result(spec, "cancelled", CANCELLED_WITH_THE_RUN), None
         episode_log = self._new_log(spec.index)
         options = self._options(spec, episode_log)
-        try:
-            result = await run_episode(self.graph, spec, self._wiring(handle, client), options)
-        except BaseException as exc:
+        async with media.recorded_frames(options.asset_dir) as frames:  # an earlier attempt's go
+            try:
+                result = await run_episode(self.graph, spec, self._wiring(handle, client), options)
+            except BaseException as exc:
+                if episode_log is not None:
+                    episode_log.discard()  # no record will be written for this attempt
+                if isinstance(exc, ServerDiedError):  # died while set on its panel
+                    return episode_result(spec, "worker_lost", describe(exc), exc=exc), None
+                raise
             if episode_log is not None:
-                episode_log.discard()  # no record will be written for this attempt
-            if isinstance(exc, ServerDiedError):  # died while the episode was set on its panel
-                return episode_result(spec, "worker_lost", describe(exc), exc=exc), None
-            raise
-        if episode_log is not None:
-            episode_log.finish()  # its last lines go with its record (the recorder's thread)
-        if options.render:  # without frames there is nothing to discard: no thread hop
-            assets = self.control.context.run_dir.episode_assets_dir(spec.index)
-            await asyncio.to_thread(media.discard_unwanted_frames, self.config, result, assets)
+                episode_log.finish()  # its last lines go with its record (the recorder's thread)
+            await frames.finish(keep=media.keeps_frames(self.config, result))
         return result, episode_log
 
     def _wiring(self, handle: WorkerHandle, client: str) -> EpisodeWiring:

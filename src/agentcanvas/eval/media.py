@@ -1,50 +1,61 @@
-"""An episode's frames as media: which episodes keep them, and the episode's video.
+"""An episode's frames as media: which episodes keep them, recording them, reading them back.
 
 Frames are never part of an episode's record, so what is kept changes no result:
 
 - ``frames_mode``: ``every``, ``failures`` or ``none`` (``save_frames`` alone means
-  ``every``). Under ``failures`` every episode renders, and the frames of an episode that
-  succeeded are deleted as soon as it ends, before its ``episode.json`` is written, so a
+  ``every``). Under ``failures`` every episode renders, and the recording of an episode that
+  succeeded is dropped as soon as it ends, before its ``episode.json`` is written, so a
   finished episode's frames are final. Whether an episode succeeded is read from its own
   record only (status ``completed`` and a ``success`` metric above 0), never from a worker
   or an order, so the same episodes keep frames at any worker count.
-- ``episode_video``: the episode's frames as an H.264 mp4 (imageio + imageio-ffmpeg), made
-  on first request once the episode has ended and cached as ``video.mp4`` in its folder
-  (written to a temporary name, then renamed: a reader never sees half a file).
+- :func:`recorded_frames`: one attempt at an episode records its frames, per view, as an
+  H.264 mp4 encoded while it runs (:mod:`agentcanvas.nodes.assets`); what an earlier attempt
+  (a retry, a resumed run) left is deleted first, and an attempt that does not finish leaves
+  nothing.
+- :func:`frame_views` reads both layouts of ``assets/``: the recorded one (``{view}.mp4``,
+  which carries what its frames are) and the PNG frames of older runs
+  (``step{step:04d}_{view}.png``).
+- :func:`episode_video`: the main view's mp4, there already for a recorded episode; for an
+  older run, made from its PNGs on first request and cached as ``video.mp4``
+  (:mod:`agentcanvas.eval.media_png`).
 """
 
 from __future__ import annotations
 
-import os
-import re
-from collections.abc import Sequence
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
 
-import numpy as np
-from PIL import Image
+from pydantic import ValidationError
 
-from agentcanvas.errors import AssetNotFoundError, StateError
+from agentcanvas.errors import AssetNotFoundError, DamagedRunError, StateError
 from agentcanvas.eval.config import EpisodeResult, EvalConfig, FramesMode
+from agentcanvas.eval.media_png import PNG_FRAME_RE, png_video
+from agentcanvas.nodes.assets import (
+    VIDEO_SUFFIX,
+    EpisodeRecording,
+    FrameIndex,
+    close_recording,
+    open_recording,
+)
+from agentcanvas.nodes.frame_video import read_note
 
 __all__ = [
-    "VIDEO_NAME",
-    "discard_unwanted_frames",
+    "AttemptFrames",
+    "FrameView",
+    "clear_frames",
     "episode_video",
-    "frame_files",
+    "frame_views",
     "frames_mode",
+    "has_frames",
+    "keeps_frames",
+    "main_view",
+    "recorded_frames",
     "renders",
     "succeeded",
-    "video_fps",
 ]
-
-VIDEO_NAME: Final = "video.mp4"
-MIN_FPS: Final = 4
-MAX_FPS: Final = 30
-VIDEO_TARGET_S: Final = 10.0
-SHARP_VIDEO_PX: Final = 400  # frames smaller than this are doubled in the video
-_MACRO_BLOCK_PX: Final = 16  # H.264 in yuv420p wants even sides; 16 avoids ffmpeg's rescale
-_FRAME_RE: Final = re.compile(r"^step(\d+)_(.+)\.png$")
 
 
 def frames_mode(config: EvalConfig) -> FramesMode:
@@ -66,102 +77,150 @@ def succeeded(result: EpisodeResult) -> bool:
     return result.status == "completed" and is_number and float(value) > 0  # type: ignore[arg-type]
 
 
-def discard_unwanted_frames(config: EvalConfig, result: EpisodeResult, assets_dir: Path) -> int:
-    """Under ``failures``, delete the frames of an episode that succeeded; how many went."""
-    if frames_mode(config) != "failures" or not succeeded(result) or not assets_dir.is_dir():
+def keeps_frames(config: EvalConfig, result: EpisodeResult) -> bool:
+    """Whether the episode of ``result`` keeps its frames under the run's frames mode."""
+    mode = frames_mode(config)
+    return mode == "every" or (mode == "failures" and not succeeded(result))
+
+
+# -- recording ----------------------------------------------------------------------------------
+
+
+class AttemptFrames:
+    """The frames one attempt at an episode is recording (none when it does not render)."""
+
+    def __init__(self, recording: EpisodeRecording | None) -> None:
+        self._recording = recording
+
+    async def finish(self, keep: bool) -> None:
+        """Write the videos (``keep``) or drop them; in a thread: it waits for ffmpeg."""
+        recording, self._recording = self._recording, None
+        if recording is None:
+            return
+        await asyncio.to_thread(recording.finish if keep else recording.abort)
+
+
+@asynccontextmanager
+async def recorded_frames(asset_dir: str) -> AsyncIterator[AttemptFrames]:
+    """Record the frames saved into ``asset_dir`` while the block runs (nothing when it is
+    ""); the block ends with ``finish``, else what was recorded is dropped. The frames an
+    earlier attempt left in the folder are deleted first."""
+    if not asset_dir:
+        yield AttemptFrames(None)
+        return
+    await asyncio.to_thread(clear_frames, Path(asset_dir))
+    frames = AttemptFrames(open_recording(asset_dir))
+    try:
+        yield frames
+    finally:
+        close_recording(asset_dir)
+        await asyncio.shield(frames.finish(keep=False))  # no-op when the block finished it
+
+
+def clear_frames(assets_dir: Path) -> int:
+    """Delete every frame file of either layout in ``assets_dir``; how many went."""
+    if not assets_dir.is_dir():
         return 0
     removed = 0
     for path in assets_dir.iterdir():
-        if _FRAME_RE.match(path.name):
+        name = path.name
+        if PNG_FRAME_RE.match(name) or name.endswith(VIDEO_SUFFIX):  # partial ones too
             path.unlink(missing_ok=True)
             removed += 1
     return removed
 
 
-def frame_files(assets_dir: Path) -> list[Path]:
-    """The frames of the episode's main view (``env`` when there is one), by step."""
-    views: dict[str, list[tuple[int, Path]]] = {}
-    if assets_dir.is_dir():
-        for path in assets_dir.iterdir():
-            found = _FRAME_RE.match(path.name)
-            if found and path.is_file():
-                views.setdefault(found.group(2), []).append((int(found.group(1)), path))
+# -- reading ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FrameView:
+    """One view's frames in an episode's assets: a recorded mp4, or an older run's PNGs."""
+
+    name: str
+    steps: tuple[int, ...]
+    video: Path | None = None  # recorded layout: the mp4
+    index: FrameIndex | None = None  # recorded layout: its frames.json
+    pngs: tuple[Path, ...] = ()  # PNG layout: one file per frame
+
+    @property
+    def layout(self) -> str:
+        return "video" if self.video is not None else "png"
+
+
+def frame_views(assets_dir: Path) -> dict[str, FrameView]:
+    """The views with frames in ``assets_dir``, by name (both layouts; a view recorded as
+    video wins over PNGs of the same name). DamagedRunError for an unreadable index."""
+    if not assets_dir.is_dir():
+        return {}
+    pngs: dict[str, list[tuple[int, Path]]] = {}
+    videos: list[Path] = []
+    for path in assets_dir.iterdir():
+        if path.is_symlink() or not path.is_file():  # frames are files: a link may lead anywhere
+            continue
+        found = PNG_FRAME_RE.match(path.name)
+        if found:
+            pngs.setdefault(found.group(2), []).append((int(found.group(1)), path))
+        elif path.name.endswith(VIDEO_SUFFIX) and not path.name.startswith("."):
+            videos.append(path)
+    views = {
+        name: FrameView(
+            name, tuple(s for s, _ in sorted(files)), pngs=tuple(p for _, p in sorted(files))
+        )
+        for name, files in pngs.items()
+    }
+    for path in videos:
+        index = _read_index(path)
+        if index is not None:
+            views[index.view] = FrameView(index.view, tuple(index.step_list()), path, index)
+    return views
+
+
+def _read_index(video: Path) -> FrameIndex | None:
+    """The frames index ``video`` carries (None: an mp4 that is not a recording)."""
+    note = read_note(video)
+    if note is None:
+        return None
+    where = f"{video.parent.parent.name}/assets/{video.name}"
+    try:
+        index = FrameIndex.model_validate_json(note)
+    except ValidationError as exc:
+        raise DamagedRunError(f"{where}: its frames index does not read ({exc})") from exc
+    if len(index.step_list()) != index.frames or f"{index.view}{VIDEO_SUFFIX}" != video.name:
+        raise DamagedRunError(f"{where}: its frames index does not match the file")
+    return index
+
+
+def main_view(views: dict[str, FrameView]) -> FrameView | None:
+    """The view an episode's video shows: ``env`` when there is one, else the first by name."""
     if not views:
-        return []
-    view = "env" if "env" in views else sorted(views)[0]
-    return [path for _, path in sorted(views[view])]
+        return None
+    return views.get("env") or views[sorted(views)[0]]
 
 
-def video_fps(n_frames: int) -> int:
-    """Frames per second that play an episode in about ``VIDEO_TARGET_S`` (4 to 30 fps)."""
-    return int(min(MAX_FPS, max(MIN_FPS, round(n_frames / VIDEO_TARGET_S))))
+def has_frames(assets_dir: Path) -> bool:
+    """Whether ``assets_dir`` holds frames that can be shown (a damaged index: no)."""
+    try:
+        return bool(frame_views(assets_dir))
+    except DamagedRunError:
+        return False
 
 
 def episode_video(episode_dir: Path, what: str) -> Path:
-    """The cached mp4 of the episode in ``episode_dir``, made now if missing.
+    """The mp4 of the episode in ``episode_dir`` (its main view); ``what`` names it in errors.
 
-    ``what`` names the episode in errors. AssetNotFoundError (404) when the episode has no
-    frames; StateError (409) while it has not ended (its frames may still change)."""
-    cached = episode_dir / VIDEO_NAME
-    if cached.is_file():
-        return cached
+    A recorded episode's video is served as it was written. An older run's is made from its
+    PNG frames on first request (then cached). AssetNotFoundError (404) when the episode has
+    no frames; StateError (409) while it has not ended (its frames may still change)."""
     if not (episode_dir / "episode.json").is_file():
-        raise StateError(f"{what} has not ended yet: its video is made once it ends")
-    frames = frame_files(episode_dir / "assets")
-    if not frames:
+        raise StateError(f"{what} has not ended yet: its video is there once it ends")
+    view = main_view(frame_views(episode_dir / "assets"))
+    if view is None:
         raise AssetNotFoundError(
             f"{what} has no frames, so its video does not exist (runs keep frames with "
             "--save-frames or --frames every|failures; under failures an episode that "
             "succeeded keeps none)"
         )
-    _encode(frames, cached)
-    return cached
-
-
-def _encode(frames: Sequence[Path], target: Path) -> None:
-    import imageio.v2 as imageio  # imported on first use: ffmpeg is only needed for videos
-
-    partial = target.with_name(f".{target.stem}.{os.getpid()}.{id(frames)}.partial.mp4")
-    try:
-        first = _padded(_read(frames[0]), None)
-        writer = imageio.get_writer(
-            partial,
-            format="FFMPEG",
-            mode="I",
-            fps=video_fps(len(frames)),
-            codec="libx264",
-            pixelformat="yuv420p",
-            macro_block_size=1,
-            ffmpeg_log_level="error",
-        )
-        with writer:
-            writer.append_data(first)
-            for path in frames[1:]:
-                writer.append_data(_padded(_read(path), first.shape))
-        os.replace(partial, target)
-    finally:
-        partial.unlink(missing_ok=True)
-
-
-def _read(path: Path) -> np.ndarray:
-    """A frame as RGB, doubled (nearest neighbour) while small: H.264 blurs sharp cell edges
-    of a small picture, and a browser enlarging it blurs them again."""
-    with Image.open(path) as image:
-        picture = np.asarray(image.convert("RGB"))
-    while min(picture.shape[:2]) < SHARP_VIDEO_PX:
-        picture = np.repeat(np.repeat(picture, 2, axis=0), 2, axis=1)
-    return picture
-
-
-def _padded(picture: np.ndarray, shape: tuple[int, ...] | None) -> np.ndarray:
-    """``picture`` padded with black to ``shape`` (the first frame's), or else to sides that
-    are multiples of 16; a larger frame is cropped to it."""
-    if shape is None:
-        height = -(-picture.shape[0] // _MACRO_BLOCK_PX) * _MACRO_BLOCK_PX
-        width = -(-picture.shape[1] // _MACRO_BLOCK_PX) * _MACRO_BLOCK_PX
-    else:
-        height, width = shape[0], shape[1]
-    out = np.zeros((height, width, 3), dtype=np.uint8)
-    h, w = min(height, picture.shape[0]), min(width, picture.shape[1])
-    out[:h, :w] = picture[:h, :w]
-    return out
+    if view.video is not None:
+        return view.video
+    return png_video(episode_dir, view.pngs)

@@ -330,7 +330,7 @@ class GraphExecutor:
             self._record(step, node.id, "error", latency_ms, inputs, {}, str(result["error"]))
             return {}
         if self.episode.asset_dir and isinstance(result.get("frame"), np.ndarray):
-            save_frame(result["frame"], ctx)  # frames become this episode's PNG assets
+            save_frame(result["frame"], ctx)  # into the episode's recording (nodes.assets)
         if node.type == GRAPH_OUT_TYPE:
             # Per port, the latest value: an iteration whose upstream failed (the port left
             # without a value) keeps what the episode had harvested before, its partial result.

@@ -1,7 +1,7 @@
 """core: the glue every graph needs (local, in-process).
 
 graphIn (episode facts), graphOut (metric sinks), constant, arith, compare, select, counter,
-stopWhen (ends the loop) and recordFrame (saves an RGB frame as a PNG asset).
+stopWhen (ends the loop) and recordFrame (records an RGB frame in the episode's video).
 """
 
 from __future__ import annotations
@@ -182,5 +182,5 @@ def stop_when(
 def record_frame(
     inputs: dict[str, Any], config: dict[str, Any], state: CoreState, ctx: CallContext
 ) -> dict[str, Any]:
-    """Saves an RGB frame as assets/step{step:04d}_{node}.png of this episode."""
+    """Records an RGB frame as this step's frame of assets/{node}.mp4 of this episode."""
     return {"path": save_frame(inputs["frame"], ctx)}

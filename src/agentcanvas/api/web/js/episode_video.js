@@ -1,6 +1,6 @@
-// An episode's video: a <video> with its controls under it and a link to download, made by the
-// server from the saved frames on first request; when there is none, the server's reason is
-// shown instead.
+// An episode's video: a <video> with its controls under it and a link to download. The server
+// recorded it while the episode ran (an older run's is made from its PNG frames on first
+// request); when there is none, the server's reason is shown instead.
 
 import { runApi, withToken } from "./api.js";
 import { h, notice, option } from "./dom.js";
@@ -82,4 +82,6 @@ export function episodeVideo(runId, index, hasFrames) {
   return box;
 }
 
-export const hasFrameAssets = (assets) => (assets ?? []).some((a) => /^step\d+_.+\.png$/i.test(a));
+// Frames in either layout: a recorded view (<view>.mp4) or an older run's PNG frames.
+export const hasFrameAssets = (assets) => (assets ?? []).some(
+  (a) => /^step\d+_.+\.png$/i.test(a) || /^[^.].*\.mp4$/i.test(a));

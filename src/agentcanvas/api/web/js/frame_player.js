@@ -1,30 +1,28 @@
 // An episode's saved frames as a scrubbable player: slider, prev/next, play, arrow keys.
+// The server lists the views and their steps (…/frames) and sends one frame at a time as PNG
+// (…/frames/<view>/<position>), from the recorded video or an older run's PNG files alike.
 
-import { enc, runApi, withToken } from "./api.js";
+import { api, enc, runApi, withToken } from "./api.js";
 import { h, notice, option } from "./dom.js";
+import { hasFrameAssets } from "./episode_video.js";
 import { clamp } from "./format.js";
 
 const PLAY_FRAME_MS = 250;
 
-const FRAME_RE = /^step(\d+)_(.+)\.(png|jpe?g|webp|gif)$/i;
-
-function framesByView(assets) {
+// {views: [{view, steps}]} → Map view → [{step, position}], in order.
+export function framesByView(listing) {
   const views = new Map();
-  for (const name of assets ?? []) {
-    const m = FRAME_RE.exec(name);
-    if (!m) continue;
-    if (!views.has(m[2])) views.set(m[2], []);
-    views.get(m[2]).push({ name, step: Number(m[1]) });
+  for (const { view, steps } of listing?.views ?? []) {
+    if (steps.length) views.set(view, steps.map((step, position) => ({ step, position })));
   }
-  views.forEach((frames) => frames.sort((a, b) => a.step - b.step));
   return views;
 }
 
 // Frames as a scrubbable player: slider, prev/next, play; arrow keys step too.
 class FramePlayer {
-  constructor(views, frameUrl, onStep) {
+  constructor(views, main, frameUrl, onStep) {
     Object.assign(this, { views, frameUrl, onStep, i: 0, timer: null });
-    this.view = views.has("env") ? "env" : [...views.keys()][0];
+    this.view = views.has(main) ? main : [...views.keys()][0];
     this.image = h("img", { id: "frame", alt: "episode frame", class: "frame" });
     this.slider = h("input", { type: "range", id: "frame-slider", min: 0, value: 0, "aria-label": "frame" });
     this.label = h("span", { class: "frame-label", id: "frame-label" });
@@ -62,11 +60,11 @@ class FramePlayer {
     const list = this.frames();
     this.i = clamp(i, 0, list.length - 1);
     const frame = list[this.i];
-    this.image.src = this.frameUrl(frame);
+    this.image.src = this.frameUrl(this.view, frame);
     this.slider.max = list.length - 1;
     this.slider.value = this.i;
     this.label.textContent = `frame ${this.i + 1}/${list.length} · step ${frame.step}`;
-    if (list[this.i + 1]) new Image().src = this.frameUrl(list[this.i + 1]); // preload
+    if (list[this.i + 1]) new Image().src = this.frameUrl(this.view, list[this.i + 1]); // preload
     this.onStep(frame.step);
   }
 
@@ -101,15 +99,27 @@ class FramePlayer {
   }
 }
 
+const NO_FRAMES = "No frames saved for this episode (start the run with “Save frames”, "
+  + "--save-frames or --frames every|failures; under failures a successful episode keeps none).";
+
+// The player, filled in once the server has listed the frames; `showStep` works before then
+// (it does nothing) and after.
 export function framePlayer(ctx, runId, index, assets, onStep) {
-  const views = framesByView(assets);
-  if (!views.size) {
-    const text = "No frames saved for this episode (start the run with “Save frames”, --save-frames "
-      + "or --frames every|failures; under failures a successful episode keeps none).";
-    return { el: notice(text), showStep() {} };
-  }
-  const frameUrl = (frame) => withToken(`${runApi(runId)}/episodes/${index}/assets/${enc(frame.name)}`);
-  const player = new FramePlayer(views, frameUrl, onStep);
-  ctx.onDispose(() => player.dispose());
-  return player;
+  if (!hasFrameAssets(assets)) return { el: notice(NO_FRAMES), showStep() {} };
+  const base = `${runApi(runId)}/episodes/${index}/frames`;
+  const frameUrl = (view, frame) => withToken(`${base}/${enc(view)}/${frame.position}`);
+  const box = h("div", { class: "player-box" }, notice("loading frames…"));
+  let player = null;
+  api(base).then((listing) => {
+    if (!ctx.alive) return;
+    const views = framesByView(listing);
+    if (!views.size) {
+      box.replaceChildren(notice(NO_FRAMES));
+      return;
+    }
+    player = new FramePlayer(views, listing.main, frameUrl, onStep);
+    ctx.onDispose(() => player.dispose());
+    box.replaceChildren(player.el);
+  }).catch((err) => ctx.fail(box, err));
+  return { el: box, showStep: (step) => player?.showStep(step) };
 }
