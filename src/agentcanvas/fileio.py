@@ -35,13 +35,16 @@ __all__ = [
     "atomic_write_bytes",
     "atomic_write_json",
     "disk_of",
+    "durable_replace",
     "encode_json",
     "encode_jsonl_line",
     "make_dirs",
     "parse_jsonl_line",
     "read_json",
     "read_jsonl",
+    "sync_folder",
     "write_error",
+    "write_temp",
 ]
 
 
@@ -131,6 +134,44 @@ def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = True) -> None
         if isinstance(exc, OSError):
             raise write_error(path, exc) from exc
         raise
+
+
+def write_temp(path: Path, data: bytes) -> tuple[int, Path]:
+    """``data`` in a new temp file beside ``path``, left open and unsynced: the first half
+    of an atomic write whose syncs a caller gathers (`durable_replace` is the second)."""
+    try:
+        fd, tmp = _create_temp(path)
+    except OSError as exc:
+        raise write_error(path, exc) from exc
+    try:
+        _write_all(fd, data)
+    except OSError as exc:
+        os.close(fd)
+        tmp.unlink(missing_ok=True)
+        raise write_error(path, exc) from exc
+    return fd, tmp
+
+
+def durable_replace(fd: int, tmp: Path, path: Path) -> None:
+    """Sync and close the temp file `write_temp` made, then rename it over ``path``; the
+    caller syncs ``path``'s folder (once for many such files)."""
+    try:
+        try:
+            _datasync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise write_error(path, exc) from exc
+
+
+def sync_folder(folder: Path) -> None:
+    """fsync ``folder`` (the names of files created or renamed in it); RunError naming it."""
+    try:
+        _fsync_dir(folder)
+    except OSError as exc:
+        raise write_error(folder, exc, "sync") from exc
 
 
 def _dumps(path: Path, obj: Any, *, indent: int | None) -> str:
