@@ -56,9 +56,10 @@ class ShippedFiles:
 
     def write_rest(self) -> None:
         log_path = self.run_dir.episode_log_path(self.index)
-        log_path.unlink(missing_ok=True)  # a retry or a resume starts the log afresh
         if self.record_log and self.reply.log:
-            log_path.write_bytes(self.reply.log)  # one write: no per-step work at the head
+            log_path.write_bytes(self.reply.log)  # one write, over an earlier attempt's log
+        else:
+            log_path.unlink(missing_ok=True)  # a retry or a resume starts the log afresh
         assets = self.run_dir.episode_assets_dir(self.index)
         clear_frames(assets)  # what a retried or resumed attempt left
         if self.reply.frames:

@@ -7,9 +7,11 @@ full queue makes ``submit`` wait, so the workers that await it take no new episo
 head has caught up (backpressure: nothing is dropped, memory stays bounded).
 
 One thread writes. It takes every admitted record (at most MAX_GROUP) at once and writes
-each episode's files and its episode.json (a temp file), then *commits* the group: one
-fdatasync per episode.json, the renames, one fsync per episode folder and one of
-``episodes/`` — the fsyncs of a group share the filesystem's journal commits. Only then
+each episode's files and its episode.json (a temp file renamed into place), then *commits*
+the group: one syncfs(2) of the run folder's filesystem (Linux), which makes every file,
+rename and folder of the group durable at once — where one fsync per file cost the head
+about a millisecond of kernel CPU per episode; elsewhere one fdatasync per episode.json
+before its rename and one fsync per folder. Only then
 does it hand the group to ``on_committed`` (the recorder: results stored, index lines
 appended in one write, counts, events): an episode is *acknowledged* — counted, announced,
 in the index — only once its episode.json is durable. While a group commits the next one
@@ -33,7 +35,13 @@ from agentcanvas.errors import DiskFullError
 from agentcanvas.eval.config import EpisodeResult
 from agentcanvas.eval.episode_log import EpisodeFiles
 from agentcanvas.eval.store import RunDir
-from agentcanvas.fileio import durable_replace, sync_folder, write_temp
+from agentcanvas.fileio import (
+    HAS_SYNCFS,
+    durable_replace,
+    sync_filesystem,
+    sync_folder,
+    write_temp,
+)
 
 __all__ = [
     "LINGER_S",
@@ -183,13 +191,16 @@ class GroupCommitWriter:
         for k, (record, fd, temp) in enumerate(written):
             path = self.run_dir.episode_json_path(record.result.index)
             try:
-                durable_replace(fd, temp, path)
+                durable_replace(fd, temp, path, sync=not HAS_SYNCFS)
             except BaseException:
                 _abandon(written[k + 1 :])
                 raise
             folders.add(path.parent)
-        for folder in sorted(folders):
-            sync_folder(folder)
+        if HAS_SYNCFS:  # one call for the group: every file, rename and folder in it
+            sync_filesystem(self.run_dir.episodes_dir)
+        else:
+            for folder in sorted(folders):
+                sync_folder(folder)
         self._on_committed(group, loop)
 
     def _write(self, record: PendingRecord) -> tuple[PendingRecord, int, Path]:

@@ -15,8 +15,8 @@ the live progress channel (with the events). An episode counts, is announced and
 index only once its episode.json is durable: it is *acknowledged*.
 
 Live aggregates are recomputed by one task the runner owns (:meth:`live_summary`), off the
-recording path, from a snapshot of the results, as often as their cost allows (at most
-LIVE_AGGREGATE_DUTY of the wall time, at least LIVE_AGGREGATE_MIN_INTERVAL_S apart);
+recording path, from a snapshot of the results, as often as their cost allows
+(:mod:`agentcanvas.eval.live_pacing`: flat per episode at any rate);
 ``episodes_aggregated`` says how many results they cover — the first that many lines of the
 index. When the run ends the final summary is written once, complete: every record sorted by
 index and every aggregate recomputed from the results sorted by index (never accumulated in
@@ -44,21 +44,15 @@ from agentcanvas.eval.config import DeterminismInfo, EpisodeResult, EvalRun
 from agentcanvas.eval.episode import EpisodeSpec
 from agentcanvas.eval.episode_log import EpisodeFiles
 from agentcanvas.eval.events import EvalComplete, EvalEpisodeDone, EvalProgress, LiveEvent
+from agentcanvas.eval.live_pacing import pace_refreshes
 from agentcanvas.eval.record_writer import GroupCommitWriter, PendingRecord
 from agentcanvas.eval.run_context import RunContext
 from agentcanvas.eval.run_state import TERMINAL_RUN_STATUSES, RunStatus
 from agentcanvas.eval.stopping import PrefixWatcher, keep_apart, load_baseline
 from agentcanvas.fileio import atomic_write_json, encode_json
 
-__all__ = [
-    "LIVE_AGGREGATE_DUTY",
-    "LIVE_AGGREGATE_MIN_INTERVAL_S",
-    "LIVE_SAVE_MIN_INTERVAL_S",
-    "RunRecorder",
-]
+__all__ = ["LIVE_SAVE_MIN_INTERVAL_S", "RunRecorder"]
 
-LIVE_AGGREGATE_MIN_INTERVAL_S = 0.25  # live aggregates are refreshed at most this often
-LIVE_AGGREGATE_DUTY = 0.03  # and take at most this share of the run's wall time
 LIVE_SAVE_MIN_INTERVAL_S = 0.2  # a recording rewrites the live summary.json at most this often
 log = logging.getLogger(__name__)
 
@@ -315,23 +309,19 @@ class RunRecorder:
 
     async def live_summary(self) -> None:
         """Refresh the summary's aggregates while the run goes, as often as their cost allows
-        (until cancelled: the runner owns this task).
+        (:mod:`agentcanvas.eval.live_pacing`; until cancelled: the runner owns this task).
 
         Computed in a thread from a snapshot taken under the state lock (every result in it
         is already in the index), and installed under the lock, so a summary on disk always
         pairs its aggregates with their ``episodes_aggregated``.
         """
-        while True:
-            await self._new_results.wait()
-            self._new_results.clear()
-            started = time.monotonic()
-            try:
-                await asyncio.to_thread(self._refresh_aggregates)
-            except DiskFullError as exc:
-                self._on_disk_full(exc)
-            cost = time.monotonic() - started
-            period = max(LIVE_AGGREGATE_MIN_INTERVAL_S, cost / LIVE_AGGREGATE_DUTY)
-            await asyncio.sleep(period - cost)
+        await pace_refreshes(self._refresh_live, self._new_results, lambda: self._stored)
+
+    async def _refresh_live(self) -> None:
+        try:
+            await asyncio.to_thread(self._refresh_aggregates)
+        except DiskFullError as exc:
+            self._on_disk_full(exc)
 
     def _refresh_aggregates(self) -> None:
         """Aggregates of the results stored so far, then the summary with them (a thread)."""
