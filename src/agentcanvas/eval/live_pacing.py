@@ -5,8 +5,9 @@ must not depend on completion order, so they are never accumulated). :func:`pace
 runs one after new results arrive, at most LIVE_AGGREGATE_DUTY of the wall time, at least
 LIVE_AGGREGATE_MIN_INTERVAL_S apart, and no more than LIVE_AGGREGATE_CPU_PER_RESULT_S per
 result that came in since the last one — unless LIVE_AGGREGATE_MAX_INTERVAL_S have passed,
-so a slow run's view still moves. Whatever the rate, the head spends a bounded share of its
-time and a bounded amount per episode on them.
+so a slow run's view still moves; meanwhile new results only rewrite the summary's counts.
+Whatever the rate, the head spends a bounded share of its time and a bounded amount per
+episode on them.
 """
 
 from __future__ import annotations
@@ -31,10 +32,16 @@ LIVE_AGGREGATE_MAX_INTERVAL_S: Final = 5.0  # unless this long has passed
 
 
 async def pace_refreshes(
-    refresh: Callable[[], Awaitable[None]], new_results: asyncio.Event, stored: Callable[[], int]
+    refresh: Callable[[], Awaitable[None]],
+    save_counts: Callable[[], Awaitable[None]],
+    new_results: asyncio.Event,
+    stored: Callable[[], int],
 ) -> None:
     """Run ``refresh`` after ``new_results`` is set, paced as the module says; ``stored``
-    counts the results so far. Until cancelled (its caller owns the task)."""
+    counts the results so far. Between two refreshes, new results get ``save_counts`` (the
+    summary with its counts, at most every LIVE_AGGREGATE_MIN_INTERVAL_S), so the live
+    summary still follows every result within a moment. Until cancelled (its caller owns
+    the task)."""
     while True:
         await new_results.wait()
         new_results.clear()
@@ -52,4 +59,6 @@ async def pace_refreshes(
             except TimeoutError:
                 break
             new_results.clear()
+            await save_counts()
+            await asyncio.sleep(LIVE_AGGREGATE_MIN_INTERVAL_S)
         new_results.set()  # what came in meanwhile is refreshed next

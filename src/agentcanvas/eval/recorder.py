@@ -315,13 +315,24 @@ class RunRecorder:
         is already in the index), and installed under the lock, so a summary on disk always
         pairs its aggregates with their ``episodes_aggregated``.
         """
-        await pace_refreshes(self._refresh_live, self._new_results, lambda: self._stored)
+        await pace_refreshes(
+            lambda: self._in_thread(self._refresh_aggregates),
+            lambda: self._in_thread(self._save_counts),
+            self._new_results,
+            lambda: self._stored,
+        )
 
-    async def _refresh_live(self) -> None:
+    async def _in_thread(self, write: Callable[[], None]) -> None:
         try:
-            await asyncio.to_thread(self._refresh_aggregates)
+            await asyncio.to_thread(write)
         except DiskFullError as exc:
             self._on_disk_full(exc)
+
+    def _save_counts(self) -> None:
+        """The live summary with the latest counts and the aggregates it has (a thread)."""
+        with self._state_lock:
+            if not self._live_closed:
+                self.save()
 
     def _refresh_aggregates(self) -> None:
         """Aggregates of the results stored so far, then the summary with them (a thread)."""
