@@ -477,7 +477,8 @@ async def test_a_resumed_runner_runs_only_the_missing_episodes_and_ends_equal(
     resumed = await asyncio.wait_for(runner.execute(), RUN_DEADLINE_S)
     assert sorted(recorder.completion_order()) == [1, 3, 5]
     done = [s.episodes_done for s in recorder.on_disk]
-    assert done[0] == 4 and done == sorted(done) and done[-1] <= 6  # the kept ones counted
+    # the kept ones counted from the first save on (a commit group may add more than one)
+    assert done[0] >= 4 and done == sorted(done) and done[-1] <= 6
     assert [e.identity() for e in resumed.episodes] == [
         e.identity() for e in uninterrupted.episodes
     ]

@@ -47,11 +47,19 @@ class ShippedFiles:
     def __init__(self, run_dir: RunDir, index: int, reply: EpisodeReply, record_log: bool):
         self.run_dir, self.index, self.reply, self.record_log = run_dir, index, reply, record_log
 
+    @property
+    def nbytes(self) -> int:
+        return len(self.reply.log) + sum(len(data) for data in self.reply.frames.values())
+
+    def discard(self) -> None:
+        """Nothing is held but the reply itself."""
+
     def write_rest(self) -> None:
         log_path = self.run_dir.episode_log_path(self.index)
-        log_path.unlink(missing_ok=True)  # a retry or a resume starts the log afresh
         if self.record_log and self.reply.log:
-            log_path.write_bytes(self.reply.log)  # one write: no per-step work at the head
+            log_path.write_bytes(self.reply.log)  # one write, over an earlier attempt's log
+        else:
+            log_path.unlink(missing_ok=True)  # a retry or a resume starts the log afresh
         assets = self.run_dir.episode_assets_dir(self.index)
         clear_frames(assets)  # what a retried or resumed attempt left
         if self.reply.frames:

@@ -21,9 +21,16 @@ __all__ = ["EpisodeFiles", "EpisodeLog"]
 class EpisodeFiles(Protocol):
     """An episode's files besides its record, finished in the recording thread."""
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes held in memory until `write_rest` (what the recorder's queue counts)."""
+
     def write_rest(self) -> None:
         """Write what is not on disk yet (the episode's folder exists); raise RunError
         (DiskFullError for a full disk) when a write fails."""
+
+    def discard(self) -> None:
+        """The files will not be written (their record failed): let go of what is held."""
 
 
 class EpisodeLog:
@@ -45,6 +52,10 @@ class EpisodeLog:
         self._fd: int | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._failure: RunError | None = None
+
+    @property
+    def nbytes(self) -> int:
+        return len(self._lines)
 
     def record(self, entry: dict[str, Any]) -> None:
         if isinstance(self._failure, DiskFullError):  # the record's write reports it, and

@@ -5,8 +5,9 @@ worker takes indices from the dispatcher and runs each episode (``episode.run_ep
 worker whose env server died mid-episode gets it restarted and runs the episode again with
 the same seed (``attempts``, at most ``max_attempts``); one whose episode timed out gets
 fresh servers before its next episode (a call may still run in the old simulator). Each
-finished episode is counted against the error budget at once and recorded in the background
-(at most MAX_RECORDINGS_IN_FLIGHT per worker) while the worker's next episode runs.
+finished episode is counted against the error budget at once and handed to the run's
+writer, which writes it while the worker's next episode runs; a writer that is behind makes
+the worker wait before it takes another (``eval.record_writer``).
 """
 
 from __future__ import annotations
@@ -34,11 +35,10 @@ from agentcanvas.graph.executor import ExecutionPrinciples
 from agentcanvas.graph.opening import opening_firing
 from agentcanvas.nodes.handles import AttachesClients, HealthChecked
 
-__all__ = ["HEALTH_AFTER_FAILURE_S", "MAX_RECORDINGS_IN_FLIGHT", "LocalEpisodeWorkers"]
+__all__ = ["HEALTH_AFTER_FAILURE_S", "LocalEpisodeWorkers"]
 
 log = logging.getLogger(__name__)
 HEALTH_AFTER_FAILURE_S = 1.0  # the health check that decides whether a server is dead
-MAX_RECORDINGS_IN_FLIGHT = 2  # per worker: episodes written while the next ones run
 
 Attempt = tuple[EpisodeResult, EpisodeLog | None]
 
@@ -76,9 +76,6 @@ class _Slots:
         shared = [self.registry.bound(n) for n in self.registry.shared_in(self.graph)]
         async with self.pool.acquire_specific(worker_id) as handle:
             await _set_attached(shared, client, attach=True)
-            # Owned by this worker: awaited in turn (at most MAX_RECORDINGS_IN_FLIGHT) and in
-            # ``finally``, shielded so that cancelling the worker never cuts a record in half.
-            recording: list[asyncio.Task[None]] = []
             try:
                 # Cancelled: episodes not started yet are left missing, never written one
                 # by one as "cancelled" records (the run's summary counts them).
@@ -88,19 +85,22 @@ class _Slots:
                     spec = self.control.specs[index]
                     result, episode_log = await self.run_one_episode(handle, spec, client)
                     self.control.spend(result)  # now, not once its files are written
-                    if len(recording) >= MAX_RECORDINGS_IN_FLIGHT:
-                        await asyncio.shield(recording.pop(0))
-                    # Persisting this episode overlaps the simulation of the next ones (its
-                    # fsyncs may take longer than an episode: they overlap each other too).
-                    record = self.control.record(result, episode_log)
-                    name = f"{client}:record {result.index}"
-                    recording.append(asyncio.create_task(record, name=name))
+                    await self._record(result, episode_log)
                     if result.status == "timeout" and not self.control.cancelled:
                         await self._replace_servers(handle)
             finally:
-                for pending in recording:
-                    await asyncio.shield(pending)
                 await asyncio.shield(_set_attached(shared, client, attach=False))
+
+    async def _record(self, result: EpisodeResult, episode_log: EpisodeLog | None) -> None:
+        """Hand the episode to the run's writer: back at once unless the head is behind,
+        then this worker waits (and takes no new episode) until there is room. Its files
+        are written by the writer's thread while the next episode runs."""
+        try:
+            await self.control.record(result, episode_log)
+        except BaseException:
+            if episode_log is not None:
+                episode_log.discard()  # never admitted: nobody writes it
+            raise
 
     async def run_one_episode(
         self, handle: WorkerHandle, spec: EpisodeSpec, client: str = ""

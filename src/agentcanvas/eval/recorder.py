@@ -1,18 +1,22 @@
 """RunRecorder: what a run writes, apart from whoever runs its episodes.
 
 Both engines' workers hand each finished episode to :meth:`RunRecorder.record` with its own
-files (``eval.episode_log.EpisodeFiles``). What an episode boundary costs does not grow with
-the run: in one hop to a thread the episode's files
-and its episode.json are written (durable), its record appended to ``episodes.jsonl`` (see
-:mod:`agentcanvas.eval.records`), the counts updated in place, and summary.json rewritten
-atomically (without fsync: recover rebuilds it) — bounded: counts, status counts and the
-latest aggregates, no per-episode records — at most every LIVE_SAVE_MIN_INTERVAL_S, and again
-by the live aggregates' refresh that follows every new result, so a skipped rewrite is made
-up within a moment. That rewrite is the live progress channel (with the events).
+files (``eval.episode_log.EpisodeFiles``); it returns once the run's writer has admitted
+them, and waits while the writer is behind (backpressure: a worker that waits takes no new
+episode). What an episode costs the head does not grow with the run: the writer thread
+(:mod:`agentcanvas.eval.record_writer`) writes the episodes of a group and makes their
+episode.json durable together (a group commit); then, per group, their records are appended
+to ``episodes.jsonl`` in one write (see :mod:`agentcanvas.eval.records`), the counts updated
+in place, the events sent, and summary.json rewritten atomically (without fsync: recover
+rebuilds it) — bounded: counts, status counts and the latest aggregates, no per-episode
+records — at most every LIVE_SAVE_MIN_INTERVAL_S, and again by the live aggregates' refresh
+that follows new results, so a skipped rewrite is made up within a moment. That rewrite is
+the live progress channel (with the events). An episode counts, is announced and is in the
+index only once its episode.json is durable: it is *acknowledged*.
 
 Live aggregates are recomputed by one task the runner owns (:meth:`live_summary`), off the
-recording path, from a snapshot of the results, as often as their cost allows (at most
-LIVE_AGGREGATE_DUTY of the wall time, at least LIVE_AGGREGATE_MIN_INTERVAL_S apart);
+recording path, from a snapshot of the results, as often as their cost allows
+(:mod:`agentcanvas.eval.live_pacing`: flat per episode at any rate);
 ``episodes_aggregated`` says how many results they cover — the first that many lines of the
 index. When the run ends the final summary is written once, complete: every record sorted by
 index and every aggregate recomputed from the results sorted by index (never accumulated in
@@ -40,20 +44,15 @@ from agentcanvas.eval.config import DeterminismInfo, EpisodeResult, EvalRun
 from agentcanvas.eval.episode import EpisodeSpec
 from agentcanvas.eval.episode_log import EpisodeFiles
 from agentcanvas.eval.events import EvalComplete, EvalEpisodeDone, EvalProgress, LiveEvent
+from agentcanvas.eval.live_pacing import pace_refreshes
+from agentcanvas.eval.record_writer import GroupCommitWriter, PendingRecord
 from agentcanvas.eval.run_context import RunContext
 from agentcanvas.eval.run_state import TERMINAL_RUN_STATUSES, RunStatus
 from agentcanvas.eval.stopping import PrefixWatcher, keep_apart, load_baseline
-from agentcanvas.fileio import atomic_write_bytes, atomic_write_json, encode_json
+from agentcanvas.fileio import atomic_write_json, encode_json
 
-__all__ = [
-    "LIVE_AGGREGATE_DUTY",
-    "LIVE_AGGREGATE_MIN_INTERVAL_S",
-    "LIVE_SAVE_MIN_INTERVAL_S",
-    "RunRecorder",
-]
+__all__ = ["LIVE_SAVE_MIN_INTERVAL_S", "RunRecorder"]
 
-LIVE_AGGREGATE_MIN_INTERVAL_S = 0.25  # live aggregates are refreshed at most this often
-LIVE_AGGREGATE_DUTY = 0.03  # and take at most this share of the run's wall time
 LIVE_SAVE_MIN_INTERVAL_S = 0.2  # a recording rewrites the live summary.json at most this often
 log = logging.getLogger(__name__)
 
@@ -73,7 +72,8 @@ class RunRecorder:
     """A run's results by index, their files, the index, the counts, aggregates and summary.
 
     ``start`` → ``save_live`` → (``record`` per episode, ``live_summary`` beside) →
-    ``close_live`` → a final status (``run.move_to``) → ``finish``; ``save`` at any time.
+    ``drain`` → ``close_live`` → a final status (``run.move_to``) → ``finish``; ``save`` at
+    any time.
     """
 
     def __init__(
@@ -109,6 +109,7 @@ class RunRecorder:
         baseline = load_baseline(run_dir.root.parent, config)
         self.stop = PrefixWatcher(specs, config, baseline)  # also the live interval of any run
         self.run = _summary(context, len(specs), rules)
+        self.writer = GroupCommitWriter(run_dir, self._store_group, self._on_disk_full)
         self._open(context)
 
     def _open(self, context: RunContext) -> None:
@@ -172,19 +173,20 @@ class RunRecorder:
     # -- one episode ---------------------------------------------------------------------------
 
     async def record(self, result: EpisodeResult, files: EpisodeFiles | None = None) -> None:
-        """Write ``result`` with its ``files``, store it, and tell the listeners.
+        """Admit ``result`` with its ``files`` to the run's writer; returns once admitted,
+        waiting while the writer's queue is full (the backpressure on the workers).
 
-        One hop to a thread: in-flight episodes keep running while it writes. The record is
-        encoded first, here, so that the thread runs little Python between its syscalls (a
-        thread holding the GIL when the loop comes back from a socket call makes it wait).
-        A full disk leaves the episode missing (a resume runs it) and stops the run."""
+        The record is encoded here; the writer thread writes the group it lands in and
+        commits it (:mod:`agentcanvas.eval.record_writer`), then :meth:`_store_group` stores
+        and announces it. A full disk leaves the episode missing (a resume runs it) and
+        stops the run."""
         encoded = self._encode(result)
-        loop = asyncio.get_running_loop()
-        try:
-            await asyncio.to_thread(self._record_in_thread, result, encoded, files, loop)
-        except DiskFullError as exc:
-            self._on_disk_full(exc)
-        self._new_results.set()
+        pending = PendingRecord(result, encoded.episode_json, encoded.index_line, files)
+        await self.writer.submit(pending)
+
+    async def drain(self) -> None:
+        """Until every admitted record is written, stored and announced."""
+        await self.writer.drain()
 
     def _encode(self, result: EpisodeResult) -> _EncodedRecord:
         """The bytes of ``result``'s episode.json and of its index line."""
@@ -193,37 +195,32 @@ class RunRecorder:
         path = self.run_dir.episode_json_path(result.index)
         return _EncodedRecord(encode_json(path, episode), records.index_line(self.run_dir, record))
 
-    def _record_in_thread(
-        self,
-        result: EpisodeResult,
-        encoded: _EncodedRecord,
-        files: EpisodeFiles | None,
-        loop: asyncio.AbstractEventLoop,
-    ) -> None:
-        """The episode's own files first, durable, outside the lock: other workers' (and this
-        worker's next) episodes write theirs meanwhile, and their fsyncs share commits; then,
-        under the state lock, the result is stored and persisted, and its events are queued
-        on the loop — in the order the results were stored, each with its own counts."""
-        self._write_episode(result.index, encoded.episode_json, files)
+    def _store_group(self, group: list[PendingRecord], loop: asyncio.AbstractEventLoop) -> None:
+        """A committed group (the writer thread; every episode.json durable): under the state
+        lock each result is stored — or kept apart, past a stop rule's decision — its index
+        line appended (the group's in one write), the counts updated; then the events, in
+        the order the results were stored, each with its own counts, in one hop to the loop."""
+        lines, events = bytearray(), []
+        announce = self.broadcast is not _no_broadcast  # nobody listens: no events to build
         with self._state_lock:
-            if self.stop.past_stop(result.index):  # in flight when the rule decided
-                self._keep_apart(result.index)
-                return
-            self._store(result)
-            self._persist(encoded.index_line)
-            if self.stop.observe(result) is not None and self.stop.decided:
-                self._stop_at_decision(loop)
-            if self.broadcast is not _no_broadcast:  # nobody listens: no events to build
-                errors = health.error_count(self._status_counts)
-                loop.call_soon_threadsafe(self._announce, result, self.run.episodes_done, errors)
-
-    def _write_episode(self, index: int, episode_json: bytes, files: EpisodeFiles | None) -> None:
-        """Make the episode's folder, write the rest of its files, then its episode.json (the
-        durable record) before anything else mentions the episode."""
-        self.run_dir.create_episode(index)
-        if files is not None:
-            files.write_rest()
-        atomic_write_bytes(self.run_dir.episode_json_path(index), episode_json)
+            for pending in group:
+                result = pending.result
+                if self.stop.past_stop(result.index):  # in flight when the rule decided
+                    self._keep_apart(result.index)
+                    continue
+                self._store(result)
+                lines += pending.index_line
+                if announce:
+                    done = len(self._results) - self._status_counts.get("cancelled", 0)
+                    events.append((result, done, health.error_count(self._status_counts)))
+                if self.stop.observe(result) is not None and self.stop.decided:
+                    records.append_line(self.run_dir, bytes(lines))
+                    lines.clear()
+                    self._stop_at_decision(loop)
+            self._persist(bytes(lines))
+            if events:
+                loop.call_soon_threadsafe(self._announce_all, events)
+        loop.call_soon_threadsafe(self._new_results.set)
 
     def _store(self, result: EpisodeResult) -> None:
         """Keep ``result`` by index and update the counts in place (O(1) per episode)."""
@@ -245,11 +242,12 @@ class RunRecorder:
         self._stored += 1  # the complete summary is made again
 
     def _persist(self, index_line: bytes) -> None:
-        """Its index line (episode.json is on disk), then the bounded summary — at most
+        """Index lines (their episode.json files are durable), then the bounded summary — at most
         every LIVE_SAVE_MIN_INTERVAL_S: each rewrite creates a file, which costs a worker
         more CPU than a short episode's own work on some filesystems. The live aggregates'
         refresh, which follows every new result, saves what this one skipped."""
-        records.append_line(self.run_dir, index_line)
+        if index_line:
+            records.append_line(self.run_dir, index_line)
         self._refresh_progress()
         now = time.monotonic()
         if now - self._saved_live_at >= LIVE_SAVE_MIN_INTERVAL_S:
@@ -285,6 +283,11 @@ class RunRecorder:
             log.error("run %s stops: %s", self.run.run_id, exc)
         self._stop_run(True)
 
+    def _announce_all(self, events: list[tuple[EpisodeResult, int, int]]) -> None:
+        """A group's events (on the loop), each with the counts its recording left."""
+        for result, episodes_done, errors in events:
+            self._announce(result, episodes_done, errors)
+
     def _announce(self, result: EpisodeResult, episodes_done: int, errors: int) -> None:
         """The episode's events (on the loop), with the counts its recording left."""
         self.broadcast(EvalEpisodeDone(run_id=self.run.run_id, episode=result))
@@ -306,23 +309,30 @@ class RunRecorder:
 
     async def live_summary(self) -> None:
         """Refresh the summary's aggregates while the run goes, as often as their cost allows
-        (until cancelled: the runner owns this task).
+        (:mod:`agentcanvas.eval.live_pacing`; until cancelled: the runner owns this task).
 
         Computed in a thread from a snapshot taken under the state lock (every result in it
         is already in the index), and installed under the lock, so a summary on disk always
         pairs its aggregates with their ``episodes_aggregated``.
         """
-        while True:
-            await self._new_results.wait()
-            self._new_results.clear()
-            started = time.monotonic()
-            try:
-                await asyncio.to_thread(self._refresh_aggregates)
-            except DiskFullError as exc:
-                self._on_disk_full(exc)
-            cost = time.monotonic() - started
-            period = max(LIVE_AGGREGATE_MIN_INTERVAL_S, cost / LIVE_AGGREGATE_DUTY)
-            await asyncio.sleep(period - cost)
+        await pace_refreshes(
+            lambda: self._in_thread(self._refresh_aggregates),
+            lambda: self._in_thread(self._save_counts),
+            self._new_results,
+            lambda: self._stored,
+        )
+
+    async def _in_thread(self, write: Callable[[], None]) -> None:
+        try:
+            await asyncio.to_thread(write)
+        except DiskFullError as exc:
+            self._on_disk_full(exc)
+
+    def _save_counts(self) -> None:
+        """The live summary with the latest counts and the aggregates it has (a thread)."""
+        with self._state_lock:
+            if not self._live_closed:
+                self.save()
 
     def _refresh_aggregates(self) -> None:
         """Aggregates of the results stored so far, then the summary with them (a thread)."""

@@ -122,7 +122,10 @@ class BatchEvalRunner:
         try:
             async with asyncio.TaskGroup() as group:
                 live = group.create_task(recorder.live_summary())
-                await self.workers.run(self.control, dispatcher)  # its failure ends the group
+                try:
+                    await self.workers.run(self.control, dispatcher)  # its failure ends it
+                finally:  # every admitted record is written, whatever ended the workers
+                    await asyncio.shield(recorder.drain())
                 live.cancel()  # the final summary recomputes every aggregate
         finally:
             recorder.close_live()
