@@ -141,12 +141,14 @@ def test_summary_equals_episode_folders_after_sigkill_at_random_points(
     kill_at_random_point(resumed, run_dir, rng, at_least=len(episode_files(run_dir)))
 
     scheduler.recover()
-    assert_summary_matches_folders(run_dir)
-    scheduler.resume(run_dir.root.name, {}, [])
-    scheduler.queue.clear()
-    last = spawn_eval_process(run_dir, workspace)
-    procs.append(last)
-    assert last.wait(DEADLINE_S * 2) == 0
+    # On a loaded machine the resumed run can finish its last commit group before the kill
+    # lands: a completed run is then what recovery must leave (and nothing to resume).
+    if assert_summary_matches_folders(run_dir)["status"] != "completed":
+        scheduler.resume(run_dir.root.name, {}, [])
+        scheduler.queue.clear()
+        last = spawn_eval_process(run_dir, workspace)
+        procs.append(last)
+        assert last.wait(DEADLINE_S * 2) == 0
     summary = assert_summary_matches_folders(run_dir)
     assert summary["status"] == "completed" and summary["episodes_done"] == TOTAL
 

@@ -28,7 +28,7 @@ __all__ = [
 LIVE_AGGREGATE_MIN_INTERVAL_S: Final = 0.25  # refreshed at most this often
 LIVE_AGGREGATE_DUTY: Final = 0.03  # taking at most this share of the run's wall time
 LIVE_AGGREGATE_CPU_PER_RESULT_S: Final = 0.0001  # and at most this per new result
-LIVE_AGGREGATE_MAX_INTERVAL_S: Final = 5.0  # unless this long has passed
+LIVE_AGGREGATE_MAX_INTERVAL_S: Final = 0.5  # unless this long has passed: a slow run moves
 
 
 async def pace_refreshes(
