@@ -106,6 +106,7 @@ class ServerFleet:
         self._no_launch = asyncio.Event()  # set while _in_flight == 0
         self._no_launch.set()
         self._closed = asyncio.Event()
+        self._closing = asyncio.Event()  # set when stop_all begins: launches in flight end
 
     # -- lifecycle state -------------------------------------------------------------------
     @property
@@ -122,13 +123,22 @@ class ServerFleet:
             raise FleetClosedError(f"server fleet is {self._state.value}: {what} refused")
 
     async def _launch_server(self, key: str, nodeset: str, tag: int | None) -> LaunchedServer:
-        """``launcher.launch``, counted in flight until it is over; a server that comes up
-        after ``stop_all`` began is stopped at once (FleetClosedError)."""
+        """``launcher.launch``, counted in flight until it is over. When ``stop_all`` begins
+        first, the launch is cancelled (which stops its child) rather than waited for: a
+        closing process must not wait for a model to load only to stop it (FleetClosedError
+        either way, also for a server that came up just as the fleet closed)."""
         self._require_open(f"starting {key}")
         self._in_flight += 1
         self._no_launch.clear()
+        launch = asyncio.ensure_future(self.launcher.launch(nodeset, tag))
+        closing = asyncio.ensure_future(self._closing.wait())
         try:
-            server = await self.launcher.launch(nodeset, tag)
+            await asyncio.wait({launch, closing}, return_when=asyncio.FIRST_COMPLETED)
+            if not launch.done():
+                raise FleetClosedError(
+                    f"server fleet is {self._state.value}: {key} was stopped while it started"
+                )
+            server = launch.result()
             if self._state is not FleetState.OPEN:
                 await server.stop()
                 raise FleetClosedError(
@@ -137,6 +147,10 @@ class ServerFleet:
                 )
             return server
         finally:
+            closing.cancel()
+            if not launch.done():
+                launch.cancel()  # a launch cancelled stops the child it started
+            await asyncio.gather(launch, closing, return_exceptions=True)
             self._in_flight -= 1
             if self._in_flight == 0:
                 self._no_launch.set()
@@ -278,13 +292,14 @@ class ServerFleet:
             await record.stop()
 
     async def stop_all(self) -> None:
-        """Close the fleet: stop every server (borrowed ones: close our connections), wait
-        for the launches still in flight (each stops what it launched), close the launcher.
+        """Close the fleet: stop every server (borrowed ones: close our connections), end
+        the launches still in flight (each stops what it launched), close the launcher.
         Once only; a second call waits for the first."""
         if self._state is not FleetState.OPEN:
             await self._closed.wait()  # the first stop_all's waits all have deadlines
             return
         self._move(FleetState.CLOSING)
+        self._closing.set()
         try:
             records, self.records = list(self.records.values()), {}
             await asyncio.gather(*(r.stop() for r in records), return_exceptions=True)
@@ -295,9 +310,9 @@ class ServerFleet:
             self._closed.set()
 
     async def _launches_over(self) -> None:
-        """Wait for the launches in flight (within a launch's own deadlines); past that,
-        cancel the fleet's own (a launch cancelled stops its child)."""
-        wait_s = envsettings.SERVER_READY_TIMEOUT_S.get() + STOP_TIMEOUT_S
+        """Wait for the launches in flight to end (the closing event ends each, stopping its
+        child within STOP_TIMEOUT_S); past that, cancel the fleet's own futures too."""
+        wait_s = 2 * STOP_TIMEOUT_S
         try:
             async with asyncio.timeout(wait_s):
                 await self._no_launch.wait()
