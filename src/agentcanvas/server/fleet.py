@@ -26,7 +26,6 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from agentcanvas import envsettings
 from agentcanvas.errors import FleetClosedError, NodeSetError, ServerError, StateError
 from agentcanvas.nodes.manifest import NodeSetManifest
 from agentcanvas.server.launcher import STOP_TIMEOUT_S, LaunchedServer, ServerLauncher
