@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import time
 from collections.abc import Callable
 
@@ -57,7 +58,7 @@ class Run:
 
 
 def _gaps(starts: list[float]) -> list[float]:
-    return [b - a for a, b in zip(starts, starts[1:], strict=False)]
+    return [b - a for a, b in itertools.pairwise(starts)]
 
 
 async def test_a_slow_first_refresh_spends_the_burst_instead_of_stalling_the_view() -> None:
