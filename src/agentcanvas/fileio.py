@@ -32,6 +32,7 @@ from agentcanvas.errors import DiskFullError, RunError
 __all__ = [
     "DISK_FULL_ERRNOS",
     "HAS_SYNCFS",
+    "FilesystemSync",
     "JsonlRead",
     "append_jsonl",
     "append_jsonl_bytes",
@@ -45,7 +46,6 @@ __all__ = [
     "parse_jsonl_line",
     "read_json",
     "read_jsonl",
-    "sync_filesystem",
     "sync_folder",
     "write_error",
     "write_temp",
@@ -183,27 +183,49 @@ def _load_syncfs() -> Callable[[int], int] | None:
     return cast(Callable[[int], int], syncfs)
 
 
-_syncfs = _load_syncfs()
+def _reports_writeback_errors() -> bool:
+    """Linux 5.8 and newer: syncfs(2) returns a writeback error of the filesystem that
+    happened since the descriptor was opened; before, it returned 0 whatever failed."""
+    try:
+        major, minor = (int(part) for part in os.uname().release.split(".")[:2])
+    except ValueError:
+        return False
+    return (major, minor) >= (5, 8)
+
+
+_syncfs = _load_syncfs() if _reports_writeback_errors() else None
 HAS_SYNCFS = _syncfs is not None
-"""Whether `sync_filesystem` can make many files durable with one call (Linux's syncfs)."""
+"""Whether `FilesystemSync` can make many files durable with one call (Linux's syncfs, from
+the kernel on which it reports write errors)."""
 
 
-def sync_filesystem(folder: Path) -> None:
-    """Make everything written so far to ``folder``'s filesystem durable, with one syncfs(2):
-    the group commit of many files, whose one-by-one fsyncs cost the writer far more CPU
-    (one journal commit each). Only where HAS_SYNCFS; RunError naming the folder."""
-    if _syncfs is None:
-        raise RunError("sync_filesystem needs syncfs(2): check HAS_SYNCFS first")
-    try:
-        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError as exc:
-        raise write_error(folder, exc, "sync") from exc
-    try:
-        if _syncfs(fd) != 0:
+class FilesystemSync:
+    """Everything written to ``folder``'s filesystem made durable by one syncfs(2) each time:
+    the group commit of many files, whose one-by-one fsyncs cost the writer far more CPU (one
+    journal commit each). The descriptor is held from before the first write it must cover:
+    the kernel reports a writeback error to a descriptor only if it happened after the
+    descriptor was opened. Only where HAS_SYNCFS; RunError (DiskFullError) naming the folder."""
+
+    def __init__(self, folder: Path) -> None:
+        if _syncfs is None:
+            raise RunError("FilesystemSync needs syncfs(2): check HAS_SYNCFS first")
+        self.folder = folder
+        try:
+            self._fd: int | None = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError as exc:
+            raise write_error(folder, exc, "sync") from exc
+
+    def sync(self) -> None:
+        if _syncfs is None or self._fd is None:
+            raise RunError(f"sync of {self.folder} after its FilesystemSync was closed")
+        if _syncfs(self._fd) != 0:
             err = ctypes.get_errno()
-            raise write_error(folder, OSError(err, os.strerror(err)), "sync")
-    finally:
-        os.close(fd)
+            raise write_error(self.folder, OSError(err, os.strerror(err)), "sync")
+
+    def close(self) -> None:
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)
 
 
 def sync_folder(folder: Path) -> None:

@@ -70,4 +70,5 @@ async def pace_refreshes(
             new_results.clear()
             await save_counts()
             await asyncio.sleep(pacing.min_interval_s)
-        new_results.set()  # what came in meanwhile is refreshed next
+        if stored() != before:  # what came in meanwhile is refreshed next (nothing: no work)
+            new_results.set()

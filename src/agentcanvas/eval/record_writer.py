@@ -8,15 +8,15 @@ head has caught up (backpressure: nothing is dropped, memory stays bounded).
 
 One thread writes. It takes every admitted record (at most MAX_GROUP) at once and writes
 each episode's files and its episode.json (a temp file renamed into place), then *commits*
-the group: one syncfs(2) of the run folder's filesystem (Linux), which makes every file,
-rename and folder of the group durable at once — where one fsync per file cost the head
-about a millisecond of kernel CPU per episode; elsewhere one fdatasync per episode.json
-before its rename and one fsync per folder. Only then
+the group: one syncfs(2) of the run folder's filesystem (Linux 5.8 and newer), which makes
+every file, rename and folder of the group durable at once — one fsync per file costs the
+head a journal commit per episode; elsewhere one fdatasync per episode.json before its
+rename and one fsync per folder (the episode's log and frames are not synced there). Only then
 does it hand the group to ``on_committed`` (the recorder: results stored, index lines
 appended in one write, counts, events): an episode is *acknowledged* — counted, announced,
 in the index — only once its episode.json is durable. While a group commits the next one
-gathers, so groups grow with the load: a commit every few milliseconds at most rates. A
-record that could not be written (a full disk) is left missing: resume runs it again.
+gathers, so groups grow with the load. A record that could not be written or synced (a full
+disk, an I/O error) is left missing, its episode.json removed: resume runs it again.
 """
 
 from __future__ import annotations
@@ -31,14 +31,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from agentcanvas.errors import DiskFullError
+from agentcanvas.errors import DiskFullError, RunError
 from agentcanvas.eval.config import EpisodeResult
 from agentcanvas.eval.episode_log import EpisodeFiles
 from agentcanvas.eval.store import RunDir
 from agentcanvas.fileio import (
     HAS_SYNCFS,
+    FilesystemSync,
     durable_replace,
-    sync_filesystem,
     sync_folder,
     write_temp,
 )
@@ -102,6 +102,7 @@ class GroupCommitWriter:
         self._pending_bytes = 0
         self._settled = asyncio.Event()  # set whenever records settle (space may be free)
         self._failure: BaseException | None = None  # a write error other than a full disk
+        self._sync: FilesystemSync | None = None  # the writer thread's, held while it runs
         self.groups = 0  # commits made (the bench reports records per commit)
 
     @property
@@ -129,12 +130,19 @@ class GroupCommitWriter:
         self._loop = asyncio.get_running_loop()
         with self._cond:
             self._queue.append(record)
-            if self._thread is None:
-                name = f"record-writer:{self.run_dir.root.name}"
-                self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-                self._thread.start()
-            else:
+            if self._thread is not None:
                 self._cond.notify()
+                return
+            name = f"record-writer:{self.run_dir.root.name}"
+            thread = threading.Thread(target=self._run, name=name, daemon=True)
+            try:
+                thread.start()
+            except RuntimeError as exc:  # no thread to be had: the record is not admitted
+                self._queue.pop()
+                self._pending -= 1
+                self._pending_bytes -= nbytes
+                raise RunError(f"the run's record writer could not start: {exc}") from exc
+            self._thread = thread
 
     async def drain(self) -> None:
         """Until every admitted record is committed (or dropped); raises a write error."""
@@ -151,15 +159,21 @@ class GroupCommitWriter:
     # -- the writer thread ---------------------------------------------------------------------
 
     def _run(self) -> None:
-        while True:
-            with self._cond:
-                if not self._queue:
-                    self._cond.wait(LINGER_S)
-                if not self._queue:
-                    self._thread = None  # a submit from here on starts a new thread
-                    return
-                group = [self._queue.popleft() for _ in range(min(MAX_GROUP, len(self._queue)))]
-            self._settle(group)
+        try:
+            while True:
+                with self._cond:
+                    if not self._queue:
+                        self._cond.wait(LINGER_S)
+                    if not self._queue:
+                        self._thread = None  # a submit from here on starts a new thread
+                        return
+                    count = min(MAX_GROUP, len(self._queue))
+                    group = [self._queue.popleft() for _ in range(count)]
+                self._settle(group)
+        finally:
+            if self._sync is not None:
+                self._sync.close()
+                self._sync = None
 
     def _settle(self, group: list[PendingRecord]) -> None:
         """Commit ``group``, then tell the loop its records are settled (written or not)."""
@@ -179,6 +193,8 @@ class GroupCommitWriter:
         """Write the group's files, make its episode.json files durable, then hand it on."""
         written: list[tuple[PendingRecord, int, Path]] = []
         try:
+            if HAS_SYNCFS and self._sync is None:  # before the writes its syncs must cover
+                self._sync = FilesystemSync(self.run_dir.episodes_dir)
             for record in group:
                 written.append(self._write(record))
         except BaseException:
@@ -187,21 +203,33 @@ class GroupCommitWriter:
                 if record.files is not None:
                     record.files.discard()
             raise
-        folders = {self.run_dir.episodes_dir}
-        for k, (record, fd, temp) in enumerate(written):
-            path = self.run_dir.episode_json_path(record.result.index)
-            try:
-                durable_replace(fd, temp, path, sync=not HAS_SYNCFS)
-            except BaseException:
-                _abandon(written[k + 1 :])
-                raise
-            folders.add(path.parent)
-        if HAS_SYNCFS:  # one call for the group: every file, rename and folder in it
-            sync_filesystem(self.run_dir.episodes_dir)
-        else:
-            for folder in sorted(folders):
-                sync_folder(folder)
+        renamed: list[Path] = []
+        try:
+            for k, (record, fd, temp) in enumerate(written):
+                path = self.run_dir.episode_json_path(record.result.index)
+                try:
+                    durable_replace(fd, temp, path, sync=not HAS_SYNCFS)
+                except BaseException:
+                    _abandon(written[k + 1 :])
+                    raise
+                renamed.append(path)
+            self._make_durable(renamed)
+        except BaseException:
+            # Not acknowledged, so not left to look finished: resume would take an
+            # episode.json whose data may never have reached the disk for a recorded one.
+            for path in renamed:
+                path.unlink(missing_ok=True)
+            raise
         self._on_committed(group, loop)
+
+    def _make_durable(self, renamed: list[Path]) -> None:
+        """One syncfs for the group (every file, rename and folder in it), or one fsync per
+        folder where episode.json files were renamed in."""
+        if self._sync is not None:
+            self._sync.sync()
+            return
+        for folder in sorted({self.run_dir.episodes_dir, *(p.parent for p in renamed)}):
+            sync_folder(folder)
 
     def _write(self, record: PendingRecord) -> tuple[PendingRecord, int, Path]:
         """The episode's folder, its own files, then its episode.json as an open temp file."""

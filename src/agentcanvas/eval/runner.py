@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 from collections.abc import Mapping
 from typing import ClassVar
 
@@ -40,6 +41,8 @@ from agentcanvas.eval.store import RunDir
 from agentcanvas.eval.worker_pool import partition_contiguous
 from agentcanvas.graph.model import Graph
 from agentcanvas.server.registry import WorkspaceComponentRegistry
+
+log = logging.getLogger(__name__)
 
 __all__ = ["BatchEvalRunner", "episode_tasks", "metric_rules", "plan_episodes"]
 
@@ -124,8 +127,10 @@ class BatchEvalRunner:
                 live = group.create_task(recorder.live_summary())
                 try:
                     await self.workers.run(self.control, dispatcher)  # its failure ends it
-                finally:  # every admitted record is written, whatever ended the workers
-                    await asyncio.shield(recorder.drain())
+                except BaseException:  # every admitted record is written, whatever ended them
+                    await _drain_keeping_the_cause(recorder)
+                    raise
+                await asyncio.shield(recorder.drain())
                 live.cancel()  # the final summary recomputes every aggregate
         finally:
             recorder.close_live()
@@ -171,3 +176,13 @@ def _require_replicated_env(registry: WorkspaceComponentRegistry, graph: Graph) 
             f"env.nodeset: '{graph.env.nodeset}' is {parallelism}; batch eval needs the "
             "environment node set to be replicated (one simulator per worker)"
         )
+
+
+async def _drain_keeping_the_cause(recorder: RunRecorder) -> None:
+    """Drain ``recorder`` while the workers' own error (a lost server, a cancellation)
+    propagates: a write failure found here is logged, not raised in its place, so the run
+    still ends as that error says (aborted, cancelled), not failed."""
+    try:
+        await asyncio.shield(recorder.drain())
+    except Exception:
+        log.exception("recording failed while the run was ending for another reason")

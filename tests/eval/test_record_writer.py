@@ -1,0 +1,129 @@
+"""GroupCommitWriter (eval/record_writer.py) on a real run folder: a record is acknowledged
+only after a sync that covered its episode.json, and a group whose sync fails acknowledges
+nothing and leaves no episode.json behind (resume would take it for a finished episode).
+
+The sync is observed by wrapping the writer's own: ``FilesystemSync.sync`` where syncfs is
+used, ``sync_folder`` elsewhere — a SIGKILL test cannot show this, the page cache survives
+it."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import agentcanvas.eval.record_writer as record_writer
+from agentcanvas.errors import DiskFullError, RunError
+from agentcanvas.eval.config import EpisodeResult
+from agentcanvas.eval.record_writer import GroupCommitWriter, PendingRecord
+from agentcanvas.eval.store import RunDir
+from agentcanvas.fileio import encode_json
+
+pytestmark = pytest.mark.asyncio
+
+EPISODES = 40
+
+
+def _record(index: int) -> PendingRecord:
+    result = EpisodeResult(index=index, episode_index=index, seed=index, status="completed")
+    body = encode_json(Path("episode.json"), result.model_dump(mode="json"))
+    return PendingRecord(result, body, body + b"\n", None)
+
+
+def _on_disk(run_dir: RunDir) -> set[int]:
+    return {int(p.parent.name[2:]) for p in run_dir.episodes_dir.glob("ep*/episode.json")}
+
+
+class Journal:
+    """What happened, in order: ('sync', indices on disk when it ran) and ('ack', indices)."""
+
+    def __init__(self, run_dir: RunDir) -> None:
+        self.run_dir = run_dir
+        self.events: list[tuple[str, frozenset[int]]] = []
+        self.disk_full: list[DiskFullError] = []
+        self.fail_sync = False  # the next syncs raise a full disk
+
+    def synced(self) -> None:
+        self.events.append(("sync", frozenset(_on_disk(self.run_dir))))
+
+    def committed(self, group: list[PendingRecord], loop: asyncio.AbstractEventLoop) -> None:
+        self.events.append(("ack", frozenset(r.result.index for r in group)))
+
+
+@pytest.fixture
+def journal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Journal:
+    run_dir = RunDir(tmp_path / "run")
+    run_dir.create()
+    journal = Journal(run_dir)
+
+    def observed(original: Any) -> Any:
+        def sync(*args: Any) -> None:
+            if journal.fail_sync:
+                raise DiskFullError(f"No space left on device: {run_dir.episodes_dir}")
+            original(*args)
+            journal.synced()
+
+        return sync
+
+    if record_writer.HAS_SYNCFS:
+        sync_class = record_writer.FilesystemSync
+        monkeypatch.setattr(sync_class, "sync", observed(sync_class.sync))
+    else:
+        monkeypatch.setattr(record_writer, "sync_folder", observed(record_writer.sync_folder))
+    return journal
+
+
+def _writer(journal: Journal) -> GroupCommitWriter:
+    return GroupCommitWriter(journal.run_dir, journal.committed, journal.disk_full.append)
+
+
+async def test_each_record_is_acknowledged_after_a_sync_that_covered_it(journal: Journal) -> None:
+    writer = _writer(journal)
+    for index in range(EPISODES):
+        await writer.submit(_record(index))
+        if index % 7 == 0:
+            await asyncio.sleep(0)  # let groups of several sizes form
+    await writer.drain()
+    acked: set[int] = set()
+    last_sync: frozenset[int] = frozenset()
+    for kind, indices in journal.events:
+        if kind == "sync":
+            last_sync = indices
+        else:
+            assert indices <= last_sync, (sorted(indices - last_sync), journal.events)
+            acked |= indices
+    assert acked == set(range(EPISODES)) == _on_disk(journal.run_dir)
+
+
+async def test_a_group_whose_sync_fails_acknowledges_nothing_and_leaves_no_record(
+    journal: Journal,
+) -> None:
+    writer = _writer(journal)
+    await writer.submit(_record(0))
+    await writer.drain()  # one record written and acknowledged
+    journal.fail_sync = True
+    for index in range(1, 6):
+        await writer.submit(_record(index))
+    await writer.drain()
+    acked = {i for kind, group in journal.events if kind == "ack" for i in group}
+    assert acked == {0} == _on_disk(journal.run_dir)  # the failed group's files are gone
+    assert journal.disk_full, "the full disk was not reported to the run"
+
+
+async def test_a_sync_error_other_than_a_full_disk_fails_the_run(
+    journal: Journal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*args: Any) -> None:
+        raise RunError("cannot sync: Input/output error")
+
+    if record_writer.HAS_SYNCFS:
+        monkeypatch.setattr(record_writer.FilesystemSync, "sync", broken)
+    else:
+        monkeypatch.setattr(record_writer, "sync_folder", broken)
+    writer = _writer(journal)
+    await writer.submit(_record(0))
+    with pytest.raises(RunError, match="Input/output error"):
+        await writer.drain()
+    assert journal.events == [] and _on_disk(journal.run_dir) == set()
