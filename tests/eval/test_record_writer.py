@@ -127,3 +127,18 @@ async def test_a_sync_error_other_than_a_full_disk_fails_the_run(
     with pytest.raises(RunError, match="Input/output error"):
         await writer.drain()
     assert journal.events == [] and _on_disk(journal.run_dir) == set()
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+async def test_a_writer_thread_that_dies_fails_drain_instead_of_hanging_it(
+    journal: Journal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def dies(self: GroupCommitWriter, group: list[PendingRecord]) -> bool:
+        raise MemoryError("the writer thread dies")  # escapes the thread: nothing settles
+
+    monkeypatch.setattr(GroupCommitWriter, "_settle", dies)
+    writer = _writer(journal)
+    await writer.submit(_record(0))
+    with pytest.raises(RunError, match=r"ended with 1 record\(s\) unwritten"):
+        await asyncio.wait_for(writer.drain(), 10 * record_writer.WATCH_S)
+    assert journal.events == []

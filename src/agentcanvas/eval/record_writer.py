@@ -48,6 +48,7 @@ __all__ = [
     "MAX_GROUP",
     "MAX_PENDING",
     "MAX_PENDING_BYTES",
+    "WATCH_S",
     "GroupCommitWriter",
     "PendingRecord",
 ]
@@ -58,6 +59,7 @@ MAX_PENDING: Final = 256  # records admitted and not yet committed
 MAX_PENDING_BYTES: Final = 256 * 1024**2  # their bytes (logs, frames): memory stays bounded
 MAX_GROUP: Final = 128  # records committed together at most
 LINGER_S: Final = 0.5  # an idle writer thread waits this long for more before it ends
+WATCH_S: Final = 1.0  # a waiting submit or drain checks this often that the writer lives
 
 
 @dataclass
@@ -122,8 +124,7 @@ class GroupCommitWriter:
         self._raise_failure()
         nbytes = record.nbytes
         while self.full(nbytes):
-            self._settled.clear()
-            await self._settled.wait()
+            await self._wait_settled()
             self._raise_failure()
         self._pending += 1
         self._pending_bytes += nbytes
@@ -147,9 +148,29 @@ class GroupCommitWriter:
     async def drain(self) -> None:
         """Until every admitted record is committed (or dropped); raises a write error."""
         while self._pending:
-            self._settled.clear()
-            await self._settled.wait()
+            await self._wait_settled()
         self._raise_failure()
+
+    async def _wait_settled(self) -> None:
+        """Until records settle; RunError when none can, the writer thread being gone with
+        records still admitted (it died, or the loop it reports to was closed)."""
+        self._settled.clear()
+        while True:
+            try:
+                async with asyncio.timeout(WATCH_S):
+                    await self._settled.wait()
+                return
+            except TimeoutError:
+                await asyncio.sleep(0)  # a release the thread has already sent runs first
+                if self._settled.is_set():
+                    return
+                with self._cond:
+                    gone = self._thread is None or not self._thread.is_alive()
+                if gone and self._pending:
+                    raise RunError(
+                        f"the record writer of {self.run_dir.root} ended with "
+                        f"{self._pending} record(s) unwritten"
+                    ) from None
 
     def _raise_failure(self) -> None:
         if self._failure is not None:
@@ -169,25 +190,39 @@ class GroupCommitWriter:
                         return
                     count = min(MAX_GROUP, len(self._queue))
                     group = [self._queue.popleft() for _ in range(count)]
-                self._settle(group)
+                if not self._settle(group):
+                    log.warning("run %s ended without its records: writer stopped", self.run_dir)
+                    with self._cond:
+                        self._thread = None
+                    return
         finally:
             if self._sync is not None:
                 self._sync.close()
                 self._sync = None
 
-    def _settle(self, group: list[PendingRecord]) -> None:
-        """Commit ``group``, then tell the loop its records are settled (written or not)."""
+    def _settle(self, group: list[PendingRecord]) -> bool:
+        """Commit ``group``, then tell the loop its records are settled (written or not);
+        False when the loop is closed (the run ended without waiting: nothing to report to,
+        and what is unwritten is run again by a resume)."""
         nbytes = sum(r.nbytes for r in group)
         loop = self._loop
         assert loop is not None  # set by the submit that queued the group
+        if loop.is_closed():
+            return False
         try:
             self._commit(group, loop)
         except DiskFullError as exc:
             loop.call_soon_threadsafe(self._on_disk_full, exc)
         except Exception as exc:  # the run fails with it: raised by the next submit or drain
+            if loop.is_closed():
+                return False
             log.exception("recording of episodes %s failed", [r.result.index for r in group])
             self._failure = exc
-        loop.call_soon_threadsafe(self._release, len(group), nbytes)
+        try:
+            loop.call_soon_threadsafe(self._release, len(group), nbytes)
+        except RuntimeError:  # closed meanwhile
+            return False
+        return True
 
     def _commit(self, group: list[PendingRecord], loop: asyncio.AbstractEventLoop) -> None:
         """Write the group's files, make its episode.json files durable, then hand it on."""
