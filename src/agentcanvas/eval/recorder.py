@@ -202,25 +202,27 @@ class RunRecorder:
         the order the results were stored, each with its own counts, in one hop to the loop."""
         lines, events = bytearray(), []
         announce = self.broadcast is not _no_broadcast  # nobody listens: no events to build
-        with self._state_lock:
-            for pending in group:
-                result = pending.result
-                if self.stop.past_stop(result.index):  # in flight when the rule decided
-                    self._keep_apart(result.index)
-                    continue
-                self._store(result)
-                lines += pending.index_line
-                if announce:
-                    done = len(self._results) - self._status_counts.get("cancelled", 0)
-                    events.append((result, done, health.error_count(self._status_counts)))
-                if self.stop.observe(result) is not None and self.stop.decided:
-                    records.append_line(self.run_dir, bytes(lines))
-                    lines.clear()
-                    self._stop_at_decision(loop)
-            self._persist(bytes(lines))
+        try:
+            with self._state_lock:
+                for pending in group:
+                    result = pending.result
+                    if self.stop.past_stop(result.index):  # in flight when the rule decided
+                        self._keep_apart(result.index)
+                        continue
+                    self._store(result)
+                    lines += pending.index_line
+                    if announce:
+                        done = len(self._results) - self._status_counts.get("cancelled", 0)
+                        events.append((result, done, health.error_count(self._status_counts)))
+                    if self.stop.observe(result) is not None and self.stop.decided:
+                        records.append_line(self.run_dir, bytes(lines))
+                        lines.clear()
+                        self._stop_at_decision(loop)
+                self._persist(bytes(lines))
+        finally:  # what was stored is announced, also when a save failed (a full disk)
             if events:
                 loop.call_soon_threadsafe(self._announce_all, events)
-        loop.call_soon_threadsafe(self._new_results.set)
+            loop.call_soon_threadsafe(self._new_results.set)
 
     def _store(self, result: EpisodeResult) -> None:
         """Keep ``result`` by index and update the counts in place (O(1) per episode)."""
