@@ -68,7 +68,10 @@ def kill_at_random_point(
         DEADLINE_S,
     )
     time.sleep(rng.uniform(0.0, 0.05))
-    os.killpg(proc.pid, signal.SIGKILL)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:  # it had already ended (and poll reaped it): the run is over
+        assert proc.poll() is not None
     proc.wait(30)
     assert not is_locked(run_dir)  # the kernel dropped the dead writer's lock
 
