@@ -14,7 +14,7 @@ os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # before Ray is imported:
 
 from agentcanvas.eval.config import EvalRun
 from support.polling import poll_until
-from support.ray_cluster import live_actor_names, live_groups, run_graph, start_cluster
+from support.ray_cluster import census, live_actor_names, live_groups, run_graph, start_cluster
 from support.slow_workspace import write_slow_workspace
 from support.workspace import home_workspace
 
@@ -59,7 +59,7 @@ def settled_cluster(request: pytest.FixtureRequest) -> None:
             return None
         return (
             f"alive nodes {alive}/{NODES}, CPU free {free} of {total.get('CPU', 0.0)}, "
-            f"groups {groups}, actors {actors}"
+            f"groups {groups}, actors {actors}\n{census()}"
         )
 
     poll_until(

@@ -120,6 +120,35 @@ def live_groups() -> list[str]:
     )
 
 
+def census() -> str:
+    """Everything that may hold the cluster's resources, whatever its name: per-node free
+    CPUs, actors not dead, groups not removed, jobs whose driver lives (a settle failure's
+    explanation, naming what leaked)."""
+    import ray
+    from ray._private import state
+
+    free = {
+        node_id[:8]: res.get("CPU", 0.0)
+        for node_id, res in state.state.available_resources_per_node().items()
+    }
+    actors = [
+        (a.get("Name") or a.get("ActorClassName"), a.get("State"), a.get("JobID"))
+        for a in state.actors().values()
+        if a.get("State") != "DEAD"
+    ]
+    groups = [
+        (info.get("name"), info["state"], info.get("bundles"))
+        for info in ray.util.placement_group_table().values()
+        if info["state"] != "REMOVED"
+    ]
+    jobs = [
+        (job.get("JobID"), job.get("DriverPid"))
+        for job in ray._private.state.jobs()
+        if not job.get("IsDead")
+    ]
+    return f"free CPU per node {free}; actors {actors}; groups {groups}; live jobs {jobs}"
+
+
 def attempts(run: EvalRun) -> list[EpisodeResult]:
     return [e for e in run.episodes if e.attempts > 1]
 

@@ -82,10 +82,20 @@ def _granted_group(group_id: str) -> tuple[Any, Any]:
         ) from exc
 
 
+IN_FLIGHT_S = 1.0
+"""How long a removal first waits for a group Ray may be placing right now to be placed."""
+
+
 def remove_group(group: Any) -> None:
-    """Remove the group (its actors die with it); a group already removed is left alone."""
+    """Remove the group (its actors die with it); a group already removed is left alone.
+
+    Ray (2.60) leaks the bundles of a group removed while it is being placed: their CPUs stay
+    reserved on the nodes with no group left to release them (ray-project/ray#64693). So a
+    group not yet placed gets ``IN_FLIGHT_S`` to be placed first; one still waiting then
+    waits for what the cluster lacks, not in the middle of being placed."""
     ray = import_ray()
     with contextlib.suppress(ray.exceptions.RayError, ValueError):
+        ray.wait([group.ready()], timeout=IN_FLIGHT_S)
         ray.util.remove_placement_group(group)
 
 
