@@ -11,24 +11,42 @@ COMPILE := $(BIN)/python -m compileall -q src
 
 .PHONY: demo test test-fast lint typecheck install clean browser lint-js test-js
 
+# Installs go through uv: the same versions resolve as with pip (checked: pip freeze alike),
+# in about 50 s here where pip takes about 180 s. --compile-bytecode writes the .pyc files
+# pip writes; without them, where PYTHONDONTWRITEBYTECODE is set, every process would compile
+# numpy, scipy and torch again. pip's own find-links (a local wheel of torch's CPU build, say)
+# are passed on. Where uv cannot be had, pip does it all as before.
+UV_VERSION := 0.13.8
+FIND_LINKS = $(or $(PIP_FIND_LINKS),$(shell $(PY) -m pip config get global.find-links 2>/dev/null))
+UV_PIP = $(BIN)/uv pip install --python $(1)/bin/python -q --native-tls --compile-bytecode \
+	$(foreach link,$(FIND_LINKS),--find-links $(link))
+
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	# torch first, pinned, so the package's own torch requirement is already met (CPU build).
-	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[dev,libero]'
-	# LIBERO: its PyPI fork declares numpy < 2, which it does not need (see pyproject.toml)
-	$(BIN)/pip install -q --no-deps rlinf-libero==0.1.3
+	$(BIN)/pip install -q uv==$(UV_VERSION) || echo "uv could not be installed: pip installs"
+	# torch pinned beside the package, so its torch requirement is met by the CPU build.
+	# LIBERO: its PyPI fork declares numpy < 2, which it does not need (see pyproject.toml).
+	if test -x $(BIN)/uv; then \
+		$(call UV_PIP,$(VENV)) torch==2.13.0 -e '.[dev,libero]' && \
+		$(call UV_PIP,$(VENV)) --no-deps rlinf-libero==0.1.3; \
+	else \
+		$(BIN)/pip install -q torch==2.13.0 && \
+		$(BIN)/pip install -q -e '.[dev,libero]' && \
+		$(BIN)/pip install -q --no-deps rlinf-libero==0.1.3; \
+	fi
 	touch $(STAMP)
 
 # openpi-client (the reference client of the policy-server protocol) needs numpy < 2: it
 # lives in its own small environment, where the protocol tests run it against our server.
 OPENPI := .venv-openpi
 OPENPI_STAMP := $(OPENPI)/.installed
+# typing_extensions: openpi-client imports it without declaring it
+OPENPI_REQS := "openpi-client==0.1.2" "numpy<2" typing_extensions
 
-$(OPENPI_STAMP):
+$(OPENPI_STAMP): | $(STAMP)
 	test -x $(OPENPI)/bin/python || $(PY) -m venv $(OPENPI)
-	# typing_extensions: openpi-client imports it without declaring it
-	$(OPENPI)/bin/pip install -q "openpi-client==0.1.2" "numpy<2" typing_extensions
+	if test -x $(BIN)/uv; then $(call UV_PIP,$(OPENPI)) $(OPENPI_REQS); \
+	else $(OPENPI)/bin/pip install -q $(OPENPI_REQS); fi
 	touch $(OPENPI_STAMP)
 
 # The dashboard's JavaScript (src/agentcanvas/api/web/js): ESLint and unit tests run by Node
