@@ -47,10 +47,19 @@ def _alive_nodes(recipe: RecipeCluster, workspace: Path) -> int:
 
 
 def _wait_nodes(recipe: RecipeCluster, workspace: Path, count: int) -> None:
+    """Until ``ray status`` lists ``count`` alive nodes. It is asked only once as many
+    raylets run as it should list, and then once a second: each call is a Python process
+    of about 2 s of CPU, and back to back they took a core from the rest of the suite."""
+
     def ready() -> bool:
         ended = [name for name, proc in recipe.nodes.items() if proc.poll() is not None]
         assert not ended, f"ray start {ended} ended: {_logs(recipe)}"
-        return _alive_nodes(recipe, workspace) == count
+        if _raylets(recipe) != count:
+            return False
+        if _alive_nodes(recipe, workspace) == count:
+            return True
+        time.sleep(1.0)
+        return False
 
     poll_until(
         ready,
@@ -58,6 +67,10 @@ def _wait_nodes(recipe: RecipeCluster, workspace: Path, count: int) -> None:
         180.0,
         explain=lambda: _logs(recipe),
     )
+
+
+def _raylets(recipe: RecipeCluster) -> int:
+    return sum("raylet/raylet" in cmd for cmd in recipe.processes().values())
 
 
 def _logs(recipe: RecipeCluster) -> str:
