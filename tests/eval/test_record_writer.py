@@ -9,6 +9,7 @@ it."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +27,14 @@ pytestmark = pytest.mark.asyncio
 EPISODES = 40
 
 
-def _record(index: int) -> PendingRecord:
+def _record(index: int, nbytes: int = 0) -> PendingRecord:
+    """Episode ``index``'s record, its episode.json padded (with JSON's own whitespace) so
+    that the record counts ``nbytes`` against the queue's bytes when that is more."""
     result = EpisodeResult(index=index, episode_index=index, seed=index, status="completed")
     body = encode_json(Path("episode.json"), result.model_dump(mode="json"))
-    return PendingRecord(result, body, body + b"\n", None)
+    line = body + b"\n"
+    padding = b" " * max(0, nbytes - len(body) - len(line))
+    return PendingRecord(result, body + padding, line, None)
 
 
 def _on_disk(run_dir: RunDir) -> set[int]:
@@ -142,3 +147,51 @@ async def test_a_writer_thread_that_dies_fails_drain_instead_of_hanging_it(
     with pytest.raises(RunError, match=r"ended with 1 record\(s\) unwritten"):
         await asyncio.wait_for(writer.drain(), 10 * record_writer.WATCH_S)
     assert journal.events == []
+
+
+async def test_waiting_submits_are_admitted_in_the_order_they_came(
+    journal: Journal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A large record (frames, say) that does not fit beside the queued ones waits; the small
+    ones that come after it wait behind it although they would fit, so it is not starved."""
+    monkeypatch.setattr(record_writer, "MAX_PENDING_BYTES", 10_000)
+    writer = _writer(journal)
+    sizes = [2_000] * 4 + [5_000] + [800] * 6  # the 5th does not fit beside the first four
+    assert sum(sizes[:4]) + sizes[5] <= record_writer.MAX_PENDING_BYTES  # the 6th would
+    assert [_record(i, n).nbytes for i, n in enumerate(sizes)] == sizes
+    admitted: list[int] = []
+
+    async def send(index: int) -> None:
+        await writer.submit(_record(index, sizes[index]))
+        admitted.append(index)
+
+    await asyncio.gather(*(send(index) for index in range(len(sizes))))
+    await writer.drain()
+    assert admitted == list(range(len(sizes)))
+    assert _on_disk(journal.run_dir) == set(range(len(sizes)))
+
+
+async def test_a_submit_cancelled_while_it_waits_leaves_the_line(
+    journal: Journal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(record_writer, "MAX_PENDING_BYTES", 10_000)
+    gate = threading.Event()  # the writer commits nothing until the line has formed
+    settle = GroupCommitWriter._settle
+
+    def held(self: GroupCommitWriter, group: list[PendingRecord]) -> bool:
+        gate.wait(30.0)
+        return settle(self, group)
+
+    monkeypatch.setattr(GroupCommitWriter, "_settle", held)
+    writer = _writer(journal)
+    await writer.submit(_record(0, 6_000))
+    big = asyncio.create_task(writer.submit(_record(1, 6_000)))  # waits: 12,000 > 10,000
+    small = asyncio.create_task(writer.submit(_record(2, 800)))  # waits behind it
+    await asyncio.sleep(0.05)
+    assert not big.done() and not small.done()
+    big.cancel()
+    gate.set()
+    await asyncio.gather(small, return_exceptions=True)
+    assert small.result() is None  # admitted: the line moved on without the cancelled one
+    await writer.drain()
+    assert writer.pending == 0 and _on_disk(journal.run_dir) == {0, 2}

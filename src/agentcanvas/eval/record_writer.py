@@ -4,7 +4,9 @@ The run's recorder hands each finished episode here (:meth:`GroupCommitWriter.su
 record already encoded and its own files (``EpisodeFiles``). ``submit`` returns once the
 record is *admitted* — queued, at most MAX_PENDING records or MAX_PENDING_BYTES in all; a
 full queue makes ``submit`` wait, so the workers that await it take no new episode until the
-head has caught up (backpressure: nothing is dropped, memory stays bounded).
+head has caught up (backpressure: nothing is dropped, memory stays bounded). Waiting submits
+are admitted in the order they came, and none is passed by a later one: a large record (an
+episode with frames) waiting for bytes to free is not starved by small ones that would fit.
 
 One thread writes. It takes every admitted record (at most MAX_GROUP) at once and writes
 each episode's files and its episode.json (a temp file renamed into place), then *commits*
@@ -103,6 +105,7 @@ class GroupCommitWriter:
         self._pending = 0  # admitted, not yet settled (on the loop only)
         self._pending_bytes = 0
         self._settled = asyncio.Event()  # set whenever records settle (space may be free)
+        self._waiters: deque[tuple[int, asyncio.Future[None]]] = deque()  # submits, in order
         self._failure: BaseException | None = None  # a write error other than a full disk
         self._sync: FilesystemSync | None = None  # the writer thread's, held while it runs
         self.groups = 0  # commits made (the bench reports records per commit)
@@ -119,15 +122,20 @@ class GroupCommitWriter:
         return self._pending >= MAX_PENDING or self._pending_bytes + nbytes > MAX_PENDING_BYTES
 
     async def submit(self, record: PendingRecord) -> None:
-        """Admit ``record`` once there is space (waiting is the backpressure); a write error
-        of an earlier record is raised here."""
+        """Admit ``record`` once there is space and every submit that waited before it is
+        admitted (waiting is the backpressure); a write error of an earlier record is raised
+        here."""
         self._raise_failure()
         nbytes = record.nbytes
-        while self.full(nbytes):
-            await self._wait_settled()
+        if self._waiters or self.full(nbytes):
+            await self._wait_turn(nbytes)  # returns with the record's space reserved
+        else:
+            self._reserve(nbytes)
+        try:
             self._raise_failure()
-        self._pending += 1
-        self._pending_bytes += nbytes
+        except BaseException:
+            self._unreserve(nbytes)
+            raise
         self._loop = asyncio.get_running_loop()
         with self._cond:
             self._queue.append(record)
@@ -140,10 +148,52 @@ class GroupCommitWriter:
                 thread.start()
             except RuntimeError as exc:  # no thread to be had: the record is not admitted
                 self._queue.pop()
-                self._pending -= 1
-                self._pending_bytes -= nbytes
+                self._unreserve(nbytes)
                 raise RunError(f"the run's record writer could not start: {exc}") from exc
             self._thread = thread
+
+    async def _wait_turn(self, nbytes: int) -> None:
+        """Wait in line until :meth:`_admit_waiters` reserves this record's space; RunError
+        when the writer is gone meanwhile. A submit cancelled in line leaves it, giving back
+        the space when it had been granted."""
+        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        entry = (nbytes, turn)
+        self._waiters.append(entry)
+        try:
+            while not turn.done():
+                await asyncio.wait({turn}, timeout=WATCH_S)
+                if not turn.done():
+                    await asyncio.sleep(0)  # a release the thread has already sent runs first
+                    if not turn.done():
+                        self._check_writer()
+        except BaseException:
+            if turn.done():
+                self._unreserve(nbytes)
+            else:
+                self._waiters.remove(entry)
+                turn.cancel()
+                self._admit_waiters()  # the next in line may fit now
+            raise
+
+    def _reserve(self, nbytes: int) -> None:
+        self._pending += 1
+        self._pending_bytes += nbytes
+
+    def _unreserve(self, nbytes: int) -> None:
+        """Give back the space of a record that was not queued after all."""
+        self._pending -= 1
+        self._pending_bytes -= nbytes
+        self._admit_waiters()
+
+    def _admit_waiters(self) -> None:
+        """Reserve space for the waiting submits, first come first, while the first fits."""
+        while self._waiters:
+            nbytes, turn = self._waiters[0]
+            if self.full(nbytes):
+                return
+            self._waiters.popleft()
+            self._reserve(nbytes)
+            turn.set_result(None)
 
     async def drain(self) -> None:
         """Until every admitted record is committed (or dropped); raises a write error."""
@@ -164,13 +214,18 @@ class GroupCommitWriter:
                 await asyncio.sleep(0)  # a release the thread has already sent runs first
                 if self._settled.is_set():
                     return
-                with self._cond:
-                    gone = self._thread is None or not self._thread.is_alive()
-                if gone and self._pending:
-                    raise RunError(
-                        f"the record writer of {self.run_dir.root} ended with "
-                        f"{self._pending} record(s) unwritten"
-                    ) from None
+                self._check_writer()
+
+    def _check_writer(self) -> None:
+        """RunError when the writer thread is gone with records still admitted (it died, or
+        the loop it reports to was closed): none of them can settle."""
+        with self._cond:
+            gone = self._thread is None or not self._thread.is_alive()
+        if gone and self._pending:
+            raise RunError(
+                f"the record writer of {self.run_dir.root} ended with "
+                f"{self._pending} record(s) unwritten"
+            ) from None
 
     def _raise_failure(self) -> None:
         if self._failure is not None:
@@ -281,6 +336,7 @@ class GroupCommitWriter:
         self._pending_bytes -= nbytes
         self.groups += 1
         self._settled.set()
+        self._admit_waiters()
 
 
 def _abandon(written: list[tuple[PendingRecord, int, Path]]) -> None:
