@@ -10,7 +10,12 @@ from typing import Any
 import pytest
 
 from agentcanvas.cluster.placement import PLACEMENT_GROUP_ENV, plan_placement
-from agentcanvas.cluster.run_group import RunGroup, awaited, create_group
+from agentcanvas.cluster.run_group import (
+    RunGroup,
+    awaited,
+    create_group,
+    remove_group,
+)
 from agentcanvas.errors import ConfigError
 from support.ray_cluster import live_groups
 
@@ -57,3 +62,26 @@ async def test_a_reservation_that_is_gone_is_refused_naming_it(
     monkeypatch.setenv(PLACEMENT_GROUP_ENV, "ab" * 18)  # the form of an id Ray never made
     with pytest.raises(ConfigError, match=f"{PLACEMENT_GROUP_ENV}=abab.*no such Ray placement"):
         await RunGroup.acquire(plan_placement(1, {}), "handoff-gone")
+
+
+async def test_a_group_being_placed_is_placed_before_it_is_removed(ray_cluster: Any) -> None:
+    """Ray 2.60 leaks the bundles of a group removed while it is being placed
+    (ray-project/ray#64693): remove_group lets a group that fits be placed first (Ray's stats
+    show a creation time), and still removes one that cannot be placed."""
+    import ray
+
+    fits = create_group(plan_placement(2, {}), "agentcanvas:placed-then-removed")
+    remove_group(fits)  # at once, as a cancel right after the reservation would
+    stats = ray.util.placement_group_table(fits)["stats"]
+    assert stats["scheduling_state"] == "REMOVED"
+    assert stats["end_to_end_creation_latency_ms"] > 0, stats  # it was placed, then removed
+    too_big = create_group(plan_placement(_cluster_cpus() + 1, {}), "agentcanvas:never-placed")
+    remove_group(too_big)  # after IN_FLIGHT_S: it waits for capacity, not in placement
+    assert ray.util.placement_group_table(too_big)["stats"]["scheduling_state"] == "REMOVED"
+    assert live_groups() == []
+
+
+def _cluster_cpus() -> int:
+    import ray
+
+    return int(ray.cluster_resources().get("CPU", 0))

@@ -33,6 +33,7 @@ from agentcanvas.cluster.session import import_ray
 from agentcanvas.errors import ConfigError, ServerError
 
 __all__ = [
+    "IN_FLIGHT_S",
     "START_TIMEOUT_S",
     "RunGroup",
     "WaitReport",
