@@ -193,7 +193,8 @@ def run_vec_same(n: int, workers: int) -> tuple[float, list[tuple[int, int]]]:
     (wall, (success, steps) per episode in plan order)."""
     from metaworld.policies import ENV_POLICY_MAP as POLICIES
 
-    experts: dict[str, Any] = {task: POLICIES[task]() for task in MT10}
+    policies: dict[str, Any] = dict(POLICIES)
+    experts = {task: policies[task]() for task in MT10}
     episodes = [(task, i) for task in MT10 for i in range(n)]
     counter = multiprocessing.get_context("fork").Value("l", 0)
 
@@ -217,7 +218,7 @@ def run_vec_same(n: int, workers: int) -> tuple[float, list[tuple[int, int]]]:
                     actions[k] = np.clip(action, -1.0, 1.0).astype(np.float32)
             active = obs[:, 0] == 1.0
             obs, _, terminated, truncated, _ = envs.step(actions)
-            for k in np.flatnonzero(active):
+            for k in (int(slot) for slot in np.flatnonzero(active)):
                 length[k] += 1
                 if terminated[k] or truncated[k]:
                     won = bool(terminated[k])
