@@ -15,7 +15,7 @@ COMPILE := $(BIN)/python -m compileall -q src
 # in about 50 s here where pip takes about 180 s. --compile-bytecode writes the .pyc files
 # pip writes; without them, where PYTHONDONTWRITEBYTECODE is set, every process would compile
 # numpy, scipy and torch again. pip's own find-links (a local wheel of torch's CPU build, say)
-# are passed on. Where uv cannot be had, pip does it all as before.
+# are passed on. Where uv cannot be had or fails, pip does it all as before.
 UV_VERSION := 0.13.8
 FIND_LINKS = $(or $(PIP_FIND_LINKS),$(shell $(PY) -m pip config get global.find-links 2>/dev/null))
 UV_PIP = $(BIN)/uv pip install --python $(1)/bin/python -q --native-tls --compile-bytecode \
@@ -26,10 +26,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q uv==$(UV_VERSION) || echo "uv could not be installed: pip installs"
 	# torch pinned beside the package, so its torch requirement is met by the CPU build.
 	# LIBERO: its PyPI fork declares numpy < 2, which it does not need (see pyproject.toml).
-	if test -x $(BIN)/uv; then \
+	if test -x $(BIN)/uv && \
 		$(call UV_PIP,$(VENV)) torch==2.13.0 -e '.[dev,libero]' && \
-		$(call UV_PIP,$(VENV)) --no-deps rlinf-libero==0.1.3; \
+		$(call UV_PIP,$(VENV)) --no-deps rlinf-libero==0.1.3; then :; \
 	else \
+		echo "pip installs (uv is missing or failed)" && \
 		$(BIN)/pip install -q torch==2.13.0 && \
 		$(BIN)/pip install -q -e '.[dev,libero]' && \
 		$(BIN)/pip install -q --no-deps rlinf-libero==0.1.3; \
@@ -45,7 +46,7 @@ OPENPI_REQS := "openpi-client==0.1.2" "numpy<2" typing_extensions
 
 $(OPENPI_STAMP): | $(STAMP)
 	test -x $(OPENPI)/bin/python || $(PY) -m venv $(OPENPI)
-	if test -x $(BIN)/uv; then $(call UV_PIP,$(OPENPI)) $(OPENPI_REQS); \
+	if test -x $(BIN)/uv && $(call UV_PIP,$(OPENPI)) $(OPENPI_REQS); then :; \
 	else $(OPENPI)/bin/pip install -q $(OPENPI_REQS); fi
 	touch $(OPENPI_STAMP)
 
