@@ -33,6 +33,7 @@ import argparse
 import asyncio
 import multiprocessing
 import os
+import sys
 import tempfile
 import time
 import warnings
@@ -53,6 +54,9 @@ from agentcanvas.eval.seeding import episode_seed
 from agentcanvas.nodesets.env_metaworld import TASKS, variations
 from agentcanvas.paths import runs_dir
 from agentcanvas.server.registry import WorkspaceComponentRegistry
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from scaling import take_pending  # the bench folder is not a package
 
 MT10 = TASKS["MT10"]["train"]
 RUN_SEED = 0
@@ -154,10 +158,7 @@ class PlannedMetaWorld(gym.Env[np.ndarray, np.ndarray]):
     ) -> tuple[np.ndarray, dict[str, Any]]:
         from metaworld.env_dict import ALL_V3_ENVIRONMENTS
 
-        with self.counter.get_lock():
-            taken = int(self.counter.value)
-            self.counter.value = taken + 1
-        self.current, self.steps = (taken if taken < len(self.episodes) else -1), 0
+        self.current, self.steps = take_pending(self.counter, len(self.episodes)), 0
         if self.current < 0:
             return self._obs(np.zeros(39)), {}
         task, index = self.episodes[self.current]

@@ -162,6 +162,15 @@ async def run_ours(
 # -- AsyncVectorEnv -----------------------------------------------------------------------------
 
 
+def take_pending(counter: Any, total: int) -> int:
+    """The next of ``total`` pending episodes from a ``multiprocessing.Value`` counter shared
+    by every env process; -1 once none is left."""
+    with counter.get_lock():
+        taken = int(counter.value)
+        counter.value = taken + 1
+    return taken if taken < total else -1
+
+
 class PendingEnv(gym.Env[np.ndarray, Any]):
     """On each reset takes the next pending (level, seed) episode from a shared counter, the
     way a user feeds a vector env a list of episodes; idles once none is left.
@@ -182,10 +191,7 @@ class PendingEnv(gym.Env[np.ndarray, Any]):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
-        with self.counter.get_lock():
-            taken = int(self.counter.value)
-            self.counter.value = taken + 1
-        self.current = taken if taken < len(self.episodes) else -1
+        self.current = take_pending(self.counter, len(self.episodes))
         if self.current >= 0:
             level, level_seed = self.episodes[self.current]
             with contextlib.redirect_stdout(io.StringIO()):  # BabyAI's "Sampling rejected"
