@@ -161,6 +161,10 @@ class NodeSetCatalogue:
         """The graph's node sets served by one server per worker."""
         return [n for n in graph.nodesets() if self.manifest(n).parallelism == "replicated"]
 
+    def local_in(self, graph: Graph) -> list[str]:
+        """The graph's node sets that run in the runner's own process."""
+        return [n for n in graph.nodesets() if self.manifest(n).parallelism == "local"]
+
     # -- graphs ----------------------------------------------------------------------------
     def graph_entries(self) -> list[Found]:
         return [self._found_graphs[name] for name in sorted(self._found_graphs)]

@@ -66,6 +66,7 @@ class LocalEngine:
         broadcast: Broadcast | None = None,
     ) -> None:
         await registry.ensure_nodesets_for_graph(graph, worker_count=config.worker_count)
+        registry.prepare_locals(graph)
 
     async def determinism(
         self, registry: WorkspaceComponentRegistry, graph: Graph

@@ -32,6 +32,7 @@ from agentcanvas.eval.config import EpisodeResult, EvalRun
 from agentcanvas.eval.determinism import finish_determinism, start_determinism
 from agentcanvas.eval.dispatch import InOrderDispatcher, WorkStealingDispatcher
 from agentcanvas.eval.episode_plan import episode_tasks, metric_rules, plan_episodes
+from agentcanvas.eval.intervals import load_scipy
 from agentcanvas.eval.local_workers import LocalEpisodeWorkers
 from agentcanvas.eval.recorder import RunRecorder
 from agentcanvas.eval.run_context import RunContext
@@ -109,6 +110,7 @@ class BatchEvalRunner:
         reason, resumable once space is freed."""
         context, recorder = self.context, self.recorder
         todo = [s.index for s in self.control.specs if s.index not in recorder.results]
+        await asyncio.to_thread(load_scipy)  # the aggregates' imports, before the clock
         recorder.start()
         # Before the first episode: a --certify run has its shared servers recompute every
         # batched row of it alone.

@@ -26,7 +26,12 @@ from agentcanvas.graph.ready import ReadySet, same_iteration_deps
 from agentcanvas.graph.summarize import format_traceback, summarize
 from agentcanvas.nodes.assets import save_frame
 from agentcanvas.nodes.base import CallContext, NodeSetHandle
-from agentcanvas.nodes.boundary import is_in_process, needs_local_deadline, with_boundary
+from agentcanvas.nodes.boundary import (
+    is_in_process,
+    needs_local_deadline,
+    runs_to_its_end,
+    with_boundary,
+)
 from agentcanvas.nodes.manifest import NodeTypeSpec
 
 __all__ = [
@@ -158,6 +163,9 @@ class GraphExecutor:
         # A traceback raised here shows the node's own code; a server's error arrives as a
         # message (its traceback would show only the proxy), so only these keep theirs.
         self._in_process = {n.id for n in graph.nodes if is_in_process(self._handles[n.nodeset])}
+        self._to_its_end = {
+            n.id for n in graph.nodes if runs_to_its_end(self._handles[n.nodeset], n.node_name)
+        }
 
     def _handle(self, nodeset: str) -> NodeSetHandle:
         if nodeset in self.env_panel_overrides:
@@ -259,9 +267,23 @@ class GraphExecutor:
         ready.start_iteration()
         outputs: dict[str, dict[str, Any]] = {}
         running: dict[asyncio.Task[dict[str, Any]], str] = {}
+        left: list[tuple[Node, dict[str, Any]]] = []  # launchable, not yet launched
         try:
             while not ready.complete:
-                launch = self._launchable(step, ready, outputs, carry)
+                launch = left + self._launchable(step, ready, outputs, carry)
+                left = []
+                if not running and launch and launch[0][0].id in self._to_its_end:
+                    # Nodes that run to their end without suspending, at the head of the
+                    # launch order: their tasks would each run whole, in this order, before
+                    # any other — so they fire here, in that order, without a task.
+                    first = 0
+                    while first < len(launch) and launch[first][0].id in self._to_its_end:
+                        node, inputs = launch[first]
+                        outputs[node.id] = await self._fire(step, node, inputs)
+                        ready.finish(node.id)
+                        first += 1
+                    left = launch[first:]
+                    continue
                 if len(launch) == 1 and not running:
                     # Alone: nothing could run beside it, so it fires in this task (a task
                     # and a wait per firing cost more than a fast node itself).

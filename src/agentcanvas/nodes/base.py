@@ -335,17 +335,13 @@ class LocalNodeSet:
         no deadline can interrupt it: a plain synchronous, non-blocking node of an ``inline``
         instance. Every other call is awaited (a thread, a coroutine) and can be abandoned."""
         definition = self.nodeset.definition(node_name)
-        return (
-            self.inline
-            and not definition.spec.blocking
-            and not inspect.iscoroutinefunction(definition.fn)
-        )
+        return self.inline and not definition.spec.blocking and not definition.is_async
 
     def runs_synchronously(self, node_name: str) -> bool:
         """Whether ``node_name`` is a plain function (not async, not batched): `call_here`
         can run it."""
         definition = self.nodeset.definition(node_name)
-        return definition.batch_fn is None and not inspect.iscoroutinefunction(definition.fn)
+        return definition.batch_fn is None and not definition.is_async
 
     def call_here(
         self, node_name: str, config: dict[str, Any], inputs: dict[str, Any], ctx: CallContext

@@ -58,6 +58,12 @@ def needs_local_deadline(handle: NodeSetHandle, node_name: str) -> bool:
     return not inner.runs_inline(node_name)
 
 
+def runs_to_its_end(handle: NodeSetHandle, node_name: str) -> bool:
+    """Whether a call of ``node_name`` through ``handle`` runs to its end on the event loop,
+    never suspending: a synchronous node of ours, in process (``LocalNodeSet.runs_inline``)."""
+    return isinstance(handle, LocalNodeSet) and handle.runs_inline(node_name)
+
+
 def with_boundary(handle: NodeSetHandle) -> NodeSetHandle:
     """``handle``, wrapped in a WireBoundary when it is an in-process instance of a node set
     that a batch run hosts in a server (replicated or shared)."""

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from agentcanvas.catalogue import NodeSetCatalogue
 from agentcanvas.catalogue.discovery import Found
-from agentcanvas.errors import ConfigError, NodeSetError
+from agentcanvas.errors import ConfigError, NodeSetError, describe
 from agentcanvas.graph.model import Graph
 from agentcanvas.nodes.base import LocalNodeSet, NodeSet, NodeSetHandle
 from agentcanvas.nodes.manifest import NodeSetManifest, NodeTypeSpec
@@ -117,6 +117,22 @@ class WorkspaceComponentRegistry:
                 self.catalogue.nodeset(nodeset), inline=self.catalogue.trusted_inline(nodeset)
             )
         return self._locals[nodeset]
+
+    def prepare_locals(self, graph: Graph) -> None:
+        """The in-process instances of the graph's local node sets, made now: their state
+        (a policy's imports, say) is built as the run starts, not by the first episode's first
+        call, whose time and per-step deadline would count it. A state that cannot be built
+        fails the run here, naming its node set (NodeSetError), before any episode runs."""
+        for nodeset in self.catalogue.local_in(graph):
+            if nodeset in self._bindings:
+                continue
+            try:
+                self.local_instance(nodeset)
+            except Exception as exc:
+                raise NodeSetError(
+                    f"local node set {nodeset!r}: its state could not be built "
+                    f"({describe(exc)}); fix its state_factory"
+                ) from exc
 
     def remote_handle(self, nodeset: str, url: str) -> NodeSetHandle:
         """A proxy for ``url`` (one keep-alive client per URL, reused across episodes)."""

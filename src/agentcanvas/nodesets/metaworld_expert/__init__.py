@@ -20,16 +20,19 @@ from agentcanvas.nodes import CallContext, NodeSet, NodeSetError, PortSpec
 
 
 class ExpertState:
-    """One expert object per task, made on first use."""
+    """One expert object per task, made on first use. MetaWorld's fifty policy modules are
+    imported with the state, as the run starts (about 0.3 s here), not by the first episode's
+    first call, whose per-step deadline and timing would pay for it."""
 
     def __init__(self) -> None:
+        from metaworld.policies import ENV_POLICY_MAP
+
+        self.policies: dict[str, Any] = dict(ENV_POLICY_MAP)
         self.experts: dict[str, Any] = {}
 
     def expert(self, task: str) -> Any:
         if task not in self.experts:
-            from metaworld.policies import ENV_POLICY_MAP
-
-            policies: dict[str, Any] = dict(ENV_POLICY_MAP)
+            policies = self.policies
             if task not in policies:
                 raise NodeSetError(
                     f"metaworld_expert: no scripted expert for task {task!r} "
