@@ -28,7 +28,6 @@ __all__ = [
     "betting_interval",
     "clopper_pearson",
     "holm",
-    "load_scipy",
     "mover_sum",
     "newcombe_paired",
     "t_interval",
@@ -66,13 +65,6 @@ def wilson(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
     lo = 0.0 if k == 0 else max(0.0, center - half)
     hi = 1.0 if k == n else min(1.0, center + half)
     return lo, hi
-
-
-def load_scipy() -> None:
-    """Import the scipy functions the intervals use, now: a run calls this before its clock
-    starts, so that its first live aggregates, computed on a thread beside the episodes,
-    do not hold the interpreter for the import (about 0.2 s of CPU) while they run."""
-    from scipy.special import betaincinv, ndtri, stdtrit  # noqa: F401 — the import is the work
 
 
 def clopper_pearson(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:

@@ -32,12 +32,12 @@ from agentcanvas.eval.config import EpisodeResult, EvalRun
 from agentcanvas.eval.determinism import finish_determinism, start_determinism
 from agentcanvas.eval.dispatch import InOrderDispatcher, WorkStealingDispatcher
 from agentcanvas.eval.episode_plan import episode_tasks, metric_rules, plan_episodes
-from agentcanvas.eval.intervals import load_scipy
 from agentcanvas.eval.local_workers import LocalEpisodeWorkers
 from agentcanvas.eval.recorder import RunRecorder
 from agentcanvas.eval.run_context import RunContext
 from agentcanvas.eval.run_control import EpisodeWorkers, RunControl
 from agentcanvas.eval.run_state import RunStatus
+from agentcanvas.eval.stat_args import load_scipy
 from agentcanvas.eval.store import RunDir
 from agentcanvas.eval.worker_pool import partition_contiguous
 from agentcanvas.graph.model import Graph
