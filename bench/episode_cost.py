@@ -15,8 +15,8 @@ episode seeds, the same BFS policy, no step latency), one worker each, as in
 Wall time of the episodes only (start-up apart), divided by the episode count. The two
 sides run in interleaved rounds, the order alternating from round to round (whichever side
 runs second runs on a warmer machine: measured, about 8 % on its own), so that a change of
-load hits both alike; the table shows each round and the medians, with the ratio (goal,
-goal: ours <= 1.3x AsyncVectorEnv), its quartiles, and a 90 % bootstrap interval of the
+load hits both alike; the table shows each round and the medians, with the ratio
+(goal: ours <= 1.3x AsyncVectorEnv), its quartiles, and a 90 % bootstrap interval of the
 median ratio: on a shared, noisy machine one round's ratio ranges widely, the median of many
 paired rounds does not.
 To compare with another checkout, run this file with that checkout's ``src`` first on

@@ -1,7 +1,7 @@
 """The Ray engine's head: CPU per episode against episode length, and episodes/s vs local.
 
     .venv/bin/python bench/ray_head.py [--quick] [--episodes N] [--budgets 10,40,160]
-                                       [--workers W]
+                                       [--workers W] [--batch K]
 
 Runs ``cartpole_mlp`` (Gymnasium CartPole, the shared PyTorch MLP policy) with the step
 budget set to each of ``--budgets`` (the greedy policy keeps the pole up, so episodes last
@@ -10,8 +10,12 @@ about the budget), on both engines, in the same process:
 - ``local``: W tagged env servers on this host; the eval process (the head) drives every
   step of every episode over loopback RPC;
 - ``ray``: a simulated Ray cluster on 127.0.0.1 (``ray.cluster_utils.Cluster``: a head and
-  two nodes, one CPU each); W worker actors run whole episodes, the head sends one call
-  per episode and writes what comes back.
+  two nodes, one CPU each); W worker actors run whole episodes, the head sends them in
+  calls of as many episodes as ``cluster.runner.Batching`` chooses (at a few workers, one)
+  and writes what comes back;
+- ``ray kK`` (with ``--batch K``): the same with K episodes a call (``Batching(min_batch=K)``,
+  less at the run's end), to show what batching saves the head per episode — what the rule
+  does when many workers would otherwise call faster than the head can answer.
 
 Head CPU is this process's CPU time (every thread: the event loop, Ray's core worker)
 during ``execute`` only (servers and actors already started), less what the process burns
@@ -41,6 +45,7 @@ os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # before Ray is imported:
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from agentcanvas.cluster.engine import RayEngine
+from agentcanvas.cluster.runner import Batching
 from agentcanvas.eval.config import EvalConfig
 from agentcanvas.eval.engine import Engine, LocalEngine
 from agentcanvas.eval.foreground import finalise_run
@@ -55,6 +60,8 @@ LOOPBACK = "127.0.0.1"
 @dataclass
 class Measured:
     engine: str
+    label: str
+    calls: int
     budget: int
     episodes: int
     mean_steps: float
@@ -98,7 +105,9 @@ async def idle_cpu_per_s(seconds: float = 1.0) -> float:
     return (time.process_time() - cpu) / (time.perf_counter() - wall)
 
 
-async def measure(engine: Engine, budget: int, episodes: int, workers: int, base: Path) -> Measured:
+async def measure(
+    engine: Engine, label: str, budget: int, episodes: int, workers: int, base: Path
+) -> Measured:
     """One run; CPU and wall time of ``execute`` only."""
     registry = WorkspaceComponentRegistry(workspace=base)
     registry.scan_all()
@@ -128,7 +137,11 @@ async def measure(engine: Engine, budget: int, episodes: int, workers: int, base
         await finalise_run(registry, runner, run_dir, engine)
     assert summary.status == "completed", summary.error
     steps = [e.steps for e in summary.episodes]
-    return Measured(engine.name, budget, len(steps), sum(steps) / len(steps), cpu, wall)
+    ray_workers = engine.workers if isinstance(engine, RayEngine) else None
+    calls = ray_workers.calls if ray_workers is not None else len(steps)  # local: one each
+    return Measured(
+        engine.name, label, calls, budget, len(steps), sum(steps) / len(steps), cpu, wall
+    )
 
 
 def warm_imports() -> None:
@@ -138,18 +151,21 @@ def warm_imports() -> None:
         importlib.import_module(name)
 
 
-async def bench(budgets: list[int], episodes: int, workers: int) -> list[Measured]:
+async def bench(budgets: list[int], episodes: int, workers: int, batch: int) -> list[Measured]:
     warm_imports()
     results = []
     with tempfile.TemporaryDirectory(prefix="ray_head_") as tmp:
         for budget in budgets:
-            for engine in (LocalEngine(), RayEngine()):
-                base = Path(tmp) / f"{engine.name}{budget}"
+            engines: list[tuple[str, Engine]] = [("local", LocalEngine()), ("ray", RayEngine())]
+            if batch > 1:
+                engines.append((f"ray k{batch}", RayEngine(Batching(min_batch=batch))))
+            for label, engine in engines:
+                base = Path(tmp) / f"{label.replace(' ', '_')}{budget}"
                 base.mkdir()
-                m = await measure(engine, budget, episodes, workers, base)
+                m = await measure(engine, label, budget, episodes, workers, base)
                 print(
-                    f"  {m.engine:5} budget {budget:4}: {m.episodes} episodes, "
-                    f"{m.cpu_ms_per_episode:7.2f} ms head CPU/episode, "
+                    f"  {m.label:7} budget {budget:4}: {m.episodes} episodes in {m.calls} "
+                    f"calls, {m.cpu_ms_per_episode:7.2f} ms head CPU/episode, "
                     f"{m.episodes_per_s:6.2f} episodes/s",
                     file=sys.stderr,
                 )
@@ -158,7 +174,7 @@ async def bench(budgets: list[int], episodes: int, workers: int) -> list[Measure
 
 
 def report(results: list[Measured], workers: int) -> None:
-    by = {(m.engine, m.budget): m for m in results}
+    by = {(m.label, m.budget): m for m in results}
     budgets = sorted({m.budget for m in results})
     print(f"\nHead CPU per episode ({GRAPH}, {workers} workers; ms of head CPU / episode)")
     print(
@@ -185,14 +201,26 @@ def report(results: list[Measured], workers: int) -> None:
             f"{b:6} {lo.episodes_per_s:9.2f} {ra.episodes_per_s:9.2f}"
             f" {ra.episodes_per_s / lo.episodes_per_s:9.2f}"
         )
-    ceiling = 1000 / max(m.cpu_ms_per_episode for m in results if m.engine == "ray")
-    print(f"\nray head ceiling: ~{ceiling:.0f} results/s (1 / worst head CPU per episode)")
-    for seconds in (1.0, 10.0):
-        need = 1000 / seconds
-        print(
-            f"  1,000 workers with {seconds:g} s episodes send {need:.0f} results/s: "
-            f"{'within' if need <= ceiling else 'beyond'} the ceiling ({need / ceiling:.2f}x)"
-        )
+    batched = sorted({m.label for m in results if m.label.startswith("ray k")})
+    for label in batched:
+        print(f"\nRay head CPU per episode, one episode a call vs {label} (same budgets)")
+        print(f"{'budget':>6} {'ray':>9} {label:>9} {'ray/' + label:>11} {'calls':>7}")
+        for b in budgets:
+            one, many = by[("ray", b)], by[(label, b)]
+            print(
+                f"{b:6} {one.cpu_ms_per_episode:9.2f} {many.cpu_ms_per_episode:9.2f}"
+                f" {one.cpu_ms_per_episode / many.cpu_ms_per_episode:11.2f} {many.calls:7}"
+            )
+    for label in ["ray", *batched]:
+        worst = max(m.cpu_ms_per_episode for m in results if m.label == label)
+        ceiling = 1000 / worst
+        print(f"\n{label} head ceiling: ~{ceiling:.0f} results/s (1 / worst head CPU per episode)")
+        for seconds in (1.0, 10.0):
+            need = 1000 / seconds
+            print(
+                f"  1,000 workers with {seconds:g} s episodes send {need:.0f} results/s: "
+                f"{'within' if need <= ceiling else 'beyond'} the ceiling ({need / ceiling:.2f}x)"
+            )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -201,6 +229,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--episodes", type=int, default=24)
     parser.add_argument("--budgets", default="10,40,160")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument(
+        "--batch", type=int, default=0, help="also run Ray with K episodes a call (K > 1)"
+    )
     args = parser.parse_args(argv)
     budgets = [int(b) for b in args.budgets.split(",")]
     episodes = args.episodes
@@ -210,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     import ray
 
     try:
-        results = asyncio.run(bench(budgets, episodes, args.workers))
+        results = asyncio.run(bench(budgets, episodes, args.workers, args.batch))
     finally:
         ray.shutdown()
         cluster.shutdown()

@@ -4,8 +4,9 @@ Episode indices come from the WorkStealingDispatcher (own chunk first, then stea
 episode whose worker was lost (actor or node gone, or silent past its deadline) goes back
 on a retry queue with its attempt count, and the next worker that asks takes it first; its
 seed comes from its identity, so the retry scores what the first attempt would have. A
-worker that asks while nothing is left to hand out but episodes are still in flight waits:
-one of them may come back for a retry.
+batch that stopped early gives its unrun episodes back, at the same attempt. A worker that
+asks while nothing is left to hand out but episodes are still in flight waits: one of them
+may come back for a retry.
 """
 
 from __future__ import annotations
@@ -54,6 +55,13 @@ class RetryingWork:
             item = Assignment(index, 1)
         self.in_flight += 1
         return item
+
+    def give_back(self, items: list[Assignment]) -> None:
+        """Assignments taken but not run (their batch stopped early): handed out again
+        before anything else, in their order, at the same attempt."""
+        self.in_flight -= len(items)
+        self.retry.extendleft(reversed(items))
+        self._changed.set()
 
     def done(self, item: Assignment, lost: bool, max_attempts: int) -> bool:
         """The assignment ended; a lost one is queued again while attempts remain.

@@ -22,7 +22,7 @@ from typing import Any
 from agentcanvas.cluster.model_actor import ModelServer, RayModelHandle
 from agentcanvas.cluster.placement import model_options, plan_placement
 from agentcanvas.cluster.run_group import START_TIMEOUT_S, RunGroup, WaitReport
-from agentcanvas.cluster.runner import RayEpisodeWorkers
+from agentcanvas.cluster.runner import Batching, RayEpisodeWorkers
 from agentcanvas.cluster.session import RaySession, import_ray, open_session
 from agentcanvas.cluster.shipping import ShippedWorkspace, stage_workspace
 from agentcanvas.cluster.workers import RayWorkerGroup
@@ -43,7 +43,9 @@ class RayEngine:
 
     name = "ray"
 
-    def __init__(self) -> None:
+    def __init__(self, batching: Batching | None = None) -> None:
+        self.batching = batching  # how many episodes a call carries (default: Batching())
+        self.workers: RayEpisodeWorkers | None = None  # the run's, once its runner is made
         self.session: RaySession | None = None
         self.shipped: ShippedWorkspace | None = None
         self.models: dict[str, Any] = {}
@@ -110,7 +112,8 @@ class RayEngine:
         """The run's runner, its episodes run by this engine's worker actors."""
         if self.group is None:
             raise StateError("RayEngine.runner before start")
-        return BatchEvalRunner(context, RayEpisodeWorkers(self.group))
+        self.workers = RayEpisodeWorkers(self.group, self.batching)
+        return BatchEvalRunner(context, self.workers)
 
     async def close(self) -> None:
         """Kill the run's actors (workers, then models), remove its placement group, end the

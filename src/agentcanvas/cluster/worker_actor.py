@@ -9,8 +9,13 @@ equals the local engine's.
 
 The head sends an episode's identity and options; the actor answers with its EpisodeResult,
 the episode's firing log (encoded here) and its frames (file name → bytes: per view an mp4
-that carries its index), which the head writes into the run folder. One call per episode: the head's
-work does not grow with episode length.
+that carries its index), which the head writes into the run folder. The head's work does
+not grow with episode length. A call may carry several episodes (``run_batch``): Ray's own
+cost of a call is about a millisecond of the head's CPU, so with short episodes on many
+workers the head batches to keep up. The actor runs them in order and stops early — after an
+episode that did not complete (an error for the run's budget, a timeout after which the head
+restarts it, a cancel) or once cancelled between two — and answers those it ran; the head
+gives the rest back to be handed out again, at the same attempt.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import tempfile
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -78,6 +84,7 @@ class EpisodeWorker:
         models: dict[str, Any],
     ) -> None:
         fix_numeric_threads()
+        self.instance = uuid.uuid4().hex
         self.client = client
         self.graph = parse_graph(graph, source="the run's graph")
         self.registry = load_catalogue(workspace, active, self.graph.nodesets())
@@ -104,17 +111,31 @@ class EpisodeWorker:
 
         return str(ray.get_runtime_context().get_node_id())
 
-    async def where(self) -> tuple[str, str]:
-        """The Ray node this actor runs on, and the hex id of the placement group it runs in
-        ("" for none), as Ray says."""
+    async def where(self) -> tuple[str, str, str]:
+        """The Ray node this actor runs on, the hex id of the placement group it runs in
+        ("" for none), as Ray says, and this instance's own id: a restarted actor has a new
+        one, so the head can tell it from the instance it killed, which may still answer."""
         from ray.util import get_current_placement_group
 
         group = get_current_placement_group()
-        return await self.node_id(), "" if group is None else str(group.id.hex())
+        return await self.node_id(), "" if group is None else str(group.id.hex()), self.instance
 
     async def cancel(self) -> None:
         """End the episode in flight as ``cancelled`` (the run was cancelled)."""
         self._cancel_event().set()
+
+    async def run_batch(self, requests: list[EpisodeRequest]) -> list[EpisodeReply]:
+        """Run ``requests`` in order, stopping after the first episode that did not complete
+        or once cancelled; the replies of those that ran, in order."""
+        replies: list[EpisodeReply] = []
+        for request in requests:
+            if self._cancel_event().is_set():
+                break
+            reply = await self.run(request)
+            replies.append(reply)
+            if reply.result.get("status") != "completed":
+                break
+        return replies
 
     async def run(self, request: EpisodeRequest) -> EpisodeReply:
         """Run one episode here and send back its record, log and frames."""

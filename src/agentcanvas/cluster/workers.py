@@ -10,7 +10,10 @@ still installing its runtime env, say). The late ones are awaited by their own w
 Only when no actor answers within ``START_TIMEOUT_S`` does the run fail.
 
 Each actor has at most one question in flight (``where``): a restarting actor queues calls,
-and asking again on every poll would leave it a backlog to answer when it is back.
+and asking again on every poll would leave it a backlog to answer when it is back. Ray's
+kill takes effect a moment after ``restart`` asks for it, and the instance it kills may
+answer meanwhile: each instance names itself in its answer, and the killed one's answers
+do not count, so that no call goes to an instance about to die.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ log = logging.getLogger(__name__)
 PING_TIMEOUT_S = 2.0
 POLL_S = 0.25  # how often a wait for an actor looks at its give-up condition (no new calls)
 STRAGGLER_S = 20.0  # after the first actor answered, how long the run waits for the others
+STALE_S = 0.05  # after an answer of a killed actor's instance, before asking again
 
 
 class RayWorkerGroup:
@@ -57,6 +61,8 @@ class RayWorkerGroup:
         self.reported_group: str | None = None
         """The placement group the worker actors say they run in (set as they answer)."""
         self._asking: dict[int, asyncio.Future[Any]] = {}
+        self._instances: dict[int, str] = {}  # each actor's instance id, as it last answered
+        self._killed: dict[int, str] = {}  # the instance `restart` killed, per actor
 
     def create(self, run_id: str, worker_count: int) -> None:
         """Create the actors in their bundles (they start in the background)."""
@@ -117,11 +123,15 @@ class RayWorkerGroup:
             return False
         del self._asking[worker_id]
         try:
-            node, group = asking.result()
+            node, group, instance = asking.result()
         except ray.exceptions.RayActorError as exc:
             if exc.actor_init_failed:  # its constructor raised: Ray does not restart it
                 raise ServerError(f"worker actor {worker_id} failed to start: {exc}") from exc
             return False
+        if instance == self._killed.get(worker_id):  # answered before the kill took effect
+            await asyncio.sleep(STALE_S)  # ask again once the kill had a moment
+            return False
+        self._instances[worker_id] = instance
         if group != self.placement.group_id:  # the reservation would not be what is used
             raise ServerError(f"worker actor {worker_id} is not in the run's placement group")
         self.reported_group = group or None
@@ -155,6 +165,8 @@ class RayWorkerGroup:
         """Kill the actor so that Ray restarts it fresh (after a timed-out episode)."""
         ray = import_ray()
         self.lost(worker_id)
+        if worker_id in self._instances:  # until the new one answers, an answer is the old's
+            self._killed[worker_id] = self._instances[worker_id]
         ray.kill(self.actors[worker_id], no_restart=False)
 
     async def cancel_all(self) -> None:
