@@ -30,11 +30,11 @@ FORCED = Batching(min_batch=4)
 
 
 def test_a_call_carries_what_keeps_the_head_under_its_share() -> None:
-    rule = Batching()  # 1 ms a call, half the head's time, at most 16
+    rule = Batching()  # 1 ms a call, a quarter of the head's time, at most 16
     assert rule.size(8, None, 1000, stop_rule=False) == 1  # nothing timed yet
     assert rule.size(2, 0.5, 1000, stop_rule=False) == 1  # long episodes go alone
-    assert rule.size(1000, 1.0, 100_000, stop_rule=False) == 2  # 1,000 calls/s: two a call
-    assert rule.size(8, 0.004, 1000, stop_rule=False) == 4  # 8 * 1 ms / (0.5 * 4 ms)
+    assert rule.size(1000, 1.0, 100_000, stop_rule=False) == 4  # 1,000 calls/s: four a call
+    assert rule.size(8, 0.004, 1000, stop_rule=False) == 8  # 8 * 1 ms / (0.25 * 4 ms)
     assert rule.size(64, 0.001, 100_000, stop_rule=False) == 16  # capped
     assert rule.size(64, 0.001, 100_000, stop_rule=True) == 1  # a stop rule: one a call
     assert rule.size(8, 0.004, 40, stop_rule=False) == 2  # half of a fair share of 40 / 8

@@ -84,14 +84,16 @@ class Batching:
     a call). W workers whose calls each carry k episodes of e seconds make W / (k e) calls a
     second, which take W * call_s / (k e) of the head's time: k is the least that keeps this
     under ``head_share``, from the episode time measured so far (one episode a call until a
-    reply was timed), and at most ``max_batch``. So short episodes on many workers are
+    reply was timed), and at most ``max_batch``. A quarter: recording each result takes the
+    head another 0.4-0.8 ms (``bench/head_load.py``), so at 1,000 results/s the calls and
+    the records together stay within one core. So short episodes on many workers are
     batched and a long episode goes alone, acknowledged as soon as it ends. Two more limits:
     at most a half of the worker's fair share of what is left (the run's end stays
     balanced), and one episode a call in a run with a stop rule (its decision wants few
     episodes run past it). ``min_batch`` above 1 batches whatever the measure (tests)."""
 
     call_s: float = 0.001
-    head_share: float = 0.5
+    head_share: float = 0.25
     max_batch: int = 16
     min_batch: int = 1
 
