@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import random
 import statistics
 import sys
 import tempfile
@@ -92,21 +91,13 @@ def _print(rows: list[tuple[float, float, bool]], n_episodes: int) -> None:
     ave_ms = statistics.median(1000 * r[1] / n_episodes for r in rows)
     ratios = [r[0] / r[1] for r in rows]
     ratio = statistics.median(ratios)
-    low, high = _median_interval(ratios)
+    low, high = scaling.median_interval(ratios)
     quartiles = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratio, ratio, ratio]
     print(
         f"median: ours {ours_ms:.2f} ms/episode, AsyncVectorEnv {ave_ms:.2f} ms/episode; "
         f"median of the per-round ratios {ratio:.2f}x (goal <= 1.3x); quartiles "
         f"{quartiles[0]:.2f}-{quartiles[2]:.2f}; 90 % interval of the median {low:.2f}-{high:.2f}"
     )
-
-
-def _median_interval(ratios: list[float], draws: int = 2000) -> tuple[float, float]:
-    """A 90 % bootstrap interval of the median of ``ratios`` (a fixed seed: the same rounds
-    give the same interval)."""
-    rng = random.Random(0)
-    medians = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(draws))
-    return medians[int(0.05 * draws)], medians[int(0.95 * draws) - 1]
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """MetaWorld MT10 with the scripted experts: our runner next to plain MetaWorld loops.
 
-    .venv/bin/python bench/mt10_experts.py [--episodes N] [--workers 1,2,4]
+    .venv/bin/python bench/mt10_experts.py [--episodes N] [--workers 1,2,4] [--rounds R]
 
 The same episodes on every side: the 10 tasks of ``metaworld_expert`` (MT10), N episodes
 each, episode *i* of a task on goal variation ``i mod 50`` of ``MT1(task, seed=0)`` with the
@@ -23,8 +23,12 @@ of the task (clipped to [-1, 1]), ending at the first success or 500 steps.
   Its episodes are its own, so its row is a throughput reference, not a check of equality.
 
 Every episode's (success, steps) must agree between ours, shards and async vec (same
-episodes); the ratios are ours' episodes/s over theirs at the same W. Also: memory of one
-env server process.
+episodes); the ratios are ours' episodes/s over theirs at the same W. Ours and async vec run
+in R paired rounds at each W, the order alternating from round to round (whichever runs
+second runs on a warmer machine); the table shows the medians of ours and of async vec and
+the median of the per-round ratios with a 90 % bootstrap interval of it (one round's ratio
+moves by several per cent on a shared machine; the median of paired rounds much less).
+Shards run once per W. Also: memory of one env server process.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import argparse
 import asyncio
 import multiprocessing
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -56,7 +61,7 @@ from agentcanvas.paths import runs_dir
 from agentcanvas.server.registry import WorkspaceComponentRegistry
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from scaling import take_pending  # the bench folder is not a package
+from scaling import median_interval, take_pending  # the bench folder is not a package
 
 MT10 = TASKS["MT10"]["train"]
 RUN_SEED = 0
@@ -297,29 +302,45 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--episodes", type=int, default=6, help="per task (default 6)")
     parser.add_argument("--workers", default="1,2,4", help="comma-separated W (default 1,2,4)")
+    parser.add_argument("--rounds", type=int, default=3, help="paired rounds per W (default 3)")
     args = parser.parse_args()
     widths = [int(w) for w in args.workers.split(",")]
-    n = args.episodes
+    n, rounds = args.episodes, args.rounds
     total = n * len(MT10)
     print(
-        f"MetaWorld MT10, scripted experts, {n} episodes per task ({total}), {os.cpu_count()} CPUs"
+        f"MetaWorld MT10, scripted experts, {n} episodes per task ({total}), {os.cpu_count()} "
+        f"CPUs, {rounds} paired rounds of ours and async vec per W (medians)"
     )
-    print(f"{'W':>3} {'ours ep/s':>10} {'vec ep/s':>9} {'ours/vec':>9} {'shards ep/s':>12} "
-          f"{'ours/shards':>12} {'ours SR':>8} {'same':>5} {'start-up s':>10}")  # fmt: skip
+    print(f"{'W':>3} {'ours ep/s':>10} {'vec ep/s':>9} {'ours/vec':>9} {'90% interval':>13} "
+          f"{'shards ep/s':>12} {'ours/shards':>12} {'ours SR':>8} {'same':>5} "
+          f"{'start-up s':>10}")  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         workspace = Path(tmp)
         for w in widths:
-            ours_wall, startup, records = asyncio.run(run_ours(workspace, n, w))
-            vec_wall, vec = run_vec_same(n, w)
+            ours_walls, vec_walls, starts, same = [], [], [], True
+            for k in range(rounds):
+                if k % 2 == 1:
+                    vec_wall, vec = run_vec_same(n, w)
+                ours_wall, startup, records = asyncio.run(run_ours(workspace, n, w))
+                if k % 2 == 0:
+                    vec_wall, vec = run_vec_same(n, w)
+                ours = [(int(r.metrics["success"]), int(r.metrics["length"])) for r in records]
+                same = same and ours == vec
+                ours_walls.append(ours_wall)
+                vec_walls.append(vec_wall)
+                starts.append(startup)
             shards_wall, plain = run_shards(n, w)
-            ours = [(int(r.metrics["success"]), int(r.metrics["length"])) for r in records]
-            same = ours == plain == vec
+            same = same and ours == plain
+            ratios = [v / o for v, o in zip(vec_walls, ours_walls, strict=True)]
+            low, high = median_interval(ratios)
+            ours_wall = statistics.median(ours_walls)
             ours_sr = sum(s for s, _ in ours) / total
             print(
-                f"{w:>3} {total / ours_wall:>10.1f} {total / vec_wall:>9.1f} "
-                f"{vec_wall / ours_wall:>9.2f} {total / shards_wall:>12.1f} "
-                f"{shards_wall / ours_wall:>12.2f} {ours_sr:>8.3f} "
-                f"{'yes' if same else 'NO':>5} {startup:>10.1f}"
+                f"{w:>3} {total / ours_wall:>10.1f} {total / statistics.median(vec_walls):>9.1f} "
+                f"{statistics.median(ratios):>9.2f} {f'{low:.2f}-{high:.2f}':>13} "
+                f"{total / shards_wall:>12.1f} {shards_wall / ours_wall:>12.2f} "
+                f"{ours_sr:>8.3f} {'yes' if same else 'NO':>5} "
+                f"{statistics.median(starts):>10.1f}"
             )
     vec_wall, vec_episodes, vec_sr = run_make_vec(n)
     print(
