@@ -241,6 +241,33 @@ async def test_independent_blocking_nodes_run_concurrently_in_threads(
     assert (result.status, result.steps) == ("completed", 3)
 
 
+async def test_inline_nodes_first_in_launch_order_fire_before_the_rest_run_concurrently(
+    registry: WorkspaceComponentRegistry,
+) -> None:
+    """Built-in synchronous nodes (``a``, ``b``: they run to their end on the loop) at the
+    head of an iteration's launch order fire one after the other, in id order, without a
+    task; the nodes after them still run side by side (``y``, ``z`` meet at a barrier)."""
+    graph = _graph(
+        {
+            "a": "core.counter",
+            "b": "core.counter",
+            "y": "probe.meet_blocking",
+            "z": "probe.meet_blocking",
+            "out": "core.graphOut",
+        },
+        [("a.count", "out.a"), ("b.count", "out.b"), ("y.met", "out.y"), ("z.met", "out.z")],
+        step_budget=2,
+    )
+    log = ListLog()
+    result = await _run(_executor(registry, graph, log=log))
+    assert result.node_errors == {}
+    assert result.status == "completed"
+    assert result.metrics == {"a": 2, "b": 2, "y": True, "z": True}
+    for step in (0, 1):
+        order = [e["node"] for e in log.entries if e["step"] == step]
+        assert order[:2] == ["a", "b"] and set(order[2:4]) == {"y", "z"} and order[4] == "out"
+
+
 # -- loop bound --------------------------------------------------------------------------
 
 
