@@ -12,7 +12,6 @@ harvested as metrics.
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from typing import Any, Literal, Protocol
 import numpy as np
 
 from agentcanvas.errors import ConfigError, ServerTimeoutError, describe
+from agentcanvas.graph.harvest import harvest
 from agentcanvas.graph.model import DEFAULT_STEP_BUDGET, GRAPH_SCOPE_ID, Edge, Graph, Node
 from agentcanvas.graph.ready import ReadySet, same_iteration_deps
 from agentcanvas.graph.summarize import format_traceback, summarize
@@ -217,16 +217,12 @@ class GraphExecutor:
 
     def harvest_metrics(self) -> dict[str, Any]:
         """Metrics from graph-scope graphOut sinks: a ``metrics`` dict is flattened."""
-        metrics: dict[str, Any] = {}
-        for node in self.graph.nodes:
-            if node.type != GRAPH_OUT_TYPE or node.scope != GRAPH_SCOPE_ID:
-                continue
-            for port, value in sorted(self.last_inputs.get(node.id, {}).items()):
-                if port == "metrics" and isinstance(value, dict):
-                    _flatten_into(metrics, "", value)
-                elif _is_scalar(value) or isinstance(value, np.generic):
-                    metrics[port] = _plain(value)
-        return metrics
+        sinks = [
+            self.last_inputs.get(node.id, {})
+            for node in self.graph.nodes
+            if node.type == GRAPH_OUT_TYPE and node.scope == GRAPH_SCOPE_ID
+        ]
+        return harvest(sinks)
 
     def _initial_carry(self) -> dict[tuple[str, str], Any]:
         return {
@@ -431,25 +427,3 @@ async def _cancel_all(running: dict[asyncio.Task[dict[str, Any]], str]) -> None:
     if running:
         await asyncio.gather(*running, return_exceptions=True)
     running.clear()
-
-
-def _is_scalar(value: Any) -> bool:
-    return isinstance(value, bool | int | float | str) or value is None
-
-
-def _flatten_into(out: dict[str, Any], prefix: str, value: dict[str, Any]) -> None:
-    for key, item in sorted(value.items()):
-        name = f"{prefix}{key}"
-        if isinstance(item, dict):
-            _flatten_into(out, f"{name}.", item)
-        elif _is_scalar(item) or isinstance(item, np.generic):
-            out[name] = _plain(item)
-        elif isinstance(item, np.ndarray) and item.size == 1:
-            out[name] = _plain(item.reshape(()).item())
-
-
-def _plain(value: Any) -> Any:
-    """A JSON-safe metric value: numpy scalars as Python ones, NaN as None."""
-    if isinstance(value, np.generic):
-        value = value.item()
-    return None if isinstance(value, float) and math.isnan(value) else value
