@@ -114,6 +114,11 @@ VALUES: list[Any] = [
     np.array(7),
     np.array([np.nan, 1.0]),
     np.array(["a", "b"]),
+    np.array([np.inf, -np.inf, -0.0, 6e4, np.nan], dtype=np.float16),
+    np.array([[True, False], [False, True]]),
+    np.array([1 + 2j, 3j]),
+    np.array([None, 1.5, "x"], dtype=object),
+    [np.full(12, np.nan), np.arange(30, dtype=np.int8)] * 20,  # arrays use up the budget
     np.float32(2.5),
     np.int64(3),
     np.bool_(True),

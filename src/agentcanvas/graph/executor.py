@@ -387,6 +387,9 @@ class GraphExecutor:
         outputs: dict[str, Any],
         error: str | None,
     ) -> None:
+        events = self._events is not None and not self.principles.suppress_nav_events
+        if self._log is None and not events:
+            return  # no log and no one listening: nothing to summarise
         entry = {
             "step": step,
             "node": node_id,
@@ -400,7 +403,7 @@ class GraphExecutor:
             entry["error"] = error
         if self._log is not None:
             self._log.record(entry)
-        if self._events is not None and not self.principles.suppress_nav_events:
+        if events:
             self._emit({**entry, "node_type": entry["type"], "type": "exec_log"})
 
     def _emit(self, event: dict[str, Any]) -> None:

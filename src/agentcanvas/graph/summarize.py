@@ -159,11 +159,15 @@ class _Summary:
         if name is None:
             name = _DTYPE_NAMES[dtype] = str(dtype)
         head = value.flat[:MAX_ARRAY_VALUES].tolist()  # copies only these, whatever the layout
-        out: dict[str, Any] = {
-            "dtype": name,
-            "shape": list(value.shape),
-            "values": [self.of(v, MAX_DEPTH) for v in head],
-        }
+        kind = dtype.kind
+        if kind in "biu":  # Python bools and ints: kept as they are
+            values, self.left = head, self.left - len(head)
+        elif kind == "f":  # Python floats: kept, but nan and ±inf as their names (v - v: nan)
+            values = [v if v - v == 0.0 else str(v) for v in head]
+            self.left -= len(head)
+        else:
+            values = [self.of(v, MAX_DEPTH) for v in head]
+        out: dict[str, Any] = {"dtype": name, "shape": list(value.shape), "values": values}
         if value.size > len(head):
             out["cut"] = value.size - len(head)
         return out
