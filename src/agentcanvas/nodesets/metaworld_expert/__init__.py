@@ -51,11 +51,17 @@ NODESET = NodeSet(
 )
 
 
+# MetaWorld's experts warn "Constant(s) may be too high" on many steps (the action is
+# clipped, as here): filtered once for the process, as env_metaworld does, not per call
+# (a per-call filter change makes every later warning check start over).
+warnings.filterwarnings(
+    "ignore", message="Constant\\(s\\) may be too high", category=UserWarning, module="metaworld"
+)
+
+
 def expert_action(state: ExpertState, task: str, obs: Any) -> np.ndarray:
     """The task's expert action for ``obs``, clipped to [-1, 1] (float64, 4 values)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # "Constant(s) may be too high"
-        action = state.expert(task).get_action(np.asarray(obs, dtype=np.float64))
+    action = state.expert(task).get_action(np.asarray(obs, dtype=np.float64))
     return np.clip(np.asarray(action, dtype=np.float64), -1.0, 1.0)
 
 
