@@ -78,3 +78,15 @@ def test_an_upward_import_or_a_cycle_breaks_the_check(tmp_path: Path, kind: str)
     result = _lint_imports(root)
     assert result.returncode != 0, result.stdout
     assert verdict in result.stdout, result.stdout
+
+
+MAX_MODULE_LINES = 450  # the layout rule (docs/architecture.md): split a module past it
+
+
+def test_no_module_of_the_package_is_over_the_layout_rules_size() -> None:
+    sizes = {
+        str(path.relative_to(ROOT)): len(path.read_text(encoding="utf-8").splitlines())
+        for path in (ROOT / "src" / "agentcanvas").rglob("*.py")
+    }
+    assert len(sizes) > 100  # the package was found
+    assert {p: n for p, n in sizes.items() if n > MAX_MODULE_LINES} == {}

@@ -8,6 +8,7 @@ attempt, so the error budget and a timeout's restart act after the same episode.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import textwrap
 from collections.abc import Iterator
@@ -19,8 +20,14 @@ import pytest
 from agentcanvas.cluster.elastic import Assignment, RetryingWork
 from agentcanvas.cluster.engine import RayEngine
 from agentcanvas.cluster.runner import Batching
+from agentcanvas.eval.config import EpisodeResult, EvalConfig, EvalRun
 from agentcanvas.eval.dispatch import WorkStealingDispatcher
-from support.ray_cluster import identities, live_actor_names, run_graph
+from agentcanvas.eval.foreground import finalise_run
+from agentcanvas.eval.records import recorded_results
+from agentcanvas.eval.run_context import RunContext
+from agentcanvas.eval.store import RunDir
+from support.polling import poll_until
+from support.ray_cluster import identities, live_actor_names, registry_for, run_graph
 from support.truth_workspace import write_truth_workspace
 from support.workspace import home_workspace
 
@@ -71,6 +78,12 @@ SOMETIMES_SLOW = textwrap.dedent(
         if ctx.episode_seed % 4 == 1:
             time.sleep(3600)  # the actor is restarted: its process ends this
         return {"value": 1}
+
+
+    @NODESET.node("pace", outputs=[PortSpec(name="value")], blocking=True)
+    def pace(inputs, config, state, ctx):
+        time.sleep(0.25)  # an episode of two steps lasts half a second
+        return {"value": 1}
     '''
 )
 
@@ -83,11 +96,16 @@ SOMETIMES_SLOW_GRAPH = {
 }
 
 
+PACED_GRAPH = {**SOMETIMES_SLOW_GRAPH, "name": "paced"}
+PACED_GRAPH["nodes"] = [{"id": "n", "type": "tbatch.pace"}, {"id": "out", "type": "core.graphOut"}]
+
+
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     for root in home_workspace(tmp_path_factory, "ray_batches", {"tbatch": SOMETIMES_SLOW}):
         write_truth_workspace(root)
-        (root / "graphs" / "sometimes_slow.json").write_text(json.dumps(SOMETIMES_SLOW_GRAPH))
+        for graph in (SOMETIMES_SLOW_GRAPH, PACED_GRAPH):
+            (root / "graphs" / f"{graph['name']}.json").write_text(json.dumps(graph))
         yield root
 
 
@@ -137,4 +155,57 @@ async def test_a_timeout_in_a_batch_restarts_the_actor_and_the_rest_run_at_attem
     assert {e.index for e in batched.episodes if e.status == "timeout"} == slow
     assert all(e.attempts == 1 for e in batched.episodes)  # given back, not retried
     assert engine.workers is not None and engine.workers.calls < 12
+    assert live_actor_names() == []
+
+
+async def test_a_cancel_in_the_middle_of_a_batch_keeps_what_ran_and_resume_runs_the_rest(
+    ray_cluster: Any, workspace: Path, tmp_path: Path
+) -> None:
+    """One worker, four half-second episodes a call, cancelled once the first call's four
+    are recorded, while the second call runs: what ended is recorded, the episode in flight
+    ends cancelled, the episodes of the call that never started are not recorded; the
+    resumed run runs only what is missing and ends with the uninterrupted run's records."""
+    episodes = 12
+    reference = await run_graph(workspace, "paced", episode_count=episodes, worker_count=1)
+    registry = registry_for(workspace)
+    graph = registry.load_graph("paced")
+    config = EvalConfig(graph_name="paced", episode_count=episodes, worker_count=1, engine="ray")
+    run_dir = RunDir(tmp_path / "cancelled")
+
+    async def run(previous: list[EpisodeResult]) -> EvalRun:
+        engine = RayEngine(FORCED)
+        await engine.start(registry, graph, config)
+        context = RunContext(
+            registry,
+            graph,
+            config,
+            run_dir,
+            run_id="cancelled",
+            determinism=await engine.determinism(registry, graph),
+            previous=previous,
+        )
+        runner = engine.runner(context)
+        try:
+            task = asyncio.create_task(runner.execute())
+            if not previous:
+                ready = lambda: len(runner.results) >= 4  # noqa: E731
+                await asyncio.to_thread(poll_until, ready, "the first call's records", 120.0)
+                runner.cancel()
+            return await asyncio.wait_for(task, 120)
+        finally:
+            await finalise_run(registry, runner, run_dir, engine)
+
+    first = await run([])
+    assert first.status == "cancelled"
+    recorded = sorted(recorded_results(run_dir), key=lambda e: e.index)
+    kept = [e for e in recorded if e.status != "cancelled"]
+    assert all(e.status == "completed" for e in kept) and len(kept) >= 4
+    assert len(recorded) - len(kept) <= 1  # one worker: at most the episode in flight
+    assert [e.index for e in recorded] == list(range(len(recorded)))  # in plan order
+    assert len(recorded) < 8  # the second call's later episodes never started: not kept
+
+    second = await run(kept)
+    assert second.status == "completed"
+    assert identities(second) == identities(reference)
+    assert all(e.attempts == 1 for e in second.episodes)
     assert live_actor_names() == []
