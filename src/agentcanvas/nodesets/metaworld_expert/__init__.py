@@ -27,6 +27,13 @@ class ExpertState:
     def __init__(self) -> None:
         from metaworld.policies import ENV_POLICY_MAP
 
+        # The experts warn "Constant(s) may be too high" on many steps (the action is
+        # clipped, as here): filtered for the process as the state is made, not per call (a
+        # filter change per call makes every later warning check start over).
+        warnings.filterwarnings(
+            "ignore", "Constant\\(s\\) may be too high", UserWarning, "metaworld"
+        )
+
         self.policies: dict[str, Any] = dict(ENV_POLICY_MAP)
         self.experts: dict[str, Any] = {}
 
@@ -48,14 +55,6 @@ NODESET = NodeSet(
     parallelism="local",
     description="MetaWorld's scripted expert policies, one per task.",
     state_factory=ExpertState,
-)
-
-
-# MetaWorld's experts warn "Constant(s) may be too high" on many steps (the action is
-# clipped, as here): filtered once for the process, as env_metaworld does, not per call
-# (a per-call filter change makes every later warning check start over).
-warnings.filterwarnings(
-    "ignore", message="Constant\\(s\\) may be too high", category=UserWarning, module="metaworld"
 )
 
 
