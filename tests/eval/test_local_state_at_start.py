@@ -23,10 +23,10 @@ from agentcanvas.eval.foreground import run_foreground
 from agentcanvas.eval.run_setup import new_run_dir
 from agentcanvas.eval.store import RunDir
 from agentcanvas.fileio import read_json
-from agentcanvas.graph.model import Graph, parse_graph
+from agentcanvas.graph.model import Graph
 from agentcanvas.paths import runs_dir
 from agentcanvas.server.registry import WorkspaceComponentRegistry
-from support.workspace import home_workspace
+from support.workspace import cartpole_graph, home_workspace
 
 pytestmark = pytest.mark.slow  # real runs: env servers
 
@@ -76,27 +76,7 @@ SLOWSTATE = textwrap.dedent(
     '''
 ).format(build_s=BUILD_S)
 
-GRAPH = parse_graph(
-    {
-        "version": 1,
-        "name": "slow_state",
-        "env": {
-            "nodeset": "env_gym",
-            "fields": {"dataset": "classic_control", "split": "discrete"},
-            "tasks": ["CartPole-v1"],
-        },
-        "nodes": [
-            {"id": "env", "type": "env_gym.step"},
-            {"id": "policy", "type": "slowstate.act"},
-            {"id": "out", "type": "core.graphOut"},
-        ],
-        "edges": [
-            {"source": "env.obs", "target": "policy.obs"},
-            {"source": "policy.action", "target": "env.action", "next_iteration": True},
-            {"source": "env.metrics", "target": "out.metrics"},
-        ],
-    }
-)
+GRAPH = cartpole_graph("slow_state", "slowstate.act")
 
 
 @pytest.fixture

@@ -29,10 +29,10 @@ import pytest
 from agentcanvas.eval.config import EpisodeResult, EvalConfig, EvalRun
 from agentcanvas.eval.foreground import run_foreground
 from agentcanvas.fileio import read_json
-from agentcanvas.graph.model import Graph, parse_graph
+from agentcanvas.graph.model import Graph
 from agentcanvas.server.registry import WorkspaceComponentRegistry
 from support.cli import run_cli
-from support.workspace import home_workspace
+from support.workspace import cartpole_graph, home_workspace
 
 pytestmark = pytest.mark.slow  # real runs: servers and a subprocess (tests/conftest.py)
 
@@ -101,32 +101,8 @@ LAZYGLUE = textwrap.dedent(
 ).format(slow_build_s=SLOW_BUILD_S)
 
 
-def make_graph(name: str, mode: str) -> Graph:
-    return parse_graph(
-        {
-            "version": 1,
-            "name": name,
-            "env": {
-                "nodeset": "env_gym",
-                "fields": {"dataset": "classic_control", "split": "discrete"},
-                "tasks": ["CartPole-v1"],
-            },
-            "nodes": [
-                {"id": "env", "type": "env_gym.step"},
-                {"id": "policy", "type": "lazyglue.act", "config": {"mode": mode}},
-                {"id": "out", "type": "core.graphOut"},
-            ],
-            "edges": [
-                {"source": "env.obs", "target": "policy.obs"},
-                {"source": "policy.action", "target": "env.action", "next_iteration": True},
-                {"source": "env.metrics", "target": "out.metrics"},
-            ],
-        }
-    )
-
-
-SLOW_GRAPH = make_graph("lazy_slow", "slow")
-HANG_GRAPH = make_graph("lazy_hang", "hang")
+SLOW_GRAPH = cartpole_graph("lazy_slow", "lazyglue.act", {"mode": "slow"})
+HANG_GRAPH = cartpole_graph("lazy_hang", "lazyglue.act", {"mode": "hang"})
 
 
 @pytest.fixture(scope="module")

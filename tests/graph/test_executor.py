@@ -259,13 +259,25 @@ async def test_inline_nodes_first_in_launch_order_fire_before_the_rest_run_concu
         step_budget=2,
     )
     log = ListLog()
-    result = await _run(_executor(registry, graph, log=log))
+    executor = _executor(registry, graph, log=log)
+    fired_in: dict[str, set[asyncio.Task[Any] | None]] = {}
+    fire = executor._fire
+
+    async def noted(step: int, node: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+        fired_in.setdefault(node.id, set()).add(asyncio.current_task())
+        return await fire(step, node, inputs)
+
+    executor._fire = noted  # type: ignore[method-assign]
+    episode = asyncio.create_task(executor.run())
+    result = await asyncio.wait_for(episode, RUN_DEADLINE_S)
     assert result.node_errors == {}
     assert result.status == "completed"
     assert result.metrics == {"a": 2, "b": 2, "y": True, "z": True}
     for step in (0, 1):
         order = [e["node"] for e in log.entries if e["step"] == step]
         assert order[:2] == ["a", "b"] and set(order[2:4]) == {"y", "z"} and order[4] == "out"
+    assert fired_in["a"] == fired_in["b"] == {episode}  # in the episode's task, no task each
+    assert episode not in fired_in["y"] | fired_in["z"]  # a task each: they ran side by side
 
 
 # -- loop bound --------------------------------------------------------------------------

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from agentcanvas.graph.model import Graph
+from agentcanvas.graph.model import Graph, parse_graph
 
 
 def write_files(root: Path, files: Mapping[str, str]) -> Path:
@@ -52,3 +53,32 @@ def home_workspace(
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("AGENTCANVAS_HOME", str(root))
         yield root
+
+
+def cartpole_graph(name: str, policy_type: str, config: dict[str, Any] | None = None) -> Graph:
+    """CartPole (the built-in replicated ``env_gym``) driven by the node ``policy_type``
+    (its ``obs`` in, its ``action`` into the next step), the env's metrics to graphOut."""
+    policy: dict[str, Any] = {"id": "policy", "type": policy_type}
+    if config is not None:
+        policy["config"] = config
+    return parse_graph(
+        {
+            "version": 1,
+            "name": name,
+            "env": {
+                "nodeset": "env_gym",
+                "fields": {"dataset": "classic_control", "split": "discrete"},
+                "tasks": ["CartPole-v1"],
+            },
+            "nodes": [
+                {"id": "env", "type": "env_gym.step"},
+                policy,
+                {"id": "out", "type": "core.graphOut"},
+            ],
+            "edges": [
+                {"source": "env.obs", "target": "policy.obs"},
+                {"source": "policy.action", "target": "env.action", "next_iteration": True},
+                {"source": "env.metrics", "target": "out.metrics"},
+            ],
+        }
+    )

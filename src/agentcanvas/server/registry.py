@@ -124,8 +124,6 @@ class WorkspaceComponentRegistry:
         call, whose time and per-step deadline would count it. A state that cannot be built
         fails the run here, naming its node set (NodeSetError), before any episode runs."""
         for nodeset in self.catalogue.local_in(graph):
-            if nodeset in self._bindings:
-                continue
             try:
                 self.local_instance(nodeset)
             except Exception as exc:
