@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from agentcanvas.cluster import runner as runner_mod
 from agentcanvas.cluster.engine import RayEngine
 from agentcanvas.cluster.session import node_addresses
 from agentcanvas.eval.config import EvalRun
@@ -44,11 +45,13 @@ def test_every_node_is_on_loopback(ray_cluster: Any) -> None:
 
 @pytest.mark.parametrize("graph", sorted(BUILTIN))
 async def test_builtin_graph_records_equal_local(
-    ray_cluster: Any, tmp_path: Path, graph: str
+    ray_cluster: Any, tmp_path: Path, graph: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     n = BUILTIN[graph]
     local = await run_graph(tmp_path, graph, episode_count=n, worker_count=1)
+    shipped = _count_logs(monkeypatch)
     ray_run = await run_graph(tmp_path, graph, RayEngine(), episode_count=n, worker_count=2)
+    assert shipped == {"written by the actor": ray_run.episodes_total}  # they see the folder
     assert ray_run.status == local.status == "completed"
     assert identities(ray_run) == identities(local)
     assert ray_run.determinism.engine == "ray" and local.determinism.engine == "local"
@@ -57,7 +60,7 @@ async def test_builtin_graph_records_equal_local(
     assert live_actor_names() == []  # the run's actors are gone with it
     assert ray_run.determinism.placement_group  # its own group: no scheduler reserved one
     assert live_groups() == []  # and it is removed with the run
-    assert _logs(tmp_path, ray_run) == _logs(tmp_path, local)  # written by the head
+    assert _logs(tmp_path, ray_run) == _logs(tmp_path, local)
     nodes = ray_run.determinism.worker_nodes  # SPREAD: the two workers on two nodes
     assert sorted(nodes) == ["0", "1"] and len({ids[0] for ids in nodes.values()}) == 2
     assert sum(w.episodes for w in ray_run.workers) == ray_run.episodes_total
@@ -128,6 +131,37 @@ def test_cli_names_an_address_where_nothing_listens(tmp_path: Path) -> None:
     assert done.returncode == 1 and time.monotonic() - started < 20.0
     assert "nothing that speaks Ray's protocol listens at 127.0.0.1:1" in done.stderr
     assert "Connection refused" in done.stderr and "Traceback" not in done.stderr
+
+
+async def test_an_actor_that_does_not_see_the_run_folder_sends_its_logs(
+    ray_cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the run folder is not the actors' (another machine's disk at that path), the
+    token they look for is not there: each log comes back with the record and the head
+    writes it, the same lines as where the actors write them."""
+    local = await run_graph(tmp_path, "babyai_oracle", episode_count=2, worker_count=1)
+    shipped = _count_logs(monkeypatch)
+    monkeypatch.setattr(runner_mod, "check_token", lambda run_dir: "a token nobody wrote")
+    ray_run = await run_graph(
+        tmp_path, "babyai_oracle", RayEngine(), episode_count=2, worker_count=2
+    )
+    assert ray_run.status == "completed"
+    assert shipped == {"sent to the head": ray_run.episodes_total}
+    assert _logs(tmp_path, ray_run) == _logs(tmp_path, local)
+
+
+def _count_logs(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """How the head gets each episode's log (counted as the recorder writes its files)."""
+    counts: dict[str, int] = {}
+    write_rest = runner_mod.ShippedFiles.write_rest
+
+    def counted(self: runner_mod.ShippedFiles) -> None:
+        how = "written by the actor" if self.reply.log_written else "sent to the head"
+        counts[how] = counts.get(how, 0) + 1
+        write_rest(self)
+
+    monkeypatch.setattr(runner_mod.ShippedFiles, "write_rest", counted)
+    return counts
 
 
 def _logs(base: Path, run: EvalRun) -> list[list[dict[str, Any]]]:

@@ -30,6 +30,7 @@ from pathlib import Path
 from agentcanvas.cluster.elastic import Assignment, RetryingWork
 from agentcanvas.cluster.run_group import START_TIMEOUT_S
 from agentcanvas.cluster.session import import_ray
+from agentcanvas.cluster.shared_folder import check_token
 from agentcanvas.cluster.worker_actor import EpisodeReply, EpisodeRequest
 from agentcanvas.cluster.workers import RayWorkerGroup
 from agentcanvas.errors import ServerDiedError
@@ -63,7 +64,9 @@ class ShippedFiles:
 
     def write_rest(self) -> None:
         log_path = self.run_dir.episode_log_path(self.index)
-        if self.record_log and self.reply.log:
+        if self.reply.log_written:
+            pass  # the actor wrote it into the run folder (`shared_folder`)
+        elif self.record_log and self.reply.log:
             log_path.write_bytes(self.reply.log)  # one write, over an earlier attempt's log
         else:
             log_path.unlink(missing_ok=True)  # a retry or a resume starts the log afresh
@@ -121,9 +124,12 @@ class RayEpisodeWorkers:
         self.lost_workers = 0
         self.calls = 0
         self.episode_s: float | None = None  # a running mean of an episode's time in a call
+        self.storage_token = ""  # the run folder's token (`shared_folder`), "" for none
 
     async def run(self, control: RunControl, dispatcher: WorkStealingDispatcher) -> None:
         run = control.recorder.run
+        if control.config.record_log:  # actors that see the run folder write logs there
+            self.storage_token = check_token(control.context.run_dir)
         run.determinism.worker_nodes = self.group.nodes  # filled in as the actors report
         run.determinism.placement_group = self.group.reported_group
         work = RetryingWork(dispatcher)
@@ -208,6 +214,8 @@ class RayEpisodeWorkers:
             episode_timeout_s=config.episode_timeout_s,
             save_frames=renders(config),
             record_log=config.record_log,
+            run_dir=str(control.context.run_dir.root.resolve()) if self.storage_token else "",
+            storage_token=self.storage_token,
         )
 
     def _head_deadline_s(self, control: RunControl) -> float:

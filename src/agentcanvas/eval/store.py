@@ -13,6 +13,11 @@
 cost a file creation each, which on some filesystems costs more CPU than a short episode
 . Files are written with the atomic helpers of :mod:`agentcanvas.fileio`.
 
+``_STORAGE_CHECK`` (Ray runs) holds a random token: a worker actor that reads the same token
+at the same path sees this folder (one machine, or storage every node mounts alike) and
+writes its episodes' logs here itself (`cluster.worker_actor`), instead of sending them to
+the head.
+
 ``_RESERVE`` is disk space held while a run is written (:meth:`RunDir.reserve_space`): when
 the disk fills up, the run gives it back (:meth:`RunDir.release_reserve`) and so can still
 write its last word, ``aborted`` with the reason, on a disk that had no byte left.
@@ -108,6 +113,11 @@ class RunDir:
     def reserve_path(self) -> Path:
         """``_RESERVE``: disk space held for the run's last word on a full disk."""
         return self.root / "_RESERVE"
+
+    @property
+    def storage_check_path(self) -> Path:
+        """``_STORAGE_CHECK``: the token by which a Ray worker tells it sees this folder."""
+        return self.root / "_STORAGE_CHECK"
 
     @property
     def episodes_dir(self) -> Path:
