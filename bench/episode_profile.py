@@ -31,8 +31,8 @@ so they do not add up with it):
     path    rest of run_episode     run_episode less the phases inside it (executor, tasks)
     path    rest of the worker      wall per episode less run_episode and the path phases
                                     outside it (dispatch, retries, recording hand-off)
-    thread  episode.json write      RunRecorder._write_episode less the two below
-                                    (atomic, fsync)
+    thread  episode.json write      record_writer.GroupCommitWriter._commit less the three
+                                    below (a group of episodes: atomic writes, one syncfs)
     thread  episode folder          RunDir.create_episode
     thread  firing-log rest         episode_log.EpisodeLog.write_rest (what is left, one write)
     thread  index append            records.append_line (episodes.jsonl, one write)
@@ -73,7 +73,7 @@ from typing import Any, cast
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import scaling  # the bench folder is not a package
 from agentcanvas.eval import episode as episode_mod
-from agentcanvas.eval import local_workers, media, recorder, records
+from agentcanvas.eval import local_workers, media, record_writer, recorder, records
 from agentcanvas.eval.config import EvalConfig, EvalRun
 from agentcanvas.eval.episode_log import EpisodeLog
 from agentcanvas.eval.foreground import run_foreground
@@ -155,7 +155,7 @@ PATCHES: list[tuple[Any, str, str]] = [  # (owner, attribute, phase)
     (media.AttemptFrames, "finish", "frames check"),
     (local_workers, "run_episode", "run_episode"),
     (recorder.RunRecorder, "_encode", "record encoding"),
-    (recorder.RunRecorder, "_write_episode", "episode.json write"),
+    (record_writer.GroupCommitWriter, "_commit", "episode.json write"),
     (records, "append_line", "index append"),
     (recorder, "_aggregates", "live aggregates"),
 ]
@@ -325,6 +325,7 @@ def _derived(phases: Phases, wall: float) -> dict[str, float]:
         s.get("episode.json write", 0.0)
         - s.get("episode folder", 0.0)
         - s.get("firing-log rest", 0.0)
+        - s.get("index append", 0.0)
     )
     s["rest of run_episode"] = s.get("run_episode", 0.0) - sum(s.get(p, 0.0) for p in inside)
     outside = ["frames check", "record encoding"]

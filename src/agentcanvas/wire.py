@@ -201,11 +201,9 @@ def _ext_hook(code: int, data: memoryview) -> Any:
 
 
 def _array(dtype_str: object, shape: object, raw: object) -> np.ndarray[Any, Any]:
-    if not isinstance(dtype_str, str):
-        raise WireError(f"garbled wire payload: array dtype {dtype_str!r}")
-    dtype = np.dtype(dtype_str)
-    if dtype.kind not in _ARRAY_KINDS:
-        raise WireError(f"garbled wire payload: array dtype {dtype} is not allowed")
+    dtype = _DTYPES.get(dtype_str) if type(dtype_str) is str else None
+    if dtype is None:
+        dtype = _dtype(dtype_str)
     if not isinstance(shape, list) or not all(type(n) is int and n >= 0 for n in shape):
         raise WireError(f"garbled wire payload: bad array shape {shape!r}")
     if type(raw) is int:
@@ -225,6 +223,20 @@ def _array(dtype_str: object, shape: object, raw: object) -> np.ndarray[Any, Any
 
 
 _unpacker = msgspec.msgpack.Decoder()
+_DTYPES: dict[str, np.dtype[Any]] = {}  # dtype strings seen, allowed: parsed once each
+_MAX_DTYPES = 256  # a peer's strings cannot grow it past this
+
+
+def _dtype(dtype_str: object) -> np.dtype[Any]:
+    """The array dtype a wire string names (WireError when it is not one we allow)."""
+    if not isinstance(dtype_str, str):
+        raise WireError(f"garbled wire payload: array dtype {dtype_str!r}")
+    dtype = np.dtype(dtype_str)
+    if dtype.kind not in _ARRAY_KINDS:
+        raise WireError(f"garbled wire payload: array dtype {dtype} is not allowed")
+    if len(_DTYPES) < _MAX_DTYPES:
+        _DTYPES[dtype_str] = dtype
+    return dtype
 
 
 class Decoder(Generic[T]):

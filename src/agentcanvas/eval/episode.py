@@ -19,7 +19,7 @@ import dataclasses
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from agentcanvas.errors import ServerDiedError, ServerTimeoutError, describe
 from agentcanvas.eval.config import EndReason, EpisodeResult, EpisodeStatus
@@ -38,7 +38,7 @@ from agentcanvas.graph.model import DEFAULT_STEP_BUDGET, Graph, Node
 from agentcanvas.graph.summarize import format_traceback
 from agentcanvas.nodes.base import LocalNodeSet, NodeSetHandle
 from agentcanvas.nodes.boundary import WireBoundary, is_in_process
-from agentcanvas.nodes.handles import SaysIfItEvicts
+from agentcanvas.nodes.handles import SaysIfItEvicts, says_if_it_evicts
 from agentcanvas.nodes.manifest import LoadInfo
 from agentcanvas.server.deadlines import call_deadline, reset_call_timeout, set_call_timeout
 from agentcanvas.server.proxy import Opening, RemoteNodeSet
@@ -361,7 +361,7 @@ async def _evict(graph: Graph, wiring: EpisodeWiring, key: str) -> None:
         handle = wiring.env_panel_overrides.get(nodeset) or wiring.resolver.handle_for(
             nodeset, wiring.server_url_overrides.get(nodeset)
         )
-        if isinstance(handle, SaysIfItEvicts) and not handle.evicts:  # it keeps no episode state
+        if says_if_it_evicts(handle) and not cast(SaysIfItEvicts, handle).evicts:  # no state
             continue
         local = handle.inner if isinstance(handle, WireBoundary) else handle
         with contextlib.suppress(Exception):  # a dead server has nothing left to evict

@@ -21,7 +21,7 @@ import numpy as np
 
 from agentcanvas.errors import ConfigError, ServerTimeoutError, describe
 from agentcanvas.graph.harvest import harvest
-from agentcanvas.graph.model import DEFAULT_STEP_BUDGET, GRAPH_SCOPE_ID, Edge, Graph, Node
+from agentcanvas.graph.model import DEFAULT_STEP_BUDGET, GRAPH_SCOPE_ID, Graph, Node
 from agentcanvas.graph.ready import ReadySet, same_iteration_deps
 from agentcanvas.graph.summarize import format_traceback, summarize
 from agentcanvas.nodes.assets import save_frame
@@ -133,11 +133,24 @@ class GraphExecutor:
         self._deps = same_iteration_deps(graph)
         self._ready = ReadySet(self._deps)  # reset at each iteration
         self._nodes = {n.id: n for n in graph.nodes}
-        self._incoming: dict[str, list[Edge]] = {n.id: [] for n in graph.nodes}
+        # Per node, where each input comes from: (port, source node, source port, whether
+        # from the previous iteration); read at every firing, so plain tuples.
+        self._sources: dict[str, list[tuple[str, str, str, bool]]] = {n.id: [] for n in graph.nodes}
         for edge in graph.edges:
-            if edge.target.node in self._incoming:
-                self._incoming[edge.target.node].append(edge)
+            if edge.target.node in self._sources:
+                self._sources[edge.target.node].append(
+                    (edge.target.port, edge.source.node, edge.source.port, edge.next_iteration)
+                )
+        self._carried = [
+            (e.source.node, e.source.port, (e.target.node, e.target.port))
+            for e in graph.edges
+            if e.next_iteration
+        ]
         self._specs = {n.id: resolver.node_spec(n.type) for n in graph.nodes}
+        self._required = {
+            node_id: tuple(p.name for p in spec.inputs if p.required)
+            for node_id, spec in self._specs.items()
+        }
         self._wire_handles()
         self.status: ExecStatus = "running"
         self.steps = 0
@@ -233,28 +246,29 @@ class GraphExecutor:
 
     def _next_carry(self, outputs: dict[str, dict[str, Any]]) -> dict[tuple[str, str], Any]:
         carry: dict[tuple[str, str], Any] = {}
-        for edge in self.graph.edges:
-            if edge.next_iteration and edge.source.port in outputs.get(edge.source.node, {}):
-                carry[(edge.target.node, edge.target.port)] = outputs[edge.source.node][
-                    edge.source.port
-                ]
+        for source, port, target in self._carried:
+            produced = outputs.get(source)
+            if produced is not None and port in produced:
+                carry[target] = produced[port]
         return carry
 
     def _inputs_for(
         self, node_id: str, outputs: dict[str, dict[str, Any]], carry: dict[tuple[str, str], Any]
     ) -> dict[str, Any]:
         inputs: dict[str, Any] = {}
-        for edge in self._incoming[node_id]:
-            if edge.next_iteration:
-                key = (node_id, edge.target.port)
+        for port, source, source_port, carried in self._sources[node_id]:
+            if carried:
+                key = (node_id, port)
                 if key in carry:
-                    inputs[edge.target.port] = carry[key]
-            elif edge.source.port in outputs.get(edge.source.node, {}):
-                inputs[edge.target.port] = outputs[edge.source.node][edge.source.port]
+                    inputs[port] = carry[key]
+            else:
+                produced = outputs.get(source)
+                if produced is not None and source_port in produced:
+                    inputs[port] = produced[source_port]
         return inputs
 
     def _missing_required(self, node_id: str, inputs: dict[str, Any]) -> list[str]:
-        return [p.name for p in self._specs[node_id].inputs if p.required and p.name not in inputs]
+        return [name for name in self._required[node_id] if name not in inputs]
 
     async def _run_iteration(
         self, step: int, carry: dict[tuple[str, str], Any]

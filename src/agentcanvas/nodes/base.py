@@ -279,6 +279,8 @@ class LocalNodeSet:
     ) -> dict[str, Any]:
         """Run a node function here; a non-dict return is reported as an error result."""
         result = self.nodeset.definition(node_name).fn(inputs, config, self.state, ctx)
+        if type(result) is dict:  # the common case, without isawaitable's checks
+            return result
         if inspect.isawaitable(result):
             raise NodeSetError(f"{self.name}.{node_name}: use call() for async nodes")
         return _as_result(result, self.name, node_name)

@@ -27,6 +27,7 @@ __all__ = [
     "HealthChecked",
     "NodeSetHandle",
     "SaysIfItEvicts",
+    "says_if_it_evicts",
 ]
 
 
@@ -79,6 +80,20 @@ class SaysIfItEvicts(Protocol):
 
     @property
     def evicts(self) -> bool: ...
+
+
+_SAYS_IF_IT_EVICTS: dict[type, bool] = {}
+
+
+def says_if_it_evicts(handle: object) -> bool:
+    """``isinstance(handle, SaysIfItEvicts)``, answered once per class: a Protocol's
+    isinstance looks up each of its members (about 7 µs), and a worker asks it of every
+    node set after every episode. The handles are our classes, which declare it."""
+    kind = type(handle)
+    known = _SAYS_IF_IT_EVICTS.get(kind)
+    if known is None:
+        known = _SAYS_IF_IT_EVICTS[kind] = isinstance(handle, SaysIfItEvicts)
+    return known
 
 
 @runtime_checkable
