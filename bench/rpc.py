@@ -249,11 +249,13 @@ async def layer_rows(url: str, remote: RemoteNodeSet) -> AsyncIterator[dict[str,
     client = await remote._calls()  # the layer under RemoteNodeSet.call, on purpose
     raw = await asyncio.to_thread(rpc_framing.blocking_connection, client.endpoint)
     request = wire.encode(call)
+    obs_args = {"node": "step", "config": {}, "inputs": {"action": 0}, "ctx": CTX.__dict__}
+    obs_request = wire.encode({"id": 1, "op": "call", "args": obs_args})
     loop = asyncio.get_running_loop()
 
-    async def raw_call() -> list[memoryview]:
+    async def raw_call(message: list[wire.Buffer] = request) -> list[memoryview]:
         """A pre-encoded request on a blocking socket, answered: the server and the socket."""
-        rpc_framing.send_message(raw, request)
+        rpc_framing.send_message(raw, message)
         await _readable(loop, raw)
         return rpc_framing.recv_message(raw)
 
@@ -268,6 +270,9 @@ async def layer_rows(url: str, remote: RemoteNodeSet) -> AsyncIterator[dict[str,
                     lambda: wire.decode(wire.encode(obs)), False
                 ),
                 "server: pre-encoded request on a raw socket": Row(raw_call, True),
+                "server: the same, the 64x64x3 step": Row(
+                    functools.partial(raw_call, obs_request), True
+                ),
                 "+ RpcClient (deadline, death watch, wire)": Row(
                     lambda: client.request("call", args, "/call/noop", 10.0, protocol.CallReply),
                     True,

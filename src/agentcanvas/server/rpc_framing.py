@@ -35,6 +35,7 @@ __all__ = [
     "MAX_FRAMES",
     "MAX_MESSAGE_BYTES",
     "FramingError",
+    "MessageReader",
     "blocking_connection",
     "encode",
     "endpoint_address",
@@ -118,6 +119,64 @@ def recv_message(sock: socket.socket) -> list[memoryview]:
     count = frame_count(bytes(_recv_exactly(sock, COUNT.size)))
     lengths = frame_lengths(count, bytes(_recv_exactly(sock, 8 * count)))
     return split_frames(_recv_exactly(sock, sum(lengths)), lengths)
+
+
+class MessageReader:
+    """Messages from one blocking socket, read ahead into a buffer of its own: a small
+    message (or two sent in one write) costs one ``recv`` where `recv_message` makes three
+    (count, lengths, body); a body that outgrows the buffer is read straight into its own.
+    EOFError at the stream's end, FramingError for garbage, as `recv_message`."""
+
+    def __init__(self, sock: socket.socket, size: int = 64 * 1024) -> None:
+        self.sock = sock
+        self._buf = bytearray(max(size, COUNT.size + 8 * MAX_FRAMES))  # a head always fits
+        self._start = self._end = 0  # the bytes read and not used yet
+
+    def recv(self) -> list[memoryview]:
+        """The next message."""
+        self._have(COUNT.size)
+        start = self._start
+        count = frame_count(bytes(self._buf[start : start + COUNT.size]))
+        head = COUNT.size + 8 * count
+        self._have(head)
+        start = self._start
+        lengths = frame_lengths(count, bytes(self._buf[start + COUNT.size : start + head]))
+        size = sum(lengths)
+        if head + size <= len(self._buf):
+            self._have(head + size)
+            start = self._start
+            body = bytearray(self._buf[start + head : start + head + size])
+            self._start = start + head + size
+            return split_frames(body, lengths)
+        body = bytearray(size)  # a big one: what is here, then the rest straight into it
+        got = self._end - self._start - head
+        body[:got] = self._buf[self._start + head : self._end]
+        self._start = self._end = 0
+        view = memoryview(body)
+        while got < size:
+            read = self.sock.recv_into(view[got:])
+            if read == 0:
+                raise EOFError("the peer closed the connection")
+            got += read
+        return split_frames(body, lengths)
+
+    def _have(self, n: int) -> None:
+        """At least ``n`` unused bytes in the buffer (n fits it); EOFError at the end."""
+        if self._end - self._start >= n:
+            return
+        if self._start + n > len(self._buf):  # move what is left to the front
+            rest = self._end - self._start
+            self._buf[:rest] = self._buf[self._start : self._end]
+            self._start, self._end = 0, rest
+        view = memoryview(self._buf)
+        try:
+            while self._end - self._start < n:
+                read = self.sock.recv_into(view[self._end :])
+                if read == 0:
+                    raise EOFError("the peer closed the connection")
+                self._end += read
+        finally:
+            view.release()
 
 
 def send_message(sock: socket.socket, frames: Sequence[wire.Buffer]) -> None:

@@ -35,8 +35,8 @@ from agentcanvas.errors import UserInputError, WireError
 from agentcanvas.server import protocol
 from agentcanvas.server.rpc_framing import (
     FramingError,
+    MessageReader,
     encode,
-    recv_message,
     send_message,
     set_nodelay,
 )
@@ -141,10 +141,11 @@ class RpcServer:
 
     def _serve_connection(self, sock: socket.socket) -> None:
         succeeded: int | None = None  # the id of the last request, if it succeeded
+        reader = MessageReader(sock)
         try:
             while True:
                 try:
-                    frames = recv_message(sock)
+                    frames = reader.recv()
                 except FramingError as exc:  # the stream is out of step: answer, then drop it
                     bad = UserInputError(f"not an rpc message: {exc}")
                     send_message(sock, wire.encode({"id": None, "err": protocol.rpc_error(bad)}))

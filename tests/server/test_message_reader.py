@@ -1,0 +1,92 @@
+"""MessageReader: the server's side of the call socket reads messages ahead into a buffer of
+its own — one recv for a small message or for two sent in one write — with the framing
+`recv_message` reads three recvs at a time."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator
+from typing import cast
+
+import numpy as np
+import pytest
+
+from agentcanvas import wire
+from agentcanvas.server.rpc_framing import FramingError, MessageReader, pack, send_message
+
+
+class _Counted:
+    """A socket whose recv_into calls are counted."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock, self.recvs = sock, 0
+
+    def recv_into(self, buffer: memoryview) -> int:
+        self.recvs += 1
+        return self.sock.recv_into(buffer)
+
+
+@pytest.fixture
+def pair() -> Iterator[tuple[socket.socket, socket.socket]]:
+    left, right = socket.socketpair()
+    yield left, right
+    left.close()
+    right.close()
+
+
+def _reader(sock: socket.socket, size: int = 64 * 1024) -> tuple[MessageReader, _Counted]:
+    counted = _Counted(sock)
+    return MessageReader(cast(socket.socket, counted), size), counted
+
+
+def test_two_messages_in_one_write_take_one_recv(pair: tuple[socket.socket, socket.socket]) -> None:
+    left, right = pair
+    first, second = wire.encode({"id": 1}), wire.encode({"id": 2, "after": 1})
+    left.sendall(b"".join(bytes(b) for b in [*pack(first), *pack(second)]))
+    reader, counted = _reader(right)
+    assert wire.decode(reader.recv()) == {"id": 1}
+    assert wire.decode(reader.recv()) == {"id": 2, "after": 1}
+    assert counted.recvs == 1
+
+
+def test_big_and_small_messages_in_any_split(pair: tuple[socket.socket, socket.socket]) -> None:
+    """A body larger than the buffer goes straight into its own; the peer writing a byte at
+    a time changes nothing."""
+    left, right = pair
+    big = np.arange(40_000, dtype=np.int64)  # 320 KB: past the 64 KB buffer
+    messages = [{"id": 1, "x": "a"}, {"id": 2, "arr": big}, {"id": 3, "x": "b" * 3000}]
+    raw = b"".join(bytes(b) for m in messages for b in pack(wire.encode(m)))
+
+    def trickle() -> None:  # the first 200 bytes one by one, then the rest at once
+        for k in range(200):
+            left.sendall(raw[k : k + 1])
+        left.sendall(raw[200:])
+
+    writer = threading.Thread(target=trickle)
+    writer.start()
+    reader, _ = _reader(right, size=8)  # a buffer that cannot be smaller than a head
+    got = [wire.decode(reader.recv()) for _ in messages]
+    writer.join()
+    assert got[0] == messages[0] and got[2] == messages[2]
+    assert isinstance(got[1], dict) and np.array_equal(got[1]["arr"], big)
+
+
+def test_the_streams_end_and_garbage(pair: tuple[socket.socket, socket.socket]) -> None:
+    left, right = pair
+    reader, _ = _reader(right)
+    send_message(left, wire.encode({"id": 1}))
+    whole = b"".join(bytes(b) for b in pack(wire.encode({"id": 2, "x": "cut short"})))
+    left.sendall(whole[:-3])
+    left.shutdown(socket.SHUT_WR)
+    assert wire.decode(reader.recv()) == {"id": 1}
+    with pytest.raises(EOFError):
+        reader.recv()  # the second ended mid-body
+    a, b = socket.socketpair()
+    try:
+        a.sendall(b"\0\0\0\0" + b"x" * 12)  # a message of 0 frames
+        with pytest.raises(FramingError, match="0 frames"):
+            MessageReader(b).recv()
+    finally:
+        a.close()
+        b.close()
