@@ -14,7 +14,9 @@ recording paths, the engines':
   way ``LocalEpisodeWorkers`` does;
 - ``ray``: each fake worker hands the head a reply built beforehand the way a worker actor
   builds it (``cluster.worker_actor``), through the Ray runner's result handling
-  (``cluster.runner``), without Ray's call itself.
+  (``cluster.runner``), without Ray's call itself;
+- ``ray-shared``: the same where the actors see the run folder and write their logs there
+  themselves (``cluster.shared_folder``): the reply carries no log.
 
 Head CPU is this process's CPU time during ``execute`` per result (every thread: the loop,
 the recording thread, the live aggregates); the fake workers' own work is building nothing
@@ -126,12 +128,13 @@ class FakeWorkers:
 
     def prepare(self, control: RunControl) -> None:
         """What the worker actors would send, built before the measured span."""
-        if self.load.engine != "ray":
+        if self.load.engine == "local":
             return
-        log, frames = log_bytes(self.load.steps), self._frames()
+        written = self.load.engine == "ray-shared"  # the actor wrote its log itself
+        log, frames = b"" if written else log_bytes(self.load.steps), self._frames()
         for spec in control.specs:
             result = record(spec, self.load.steps).model_dump(mode="json")
-            self.replies[spec.index] = EpisodeReply(result, log, frames, "node")
+            self.replies[spec.index] = EpisodeReply(result, log, frames, "node", written)
 
     def _frames(self) -> dict[str, bytes]:
         return {"env.mp4": bytes(1024 * self.load.frames_kb)} if self.load.frames_kb else {}
@@ -150,7 +153,7 @@ class FakeWorkers:
             if period:
                 await asyncio.sleep(max(0.0, due - time.monotonic()))
                 due += period
-            if self.load.engine == "ray":
+            if self.load.engine != "local":
                 await ray._record_reply(control, self.replies[index], Assignment(index, 1))
                 continue
             result, log = self._local_episode(control, index)
@@ -227,14 +230,19 @@ def report(measured: list[Measured]) -> None:
     saturated = {
         (m.load.engine, m.load.steps, m.load.workers): m for m in measured if m.load.rate is None
     }
-    print("\nSaturation (offered: max): results/s and head CPU per result, local vs ray")
+    print("\nSaturation (offered: max): results/s, and head CPU per result of the Ray paths")
     keys = sorted({(s, w) for _, s, w in saturated})
-    print(f"{'steps':>5} {'workers':>7} {'local/s':>8} {'ray/s':>8} {'ray/local':>9}")
+    print(
+        f"{'steps':>5} {'workers':>7} {'local/s':>8} {'ray/s':>8} {'shared/s':>8}"
+        f" {'ray ms':>7} {'shared ms':>9}"
+    )
     for steps, workers in keys:
         lo, ra = saturated.get(("local", steps, workers)), saturated.get(("ray", steps, workers))
-        if lo and ra:
+        sh = saturated.get(("ray-shared", steps, workers))
+        if lo and ra and sh:
             print(
-                f"{steps:5} {workers:7} {lo.per_s:8.0f} {ra.per_s:8.0f} {ra.per_s / lo.per_s:9.2f}"
+                f"{steps:5} {workers:7} {lo.per_s:8.0f} {ra.per_s:8.0f} {sh.per_s:8.0f}"
+                f" {ra.cpu_ms:7.3f} {sh.cpu_ms:9.3f}"
             )
 
 
@@ -256,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
         for steps in args.steps.split(",")
         for workers in args.workers.split(",")
         for rate in rates
-        for engine in ("local", "ray")
+        for engine in ("local", "ray", "ray-shared")
     ]
     report(asyncio.run(bench(loads, results)))
     return 0
