@@ -189,6 +189,8 @@ async def answer_within(answer: Answer, timeout_s: float) -> list[memoryview]:
         return await answer
     finally:
         timer.cancel()
+        if answer.done() and not answer.cancelled():
+            answer.exception()  # retrieved, also when a cancel overtook the expiry's wake-up
 
 
 def _expire(answer: Answer) -> None:
