@@ -15,8 +15,9 @@ recording paths, the engines':
 - ``ray``: each fake worker hands the head a reply built beforehand the way a worker actor
   builds it (``cluster.worker_actor``), through the Ray runner's result handling
   (``cluster.runner``), without Ray's call itself;
-- ``ray-shared``: the same where the actors see the run folder and write their logs there
-  themselves (``cluster.shared_folder``): the reply carries no log.
+- ``ray-shared``: the same where the actors see the run folder and stage their logs there
+  themselves (``cluster.shared_folder``; here before the measured span): the reply carries
+  the staged file's name, which the head renames into place.
 
 Head CPU is this process's CPU time during ``execute`` per result (every thread: the loop,
 the recording thread, the live aggregates); the fake workers' own work is building nothing
@@ -38,6 +39,7 @@ from pathlib import Path
 
 from agentcanvas.cluster.elastic import Assignment
 from agentcanvas.cluster.runner import RayEpisodeWorkers
+from agentcanvas.cluster.shared_folder import stage_log
 from agentcanvas.cluster.worker_actor import EpisodeReply
 from agentcanvas.eval.config import EpisodeResult, EvalConfig
 from agentcanvas.eval.dispatch import WorkStealingDispatcher
@@ -130,11 +132,16 @@ class FakeWorkers:
         """What the worker actors would send, built before the measured span."""
         if self.load.engine == "local":
             return
-        written = self.load.engine == "ray-shared"  # the actor wrote its log itself
-        log, frames = b"" if written else log_bytes(self.load.steps), self._frames()
+        log, frames = log_bytes(self.load.steps), self._frames()
+        run_dir = control.context.run_dir
         for spec in control.specs:
             result = record(spec, self.load.steps).model_dump(mode="json")
-            self.replies[spec.index] = EpisodeReply(result, log, frames, "node", written)
+            if self.load.engine == "ray-shared":  # the actor staged its log itself
+                staged = stage_log(run_dir, spec.index, log)
+                reply = EpisodeReply(result, b"", frames, "node", log_staged=staged)
+            else:
+                reply = EpisodeReply(result, log, frames, "node")
+            self.replies[spec.index] = reply
 
     def _frames(self) -> dict[str, bytes]:
         return {"env.mp4": bytes(1024 * self.load.frames_kb)} if self.load.frames_kb else {}

@@ -156,7 +156,7 @@ def _count_logs(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     write_rest = runner_mod.ShippedFiles.write_rest
 
     def counted(self: runner_mod.ShippedFiles) -> None:
-        how = "written by the actor" if self.reply.log_written else "sent to the head"
+        how = "sent to the head" if self.reply.log_staged is None else "written by the actor"
         counts[how] = counts.get(how, 0) + 1
         write_rest(self)
 

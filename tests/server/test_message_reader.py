@@ -65,7 +65,7 @@ def test_big_and_small_messages_in_any_split(pair: tuple[socket.socket, socket.s
 
     writer = threading.Thread(target=trickle)
     writer.start()
-    reader, _ = _reader(right, size=8)  # a buffer that cannot be smaller than a head
+    reader, _ = _reader(right, size=8)  # raised to its least: a head of MAX_FRAMES fits
     got = [wire.decode(reader.recv()) for _ in messages]
     writer.join()
     assert got[0] == messages[0] and got[2] == messages[2]
@@ -90,3 +90,20 @@ def test_the_streams_end_and_garbage(pair: tuple[socket.socket, socket.socket]) 
     finally:
         a.close()
         b.close()
+
+
+def test_what_is_left_moves_to_the_front_when_the_buffer_fills(
+    pair: tuple[socket.socket, socket.socket],
+) -> None:
+    """Medium messages written back to back: a message that starts near the end of the
+    buffer and does not fit there is finished after what was read moves to the front."""
+    left, right = pair
+    messages = [{"id": k, "x": "m" * (700 + 37 * k)} for k in range(300)]  # ~330 KB in all
+    raw = b"".join(bytes(b) for m in messages for b in pack(wire.encode(m)))
+    writer = threading.Thread(target=left.sendall, args=(raw,))
+    writer.start()
+    reader, counted = _reader(right, size=40_000)  # about forty messages a buffer
+    got = [wire.decode(reader.recv()) for _ in messages]
+    writer.join()
+    assert got == messages
+    assert counted.recvs < len(messages)  # read ahead: fewer recvs than messages

@@ -30,7 +30,7 @@ from pathlib import Path
 from agentcanvas.cluster.elastic import Assignment, RetryingWork
 from agentcanvas.cluster.run_group import START_TIMEOUT_S
 from agentcanvas.cluster.session import import_ray
-from agentcanvas.cluster.shared_folder import check_token
+from agentcanvas.cluster.shared_folder import check_token, place_log
 from agentcanvas.cluster.worker_actor import EpisodeReply, EpisodeRequest
 from agentcanvas.cluster.workers import RayWorkerGroup
 from agentcanvas.errors import ServerDiedError
@@ -64,8 +64,8 @@ class ShippedFiles:
 
     def write_rest(self) -> None:
         log_path = self.run_dir.episode_log_path(self.index)
-        if self.reply.log_written:
-            pass  # the actor wrote it into the run folder (`shared_folder`)
+        if self.reply.log_staged is not None:  # the actor staged it here (`shared_folder`)
+            place_log(self.run_dir, self.index, self.reply.log_staged)
         elif self.record_log and self.reply.log:
             log_path.write_bytes(self.reply.log)  # one write, over an earlier attempt's log
         else:
@@ -125,11 +125,13 @@ class RayEpisodeWorkers:
         self.calls = 0
         self.episode_s: float | None = None  # a running mean of an episode's time in a call
         self.storage_token = ""  # the run folder's token (`shared_folder`), "" for none
+        self.run_root = ""  # its path as sent to the actors (resolved once)
 
     async def run(self, control: RunControl, dispatcher: WorkStealingDispatcher) -> None:
         run = control.recorder.run
         if control.config.record_log:  # actors that see the run folder write logs there
             self.storage_token = check_token(control.context.run_dir)
+            self.run_root = str(control.context.run_dir.root.resolve())
         run.determinism.worker_nodes = self.group.nodes  # filled in as the actors report
         run.determinism.placement_group = self.group.reported_group
         work = RetryingWork(dispatcher)
@@ -214,7 +216,7 @@ class RayEpisodeWorkers:
             episode_timeout_s=config.episode_timeout_s,
             save_frames=renders(config),
             record_log=config.record_log,
-            run_dir=str(control.context.run_dir.root.resolve()) if self.storage_token else "",
+            run_dir=self.run_root if self.storage_token else "",
             storage_token=self.storage_token,
         )
 

@@ -1,4 +1,4 @@
-"""Logs written where the run folder is: a Ray worker that sees the run folder writes its
+"""Logs written where the run folder is: a Ray worker that sees the run folder puts its
 episodes' log.jsonl there itself, instead of sending it to the head.
 
 An episode's firing log grows with its length (a 160-step CartPole episode: about 200 KB);
@@ -9,26 +9,35 @@ folder — on the head's machine, or with the outputs folder on storage every no
 the same path — they write the logs themselves and the head's work per result stays flat.
 
 How a worker tells: at the start of a run the head writes a random token into the run
-folder (``_STORAGE_CHECK``, `check_token`) and sends the folder's path and the token with
-every episode; a worker writes into the folder only if it reads that token at that path
-(`SeenFolders`). Anywhere else (a node with its own disk at that path, or none), or when its
-write fails (a full disk), the worker sends the log as before (`write_log` says False).
+folder (``_STORAGE_CHECK``, `check_token`) and sends the folder's path (as the head resolves
+it: symlinks followed) and the token with every episode; a worker writes into the folder
+only if it reads that token at that path (`SeenFolders`). Anywhere else (a node with its own
+disk at that path, or none), or when its write fails (a full disk), the worker sends the log
+as before (`stage_log` answers None).
 
-A log is written as the local engine leaves it: the episode's folder made, the lines replaced
-in one rename (an earlier attempt's log gone), not synced (the run's durability covers its
-records, `eval.record_writer`); an episode that fired nothing leaves no log.
+A worker *stages* the log: it writes it into the episode's folder under a temp name of its
+own (``.log.jsonl.<random>.tmp``, not synced) and sends that name; the head renames it to
+``log.jsonl`` only when it takes the attempt's record (`place_log`, in its recording
+thread: one rename). So a log is in place exactly when its attempt was recorded, as when the
+head wrote it: an attempt the head gave up on (lost, past its deadline, cancelled in a batch,
+a killed actor that still finishes) never replaces the log of the one that counted. What
+such an attempt staged stays a temp file, which resume and recover remove with the other
+temp files a killed writer leaves (`eval.recovery.remove_stale_temp_files`). An episode that
+fired nothing stages nothing, and the head removes an earlier attempt's log.
 """
 
 from __future__ import annotations
 
+import os
+import re
 import secrets
 from pathlib import Path
 
 from agentcanvas.errors import RunError
 from agentcanvas.eval.store import RunDir
-from agentcanvas.fileio import atomic_write_bytes, durable_replace, write_temp
+from agentcanvas.fileio import atomic_write_bytes, write_error, write_temp
 
-__all__ = ["SeenFolders", "check_token", "write_log"]
+__all__ = ["SeenFolders", "check_token", "place_log", "stage_log"]
 
 
 def check_token(run_dir: RunDir) -> str:
@@ -64,17 +73,35 @@ class SeenFolders:
         return RunDir(Path(root)) if seen else None
 
 
-def write_log(run_dir: RunDir, index: int, lines: bytes) -> bool:
-    """Episode ``index``'s log.jsonl in ``run_dir`` (none when ``lines`` is empty); False
-    when it could not be written (the caller sends it to the head instead)."""
+def stage_log(run_dir: RunDir, index: int, lines: bytes) -> str | None:
+    """Episode ``index``'s log staged in its folder: the temp file's name ("" when the
+    episode fired nothing: nothing staged); None when it could not be written (the caller
+    sends the log to the head instead)."""
+    if not lines:
+        return ""
+    try:
+        run_dir.create_episode(index)
+        fd, temp = write_temp(run_dir.episode_log_path(index), lines)
+        os.close(fd)
+    except (OSError, RunError):
+        return None
+    return temp.name
+
+
+def place_log(run_dir: RunDir, index: int, staged: str) -> None:
+    """The head took the attempt's record: its staged log becomes the episode's log.jsonl
+    ("" for none: an earlier attempt's log goes); RunError when that fails, or when
+    ``staged`` is not a name `stage_log` gives."""
     path = run_dir.episode_log_path(index)
     try:
-        if not lines:
-            path.unlink(missing_ok=True)  # nor the log an earlier attempt left
-            return True
-        run_dir.create_episode(index)
-        fd, temp = write_temp(path, lines)
-        durable_replace(fd, temp, path, sync=False)
-    except (OSError, RunError):
-        return False
-    return True
+        if not staged:
+            path.unlink(missing_ok=True)
+            return
+        if Path(staged).name != staged or not _STAGED.fullmatch(staged):
+            raise RunError(f"episode {index}: {staged!r} is not the name of a staged log")
+        os.replace(path.with_name(staged), path)
+    except OSError as exc:
+        raise write_error(path, exc) from exc
+
+
+_STAGED = re.compile(r"\.log\.jsonl\.[0-9a-f]+\.tmp")

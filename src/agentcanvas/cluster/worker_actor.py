@@ -10,14 +10,14 @@ equals the local engine's.
 The head sends an episode's identity and options; the actor answers with its EpisodeResult,
 the episode's firing log (encoded here) and its frames (file name → bytes: per view an mp4
 that carries its index), which the head writes into the run folder — except the log where
-the actor sees the run folder itself: then it writes the log there (`shared_folder`). The
-head's work does not grow with episode length. A call may carry several episodes
-(``run_batch``): Ray's own cost of a call is about a millisecond of the head's CPU, so with
-short episodes on many workers the head batches to keep up. The actor runs them in order
-and stops early — after an episode that did not complete (an error for the run's budget, a
-timeout after which the head restarts it, a cancel) or once cancelled between two — and
-answers those it ran; the head gives the rest back to be handed out again, at the same
-attempt.
+the actor sees the run folder itself: then it stages the log there and the head renames it
+into place (`shared_folder`). The head's work does not grow with episode length. A call may
+carry several episodes (``run_batch``): Ray's own cost of a call is about a millisecond of
+the head's CPU, so with short episodes on many workers the head batches to keep up. The
+actor runs them in order and stops early — after an episode that did not complete (an error
+for the run's budget, a timeout after which the head restarts it, a cancel) or once
+cancelled between two — and answers those it ran; the head gives the rest back to be handed
+out again, at the same attempt.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from agentcanvas.cluster.model_actor import RayModelHandle, load_catalogue
-from agentcanvas.cluster.shared_folder import SeenFolders, write_log
+from agentcanvas.cluster.shared_folder import SeenFolders, stage_log
 from agentcanvas.eval.episode import EpisodeOptions, EpisodeSpec, EpisodeWiring, run_episode
 from agentcanvas.eval.media import recorded_frames
 from agentcanvas.fileio import encode_jsonl_line
@@ -65,7 +65,8 @@ class EpisodeReply:
     log: bytes = b""  # log.jsonl as the local engine writes it, encoded here, not at the head
     frames: dict[str, bytes] = field(default_factory=dict)
     node_id: str = ""
-    log_written: bool = False  # the actor wrote the log into the run folder (``log`` is empty)
+    log_staged: str | None = None  # the log's temp name in its episode folder, "" for no log
+    # (`shared_folder`: the head renames it into place; ``log`` is then empty); None: not staged
 
 
 class _EncodedLog:
@@ -174,19 +175,20 @@ class EpisodeWorker:
             if asset_dir:
                 shutil.rmtree(asset_dir, ignore_errors=True)
         lines = bytes(log.lines) if log is not None else b""
-        written = log is not None and self._write_log(request, lines)
+        staged = None if log is None else await asyncio.to_thread(self._stage_log, request, lines)
         return EpisodeReply(
             result=result.model_dump(mode="json"),
-            log=b"" if written else lines,
-            log_written=written,
+            log=lines if staged is None else b"",
+            log_staged=staged,
             frames=frames,
             node_id=await self.node_id(),
         )
 
-    def _write_log(self, request: EpisodeRequest, lines: bytes) -> bool:
-        """Whether the log went into the run folder here (it is sent to the head if not)."""
+    def _stage_log(self, request: EpisodeRequest, lines: bytes) -> str | None:
+        """The log staged in the run folder (its temp name, "" for none), or None: it is sent
+        to the head (off the actor's event loop: a network file system may be slow)."""
         run_dir = self._folders.run_dir(request.run_dir, request.storage_token)
-        return run_dir is not None and write_log(run_dir, request.spec.index, lines)
+        return None if run_dir is None else stage_log(run_dir, request.spec.index, lines)
 
     async def _attach(self) -> None:
         """Tell the model actors this worker sends requests (their batching rendezvous)."""

@@ -16,6 +16,7 @@ server to ask, no batch to audit).
 
 from __future__ import annotations
 
+import weakref
 from typing import Any, Protocol, runtime_checkable
 
 from agentcanvas.nodes.definitions import CallContext
@@ -82,7 +83,7 @@ class SaysIfItEvicts(Protocol):
     def evicts(self) -> bool: ...
 
 
-_SAYS_IF_IT_EVICTS: dict[type, bool] = {}
+_SAYS_IF_IT_EVICTS: weakref.WeakKeyDictionary[type, bool] = weakref.WeakKeyDictionary()
 
 
 def says_if_it_evicts(handle: object) -> bool:

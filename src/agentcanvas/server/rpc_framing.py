@@ -145,7 +145,7 @@ class MessageReader:
         if head + size <= len(self._buf):
             self._have(head + size)
             start = self._start
-            body = bytearray(self._buf[start + head : start + head + size])
+            body = self._buf[start + head : start + head + size]  # a slice is a copy
             self._start = start + head + size
             return split_frames(body, lengths)
         body = bytearray(size)  # a big one: what is here, then the rest straight into it
