@@ -421,13 +421,13 @@ def _print_overhead(episodes: list[Episode], ours: Timing, ave: Timing) -> None:
     )
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
-
-
 def median_interval(ratios: list[float], draws: int = 2000) -> tuple[float, float]:
     """A 90 % bootstrap interval of the median of ``ratios`` (percentile bootstrap, Efron
     1979; a fixed seed: the same rounds give the same interval)."""
     rng = random.Random(0)
     medians = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(draws))
     return medians[int(0.05 * draws)], medians[int(0.95 * draws) - 1]
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

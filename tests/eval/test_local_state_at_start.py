@@ -4,8 +4,8 @@ A workspace node set ``slowstate`` (local, written with only what docs/nodesets.
 documents) drives the built-in replicated ``env_gym`` (CartPole). Its ``state_factory``
 stands for a policy's slow imports: it sleeps, then notes when it ran in a file beside the
 node set. The run builds it before its clock starts (``timings.started_at``), so no
-episode's time and no per-step deadline pays for it. A ``state_factory`` that raises does
-not stop the run from starting: each episode reports the error, as the node's, as before.
+episode's time and no per-step deadline pays for it. A ``state_factory`` that raises fails
+the run before any episode runs, with a NodeSetError naming the node set and its error.
 """
 
 from __future__ import annotations

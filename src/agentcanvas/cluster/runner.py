@@ -88,8 +88,9 @@ class Batching:
     second, which take W * call_s / (k e) of the head's time: k is the least that keeps this
     under ``head_share``, from the episode time measured so far (one episode a call until a
     reply was timed), and at most ``max_batch``. A quarter: recording each result takes the
-    head another 0.4-0.8 ms (``bench/head_load.py``), so at 1,000 results/s the calls and
-    the records together stay within one core. So short episodes on many workers are
+    head another 0.15-0.2 ms on the Ray path (``bench/head_load.py``, 10-160 steps), and
+    Ray's own handling of each reply more, so at 1,000 results/s the calls and the records
+    together stay within one core. So short episodes on many workers are
     batched and a long episode goes alone, acknowledged as soon as it ends. Two more limits:
     at most a half of the worker's fair share of what is left (the run's end stays
     balanced), and one episode a call in a run with a stop rule (its decision wants few

@@ -54,7 +54,7 @@ class EpisodeRequest:
     save_frames: bool
     record_log: bool
     run_dir: str = ""  # the run folder and its token (`shared_folder`): where the actor
-    storage_token: str = ""  # sees that folder, it writes the log there itself
+    storage_token: str = ""  # sees that folder, it stages the log there itself
 
 
 @dataclass

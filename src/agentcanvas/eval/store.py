@@ -15,8 +15,8 @@ cost a file creation each, which on some filesystems costs more CPU than a short
 
 ``_STORAGE_CHECK`` (Ray runs) holds a random token: a worker actor that reads the same token
 at the same path sees this folder (one machine, or storage every node mounts alike) and
-writes its episodes' logs here itself (`cluster.worker_actor`), instead of sending them to
-the head.
+stages its episodes' logs here itself, which the head renames into place when it records
+them (`cluster.shared_folder`), instead of sending them to the head.
 
 ``_RESERVE`` is disk space held while a run is written (:meth:`RunDir.reserve_space`): when
 the disk fills up, the run gives it back (:meth:`RunDir.release_reserve`) and so can still
