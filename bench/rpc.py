@@ -12,9 +12,13 @@ Measured in one run, on this machine, one call at a time (latency, not throughpu
   (``num_envs=1``), pickling over a pipe (``shared_memory=False``) or writing the
   observation to shared memory (``shared_memory=True``).
 
-Two payloads: ``no-op`` (a node with no outputs; for the vector env, a scalar observation)
-and ``obs`` (a 64×64×3 uint8 observation, as a step returns it). The bench node set is
-written to a temporary workspace that the server finds through ``AGENTCANVAS_HOME``.
+Three payloads: ``no-op`` (a node with no outputs; for the vector env, a scalar observation),
+``obs`` (a 64×64×3 uint8 observation, as a step returns it) and ``images`` (two 224×224×3
+uint8 camera images, a VLA policy's input: 301 KB). ``proxied`` is the default call path,
+whose replies hand their arrays over in the connection's shared memory (`server.rpc_shared`);
+``proxied, streamed`` turns that off (``AGENTCANVAS_CALL_SHARED_MEMORY=0``: the arrays travel
+on the unix socket). The bench node set is written to a temporary workspace that the server
+finds through ``AGENTCANVAS_HOME``.
 
 A second table splits a proxied no-op call into layers, to show where the time goes: the
 wire format alone, the server answering a pre-encoded request on a plain socket, the rpc
@@ -61,6 +65,8 @@ from agentcanvas.server.proxy import RemoteNodeSet, fetch_manifest
 from agentcanvas.server.registry import WorkspaceComponentRegistry
 
 OBS_SHAPE = (64, 64, 3)
+IMAGES_SHAPE = (2, 224, 224, 3)
+PAYLOADS = {"no-op": (), "obs": OBS_SHAPE, "images": IMAGES_SHAPE}
 NODESET_NAME = "bench_rpc"
 NODESET_SOURCE = textwrap.dedent(
     f'''
@@ -72,6 +78,7 @@ NODESET_SOURCE = textwrap.dedent(
     class State:
         def __init__(self):
             self.obs = np.random.default_rng(0).integers(0, 256, {OBS_SHAPE}, dtype=np.uint8)
+            self.images = np.random.default_rng(0).integers(0, 256, {IMAGES_SHAPE}, dtype=np.uint8)
 
     NODESET = NodeSet("{NODESET_NAME}", parallelism="replicated", state_factory=State)
 
@@ -84,9 +91,22 @@ NODESET_SOURCE = textwrap.dedent(
                            PortSpec(name="done", type="bool")])
     def step(inputs, config, state, ctx):
         return {{"obs": state.obs, "reward": 0.0, "done": False}}
+
+    @NODESET.node("images", inputs=[PortSpec(name="action", type="int", required=False)],
+                  outputs=[PortSpec(name="obs", type="array"), PortSpec(name="reward"),
+                           PortSpec(name="done", type="bool")])
+    def images(inputs, config, state, ctx):
+        return {{"obs": state.images, "reward": 0.0, "done": False}}
     '''
 )
-PATHS = ("in-process", "proxied", "AsyncVectorEnv shm=False", "AsyncVectorEnv shm=True")
+PATHS = (
+    "in-process",
+    "proxied",
+    "proxied, streamed",
+    "AsyncVectorEnv shm=False",
+    "AsyncVectorEnv shm=True",
+)
+NODES = {"no-op": "noop", "obs": "step", "images": "images"}
 LAYER_PREFIXES = ("wire", "server", "+", "HTTP")
 N_ROUNDS = 10
 CTX = CallContext("bench", 0)
@@ -192,7 +212,7 @@ def vector_envs(placement: Placement) -> Iterator[dict[str, Any]]:
             [functools.partial(ObsEnv, shape)], shared_memory=shm, context="fork"
         )
         for shm in (False, True)
-        for payload, shape in (("no-op", ()), ("obs", OBS_SHAPE))
+        for payload, shape in PAYLOADS.items()
     }
     try:
         for env in envs.values():
@@ -214,11 +234,18 @@ async def bench(
     launcher = LocalProcessLauncher(env={"AGENTCANVAS_HOME": str(workspace)})
     server = await launcher.launch(NODESET_NAME, 0)
     placement.pin_callee(server.pid)
-    remote = RemoteNodeSet(NODESET_NAME, server.url, await fetch_manifest(server.url))
+    manifest = await fetch_manifest(server.url)
+    remote = RemoteNodeSet(NODESET_NAME, server.url, manifest)
+    streamed = RemoteNodeSet(NODESET_NAME, server.url, manifest)
+    (await streamed._calls()).pool.shared = False  # this one's connections attach no memory
     try:
-        got = (await remote.call("step", {}, {"action": 0}, CTX))["obs"]
-        expected = (await local.call("step", {}, {"action": 0}, CTX))["obs"]
-        assert got.tobytes() == expected.tobytes(), "the observation did not round-trip"
+        for node in ("step", "images"):
+            expected = (await local.call(node, {}, {"action": 0}, CTX))["obs"]
+            for proxy in (remote, streamed):
+                got = (await proxy.call(node, {}, {"action": 0}, CTX))["obs"]
+                assert got.tobytes() == expected.tobytes(), "the observation did not round-trip"
+        assert all(c.shared is not None for c in (await remote._calls()).pool._idle)
+        assert all(c.shared is None for c in (await streamed._calls()).pool._idle)
         actions = np.zeros(1, dtype=np.int64)
         rows = {
             label: Row(functools.partial(env.step, actions), False) for label, env in envs.items()
@@ -226,16 +253,19 @@ async def bench(
         handles: tuple[tuple[str, NodeSetHandle], ...] = (
             ("in-process", local),
             ("proxied", remote),
+            ("proxied, streamed", streamed),
         )
         for label, handle in handles:
-            rows[f"{label} no-op"] = Row(functools.partial(handle.call, "noop", {}, {}, CTX), True)
-            rows[f"{label} obs"] = Row(
-                functools.partial(handle.call, "step", {}, {"action": 0}, CTX), True
-            )
+            for payload, node in NODES.items():
+                inputs = {} if payload == "no-op" else {"action": 0}
+                rows[f"{label} {payload}"] = Row(
+                    functools.partial(handle.call, node, {}, inputs, CTX), True
+                )
         async with layer_rows(server.url, remote) as layers:
             return await measure(rows | layers, n_calls)
     finally:
         await remote.close()
+        await streamed.close()
         await server.stop()
         await local.close()
 
@@ -315,17 +345,21 @@ def run(n_calls: int, placement: Placement) -> dict[str, Stats]:
 
 def print_tables(table: dict[str, Stats]) -> None:
     print(f"{'payload':<8} {'path':<26} {'median µs':>10} {'p99 µs':>10}")
-    for payload in ("no-op", "obs"):
+    for payload in PAYLOADS:
         for path in PATHS:
             s = table[f"{path} {payload}"]
             print(f"{payload:<8} {path:<26} {s.median_us:>10.1f} {s.p99_us:>10.1f}")
     print("\nproxied / AsyncVectorEnv (goal: <= 2.0x with --cpus same, <= 1.3x with split)")
-    for payload in ("no-op", "obs"):
-        proxied = table[f"proxied {payload}"]
-        for shm in (False, True):
-            ave = table[f"AsyncVectorEnv shm={shm} {payload}"]
-            ratio, ratio_p99 = proxied.median_us / ave.median_us, proxied.p99_us / ave.p99_us
-            print(f"  {payload:<6} vs shm={shm!s:<5}  median {ratio:5.2f}x   p99 {ratio_p99:5.2f}x")
+    for payload in PAYLOADS:
+        for path in ("proxied", "proxied, streamed"):
+            proxied = table[f"{path} {payload}"]
+            for shm in (False, True):
+                ave = table[f"AsyncVectorEnv shm={shm} {payload}"]
+                ratio, ratio_p99 = proxied.median_us / ave.median_us, proxied.p99_us / ave.p99_us
+                print(
+                    f"  {payload:<6} {path:<17} vs shm={shm!s:<5}  "
+                    f"median {ratio:5.2f}x   p99 {ratio_p99:5.2f}x"
+                )
     print(f"\nwhere a proxied no-op call goes (call socket; HTTP: {http_implementation()})")
     print(f"  {'layer':<44} {'median µs':>10} {'p99 µs':>10}")
     for label, s in table.items():

@@ -21,6 +21,7 @@ __all__ = [
     "ALL",
     "AUDIT_RATE",
     "AUDIT_SEED",
+    "CALL_SHARED_MEMORY",
     "CALL_TIMEOUT_S",
     "CALL_TRANSPORT",
     "EVAL_SUBPROCESS",
@@ -127,6 +128,9 @@ FORK_SERVERS = ChoiceSetting("AGENTCANVAS_FORK_SERVERS", "1", ("0", "1"))
 """``0``: spawn every node-set server instead of forking it from a template."""
 CALL_TRANSPORT = ChoiceSetting("AGENTCANVAS_CALL_TRANSPORT", "ipc", ("ipc", "tcp"))
 """How node calls travel to a server: abstract unix sockets (Linux) or TCP."""
+CALL_SHARED_MEMORY = ChoiceSetting("AGENTCANVAS_CALL_SHARED_MEMORY", "1", ("0", "1"))
+"""``0``: a reply's arrays travel on the unix socket, not through the connection's shared
+memory (``server.rpc_shared``)."""
 AUDIT_RATE = FloatSetting("AGENTCANVAS_AUDIT_RATE", 0.0625, 0.0, 1.0)
 """Share of a shared server's multi-request batches re-checked row by row
 (``server.batch_audit``): 0 turns the audit off, 1 audits every batch."""
@@ -144,6 +148,7 @@ ALL: tuple[IntSetting | FloatSetting | ChoiceSetting, ...] = (
     NUM_THREADS,
     FORK_SERVERS,
     CALL_TRANSPORT,
+    CALL_SHARED_MEMORY,
     AUDIT_RATE,
     AUDIT_SEED,
     EVAL_SUBPROCESS,

@@ -204,8 +204,11 @@ def _array(dtype_str: object, shape: object, raw: object) -> np.ndarray[Any, Any
     dtype = _DTYPES.get(dtype_str) if type(dtype_str) is str else None
     if dtype is None:
         dtype = _dtype(dtype_str)
-    if not isinstance(shape, list) or not all(type(n) is int and n >= 0 for n in shape):
+    if type(shape) is not list:
         raise WireError(f"garbled wire payload: bad array shape {shape!r}")
+    for n in shape:
+        if type(n) is not int or n < 0:
+            raise WireError(f"garbled wire payload: bad array shape {shape!r}")
     if type(raw) is int:
         frames = _dstate.frames
         if not 1 <= raw < len(frames):
@@ -218,8 +221,9 @@ def _array(dtype_str: object, shape: object, raw: object) -> np.ndarray[Any, Any
     nbytes = memoryview(buf).nbytes
     if nbytes != dtype.itemsize * math.prod(shape):
         raise WireError(f"garbled wire payload: {nbytes} bytes for an array {dtype}{tuple(shape)}")
-    # The copy makes the array own aligned, writable memory instead of pinning the message.
-    return np.frombuffer(buf, dtype=dtype).reshape(shape).copy()
+    # The copy makes the array own aligned, writable memory instead of pinning the message
+    # (or a shared-memory slot that the next reply reuses: `server.rpc_shared`).
+    return np.ndarray(shape, dtype, buffer=buf).copy()
 
 
 _unpacker = msgspec.msgpack.Decoder()

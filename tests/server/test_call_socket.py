@@ -197,6 +197,21 @@ async def test_messages_larger_than_a_socket_buffer_round_trip_bit_exactly(
         assert out["total"] == int(x.sum(dtype=np.int64))
 
 
+async def test_arrays_of_a_step_come_back_through_the_connection_s_shared_memory(
+    replicated: RemoteNodeSet, shared: RemoteNodeSet
+) -> None:
+    """Replies of 150 KB and 600 KB (over `rpc_shared.MIN_BYTES`, within a slot), from both
+    kinds of server: bit-exact, and the connections that carried them had attached memory."""
+    rng = np.random.default_rng(5)
+    for remote in (replicated, shared):
+        for n in (150_000 // 4, 600_000 // 4):
+            x = rng.integers(0, 2**31, size=n, dtype=np.int32)
+            out = await remote.call("echo", {}, {"x": x}, CTX)
+            assert out["x"].tobytes() == x[::-1].tobytes() and out["x"].flags.owndata
+        pool = (await remote._calls()).pool
+        assert pool.idle and all(c.shared is not None for c in pool._idle)
+
+
 async def test_a_message_of_more_frames_than_one_sendmsg_takes_round_trips(
     replicated: RemoteNodeSet,
 ) -> None:

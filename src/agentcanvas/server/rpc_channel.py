@@ -13,18 +13,21 @@ stream, or a refused connect), which fails the requests waiting on them (`Channe
 
 from __future__ import annotations
 
+import array
 import asyncio
 import collections
 import contextlib
+import os
 import socket
 
 from agentcanvas import wire
 from agentcanvas.errors import ServerDiedError, ServerTimeoutError
+from agentcanvas.server import rpc_shared
 from agentcanvas.server.rpc_framing import (
     COUNT,
+    MAX_FRAMES,
     FramingError,
     endpoint_address,
-    frame_count,
     frame_lengths,
     pack,
     set_nodelay,
@@ -62,14 +65,16 @@ class Channel(asyncio.BufferedProtocol):
     fails at once.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, shared: rpc_shared.SharedSlots | None = None) -> None:
         self.transport: asyncio.Transport | None = None
         self.dead: str | None = None
+        self.shared = shared  # the memory this connection attached (`rpc_shared`), if any
         self._answers: collections.deque[Answer] = collections.deque()
         self._scratch = bytearray(SCRATCH_BYTES)  # reads land here until a body outgrows it
         self._filled = 0
         self._body: bytearray | None = None  # a message too big for the scratch, filling in
         self._lengths: list[int] = []
+        self._slot: int | None = None  # the big message's slot, when its arrays are in one
         self._got = 0
 
     # Reading: each recv lands in the scratch buffer, where whole messages are cut out (one
@@ -86,7 +91,7 @@ class Channel(asyncio.BufferedProtocol):
                 self._got += nbytes
                 if self._got == len(self._body):
                     body, self._body = self._body, None
-                    self._deliver(split_frames(body, self._lengths))
+                    self._deliver(self._frames(body, self._lengths, self._slot))
                 return
             self._filled += nbytes
             self._cut_messages()
@@ -95,32 +100,50 @@ class Channel(asyncio.BufferedProtocol):
 
     def _cut_messages(self) -> None:
         """Deliver every whole message in the scratch buffer; start a big one's own buffer."""
-        view, at = memoryview(self._scratch), 0
+        scratch, filled, at = self._scratch, self._filled, 0
         try:
-            while self._filled - at >= COUNT.size:
-                count = frame_count(bytes(view[at : at + COUNT.size]))
-                head = COUNT.size + 8 * count
-                if self._filled - at < head:
+            while filled - at >= COUNT.size:
+                (word,) = COUNT.unpack_from(scratch, at)
+                slot = None
+                if word & rpc_shared.SHARED:  # its arrays are in the shared memory's slot
+                    slot = 1 if word & rpc_shared.SHARED_SLOT else 0
+                    word &= ~(rpc_shared.SHARED | rpc_shared.SHARED_SLOT)
+                if not 1 <= word <= MAX_FRAMES:
+                    raise FramingError(f"a message of {word} frames (1 to {MAX_FRAMES})")
+                head = COUNT.size + 8 * word
+                if filled - at < head:
                     break
-                lengths = frame_lengths(count, bytes(view[at + COUNT.size : at + head]))
-                size = sum(lengths)
-                have = self._filled - at - head
-                if have >= size:  # whole: copied out, so the scratch can be reused
-                    body = bytearray(view[at + head : at + head + size])
+                lengths = frame_lengths(word, scratch, at + COUNT.size)
+                size = sum(lengths) if slot is None else lengths[0]  # what the stream carries
+                have = filled - at - head
+                if have >= size:  # whole: copied out (a slice), so the scratch can be reused
+                    body = scratch[at + head : at + head + size]
                     at += head + size
-                    self._deliver(split_frames(body, lengths))
+                    self._deliver(
+                        [memoryview(body)] if word == 1 else self._frames(body, lengths, slot)
+                    )
                     continue
-                if head + size > len(self._scratch):  # read the rest straight into its body
+                if head + size > len(scratch):  # read the rest straight into its body
                     self._body, self._lengths, self._got = bytearray(size), lengths, have
-                    self._body[:have] = view[at + head : self._filled]
-                    at = self._filled
+                    self._slot = slot
+                    self._body[:have] = scratch[at + head : filled]
+                    at = filled
                 break
         finally:
-            rest = self._filled - at
+            rest = filled - at
             if at and rest:
-                self._scratch[:rest] = bytes(view[at : self._filled])
+                scratch[:rest] = scratch[at:filled]
             self._filled = rest
-            view.release()
+
+    def _frames(self, body: bytearray, lengths: list[int], slot: int | None) -> list[memoryview]:
+        """A message's frames: all cut from its body, or its header from the body and its
+        arrays viewed in the shared memory's ``slot`` (FramingError when they cannot be)."""
+        if slot is None:
+            return split_frames(body, lengths)
+        arrays = self.shared.frames(slot, lengths[1:]) if self.shared is not None else None
+        if arrays is None:
+            raise FramingError("a reply in shared memory that this connection cannot read")
+        return [memoryview(body), *arrays]
 
     def _deliver(self, frames: list[memoryview]) -> None:
         if not self._answers:  # an answer nobody asked for: the connection is out of step
@@ -163,6 +186,8 @@ class Channel(asyncio.BufferedProtocol):
         if not self.usable():
             raise ChannelLost()
         assert self.transport is not None
+        if self.shared is not None and len(self._answers) + len(messages) > rpc_shared.SLOTS:
+            raise RuntimeError("more replies outstanding than a connection has slots")
         loop = asyncio.get_running_loop()
         answers = [loop.create_future() for _ in messages]
         self._answers.extend(answers)
@@ -198,12 +223,15 @@ def _expire(answer: Answer) -> None:
         answer.set_exception(TimeoutError())
 
 
-async def connect(endpoint: str) -> Channel:
-    """A new connection to a call endpoint (ChannelLost when refused)."""
+async def connect(endpoint: str, shared: bool = True) -> Channel:
+    """A new connection to a call endpoint (ChannelLost when refused); on a unix socket with
+    ``shared``, with shared memory for its replies' arrays (`rpc_shared`)."""
     loop = asyncio.get_running_loop()
     try:
         family, address = endpoint_address(endpoint)
-        if family == socket.AF_UNIX:
+        if family == socket.AF_UNIX and shared:
+            channel = await _connect_shared(loop, address)
+        elif family == socket.AF_UNIX:
             _, channel = await loop.create_unix_connection(Channel, address)
         else:
             _, channel = await loop.create_connection(Channel, *address)
@@ -216,12 +244,39 @@ async def connect(endpoint: str) -> Channel:
     return channel
 
 
+async def _connect_shared(loop: asyncio.AbstractEventLoop, address: str) -> Channel:
+    """A unix connection whose first message attaches a new memory file (sent with it)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.setblocking(False)
+        await loop.sock_connect(sock, address)
+        shared: rpc_shared.SharedSlots | None = None
+        try:
+            slots, fd = rpc_shared.SharedSlots.create()
+        except OSError:  # no memory file to be had: the arrays are streamed
+            pass
+        else:
+            try:  # 12 bytes on a new connection: the kernel takes them at once
+                ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))]
+                sock.sendmsg([rpc_shared.attach_message(slots.slot_bytes)], ancillary)
+                shared = slots
+            finally:
+                os.close(fd)
+        _, channel = await loop.create_unix_connection(lambda: Channel(shared), sock=sock)
+    except BaseException:
+        sock.close()
+        raise
+    return channel
+
+
 class ChannelPool:
     """The idle connections of one client to one endpoint, all of one event loop (a
     connection belongs to the loop that made it); ``where`` names the server in errors."""
 
-    def __init__(self, endpoint: str, where: str) -> None:
+    def __init__(self, endpoint: str, where: str, shared: bool | None = None) -> None:
         self.endpoint, self.where = endpoint, where
+        # whether new connections attach shared memory (default: `rpc_shared.usable`)
+        self.shared = rpc_shared.usable() if shared is None else shared
         self._idle: list[Channel] = []
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -237,7 +292,7 @@ class ChannelPool:
             return channel
         try:
             async with asyncio.timeout(timeout_s):
-                return await connect(self.endpoint)
+                return await connect(self.endpoint, self.shared)
         except ChannelLost as exc:
             raise ServerDiedError(f"{self.where} is unreachable ({exc})") from exc
         except TimeoutError as exc:

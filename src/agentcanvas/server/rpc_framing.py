@@ -11,7 +11,9 @@ framed on the stream as ``u32 n | u64 len_1 .. len_n | frame_1 .. frame_n`` (lit
 its messages, with one length per frame so arrays travel as their own frames, never copied
 on the way out. The headers are `protocol.RpcRequest` and `protocol.RpcReply`.
 
-An endpoint is ``ipc://@NAME`` (an abstract unix socket, Linux) or ``tcp://HOST:PORT``.
+An endpoint is ``ipc://@NAME`` (an abstract unix socket, Linux) or ``tcp://HOST:PORT``. On
+a unix socket a reply's big arrays go through the connection's shared memory instead of the
+stream (`rpc_shared`: flags in the count, an attach as the connection's first message).
 
 Why not a messaging library: this path was ZeroMQ (DEALER/ROUTER) until measured. libzmq
 moves every message through I/O threads on both sides — six thread wake-ups per round trip
@@ -29,6 +31,7 @@ from typing import Any
 
 from agentcanvas import wire
 from agentcanvas.errors import WireError
+from agentcanvas.server import rpc_shared
 
 __all__ = [
     "COUNT",
@@ -72,22 +75,39 @@ def encode(obj: object) -> list[wire.Buffer]:
 
 def pack(frames: Sequence[wire.Buffer]) -> list[wire.Buffer]:
     """The buffers that put ``frames`` on a stream as one message (the frames uncopied)."""
-    sizes = [memoryview(f).nbytes for f in frames]
-    head = COUNT.pack(len(sizes)) + struct.pack(f"<{len(sizes)}Q", *sizes)
-    return [head, *frames]
+    return [_head(0, [memoryview(f).nbytes for f in frames]), *frames]
 
 
-def frame_count(raw: bytes) -> int:
-    """The frame count at a message's start (FramingError when out of range)."""
-    (count,) = COUNT.unpack(raw)
+_HEADS: dict[int, struct.Struct] = {}  # by frame count
+
+
+def _head(flags: int, sizes: list[int]) -> bytes:
+    """A message's count (with `rpc_shared` ``flags``) and frame lengths."""
+    head = _HEADS.get(len(sizes))
+    if head is None:
+        head = _HEADS[len(sizes)] = struct.Struct(f"<I{len(sizes)}Q")
+    return head.pack(len(sizes) | flags, *sizes)
+
+
+def frame_count(raw: wire.Buffer, offset: int = 0) -> int:
+    """The frame count at a message's start, at ``offset`` in ``raw`` (FramingError when
+    out of range: also a count with `rpc_shared`'s flags, which only `Channel` reads)."""
+    (count,) = COUNT.unpack_from(raw, offset)
     if not 1 <= count <= MAX_FRAMES:
         raise FramingError(f"a message of {count} frames (1 to {MAX_FRAMES})")
     return int(count)
 
 
-def frame_lengths(count: int, raw: bytes) -> list[int]:
-    """The ``count`` frame lengths after the count (FramingError past MAX_MESSAGE_BYTES)."""
-    lengths = list(struct.unpack(f"<{count}Q", raw))
+_LENGTHS: dict[int, struct.Struct] = {}  # by frame count (at most MAX_FRAMES of them)
+
+
+def frame_lengths(count: int, raw: wire.Buffer, offset: int = 0) -> list[int]:
+    """The ``count`` frame lengths after the count, at ``offset`` in ``raw`` (FramingError
+    past MAX_MESSAGE_BYTES)."""
+    lengths_of = _LENGTHS.get(count)
+    if lengths_of is None:
+        lengths_of = _LENGTHS[count] = struct.Struct(f"<{count}Q")
+    lengths = list(lengths_of.unpack_from(raw, offset))
     if sum(lengths) > MAX_MESSAGE_BYTES:
         raise FramingError(f"a message of {sum(lengths)} bytes (limit {MAX_MESSAGE_BYTES})")
     return lengths
@@ -127,20 +147,29 @@ class MessageReader:
     (count, lengths, body); a body that outgrows the buffer is read straight into its own.
     EOFError at the stream's end, FramingError for garbage, as `recv_message`."""
 
-    def __init__(self, sock: socket.socket, size: int = 64 * 1024) -> None:
+    def __init__(self, sock: socket.socket, size: int = 64 * 1024, attach: bool = False) -> None:
         self.sock = sock
         self._buf = bytearray(max(size, COUNT.size + 8 * MAX_FRAMES))  # a head always fits
         self._start = self._end = 0  # the bytes read and not used yet
+        # ``attach``: the stream may start with an attach (`rpc_shared`), whose descriptor
+        # the first read takes; `shared` is then the connection's mapped memory.
+        self.shared: rpc_shared.SharedSlots | None = None
+        self._first_read = self._first_message = attach
+        self._fds: list[int] = []
 
     def recv(self) -> list[memoryview]:
         """The next message."""
         self._have(COUNT.size)
+        if self._first_message:
+            self._first_message = False
+            self._attach()
+            self._have(COUNT.size)
         start = self._start
-        count = frame_count(bytes(self._buf[start : start + COUNT.size]))
+        count = frame_count(self._buf, start)
         head = COUNT.size + 8 * count
         self._have(head)
         start = self._start
-        lengths = frame_lengths(count, bytes(self._buf[start + COUNT.size : start + head]))
+        lengths = frame_lengths(count, self._buf, start + COUNT.size)
         size = sum(lengths)
         if head + size <= len(self._buf):
             self._have(head + size)
@@ -160,6 +189,19 @@ class MessageReader:
             got += read
         return split_frames(body, lengths)
 
+    def _attach(self) -> None:
+        """Map the memory of an attach at the stream's start (`rpc_shared`); close whatever
+        descriptors came without one."""
+        fds, self._fds = self._fds, []
+        (word,) = COUNT.unpack_from(self._buf, self._start)
+        if word != rpc_shared.ATTACH:
+            rpc_shared.close_fds(fds)
+            return
+        self._have(COUNT.size + 8)
+        head = bytes(self._buf[self._start + COUNT.size : self._start + COUNT.size + 8])
+        self._start += COUNT.size + 8
+        self.shared = rpc_shared.SharedSlots.received(fds, head)
+
     def _have(self, n: int) -> None:
         """At least ``n`` unused bytes in the buffer (n fits it); EOFError at the end."""
         if self._end - self._start >= n:
@@ -170,6 +212,16 @@ class MessageReader:
             self._start, self._end = 0, rest
         view = memoryview(self._buf)
         try:
+            if self._first_read:  # the descriptor of an attach comes with its bytes
+                self._first_read = False
+                read, ancillary, _, _ = self.sock.recvmsg_into(
+                    [view[self._end :]], rpc_shared.ANCILLARY_BYTES
+                )
+                self._fds = rpc_shared.fds_of(ancillary)
+                if read == 0:
+                    rpc_shared.close_fds(self._fds)
+                    raise EOFError("the peer closed the connection")
+                self._end += read
             while self._end - self._start < n:
                 read = self.sock.recv_into(view[self._end :])
                 if read == 0:
@@ -179,17 +231,38 @@ class MessageReader:
             view.release()
 
 
-def send_message(sock: socket.socket, frames: Sequence[wire.Buffer]) -> None:
+def send_message(
+    sock: socket.socket,
+    frames: Sequence[wire.Buffer],
+    shared: rpc_shared.SharedSlots | None = None,
+) -> None:
     """One message to a blocking socket, in one ``sendmsg`` when the kernel takes it all
-    (at most IOV_MAX buffers a call)."""
-    buffers = [memoryview(b).cast("B") for b in pack(frames)]
-    while buffers:
-        sent = sock.sendmsg(buffers[:_IOV_MAX])
-        while buffers and sent >= buffers[0].nbytes:
-            sent -= buffers[0].nbytes
-            buffers.pop(0)
-        if buffers and sent:
-            buffers[0] = buffers[0][sent:]
+    (at most IOV_MAX buffers a call). With ``shared`` (the connection's memory: a reply),
+    its array frames go through the memory when they fit a slot."""
+    sizes = [memoryview(f).nbytes for f in frames]
+    slot = None
+    if shared is not None and len(sizes) > 1 and sum(sizes) - sizes[0] >= rpc_shared.MIN_BYTES:
+        slot = shared.put(frames[1:], sizes[1:])
+    if slot is None:
+        buffers: list[wire.Buffer] = [_head(0, sizes), *frames]
+        total = 4 + 8 * len(sizes) + sum(sizes)
+    else:
+        flags = rpc_shared.SHARED | (rpc_shared.SHARED_SLOT if slot else 0)
+        buffers = [_head(flags, sizes), frames[0]]
+        total = 4 + 8 * len(sizes) + sizes[0]
+    sent = sock.sendmsg(buffers[:_IOV_MAX])
+    if sent == total:  # the usual case: all of it at once
+        return
+    views = [memoryview(b).cast("B") for b in buffers]
+    while True:
+        while views and sent >= views[0].nbytes:
+            sent -= views[0].nbytes
+            views.pop(0)
+        if not views:
+            return
+        if sent:
+            views[0] = views[0][sent:]
+        sent = sock.sendmsg(views[:_IOV_MAX])
 
 
 def set_nodelay(sock: socket.socket) -> None:

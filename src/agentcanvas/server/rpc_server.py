@@ -141,7 +141,7 @@ class RpcServer:
 
     def _serve_connection(self, sock: socket.socket) -> None:
         succeeded: int | None = None  # the id of the last request, if it succeeded
-        reader = MessageReader(sock)
+        reader = MessageReader(sock, attach=sock.family == socket.AF_UNIX)
         try:
             while True:
                 try:
@@ -151,7 +151,7 @@ class RpcServer:
                     send_message(sock, wire.encode({"id": None, "err": protocol.rpc_error(bad)}))
                     return
                 reply, succeeded = self._answer(frames, succeeded)
-                send_message(sock, reply)
+                send_message(sock, reply, reader.shared)
         except (EOFError, OSError):  # the client went away, or we are closing
             return
         finally:
