@@ -20,6 +20,7 @@ from agentcanvas.graph.summarize import (
     MAX_TRACEBACK_BYTES,
     MAX_TRACEBACK_LINES,
     MAX_VALUES,
+    Summaries,
     format_traceback,
     summarize,
 )
@@ -141,6 +142,42 @@ VALUES: list[Any] = [
 )
 def test_summaries_follow_the_rules(value: Any) -> None:
     assert repr(summarize(value)) == repr(Reference().of(value))
+
+
+def test_summaries_taken_once_equal_summaries_taken_afresh() -> None:
+    """Firings that pass the same objects on (a node's outputs, then its consumers' inputs,
+    in every order and with budgets that run out part of the way): with `Summaries` each
+    summary is what a fresh walk gives, and the big ones are reused where they fit."""
+    rng = np.random.default_rng(3)
+    values = [v for v in VALUES if isinstance(v, list | dict | tuple | np.ndarray)]
+    reused = 0
+    for _ in range(300):
+        pool = [values[i] for i in rng.choice(len(values), size=6)]
+        taken = Summaries()
+        for _ in range(5):  # the firings of one iteration
+            ports = {f"p{j}": pool[int(k)] for j, k in enumerate(rng.choice(6, size=4))}
+            if rng.random() < 0.3:  # a filler that uses up much of the budget first
+                ports = {"filler": list(range(int(rng.integers(0, 16)))) * 1, **ports}
+            before = len(taken._taken)
+            assert repr(summarize(ports, taken)) == repr(summarize(ports))
+            reused += len(taken._taken) == before
+        taken.clear()
+        assert taken._taken == {}
+    assert reused > 100  # the reuse itself was exercised
+
+
+def test_a_summary_is_not_reused_where_the_budget_left_is_smaller() -> None:
+    """A value whose walk cost more than what is left of the budget is walked again (and cut
+    as a walk would cut it), never given its earlier, uncut summary."""
+    big = [list(range(MAX_ITEMS)) for _ in range(MAX_ITEMS)]  # 1 + 16 * 17 = 273 > budget
+    taken = Summaries()
+    small = {"x": big[0]}
+    assert summarize(small, taken) == summarize(small)
+    crowded = {"a": [list(range(MAX_ITEMS))] * 14, "x": big[0]}  # `a` leaves too little
+    assert repr(summarize(crowded, taken)) == repr(summarize(crowded))
+    assert summarize(crowded)["x"] != summarize(small)["x"]  # it is cut there
+    assert summarize({"b": big}, taken) == summarize({"b": big})  # ran out: never kept
+    assert id(big) not in taken._taken
 
 
 def test_short_values_are_kept_as_they_are() -> None:

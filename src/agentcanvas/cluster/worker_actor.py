@@ -32,7 +32,13 @@ from typing import Any
 
 from agentcanvas.cluster.model_actor import RayModelHandle, load_catalogue
 from agentcanvas.cluster.shared_folder import SeenFolders, stage_log
-from agentcanvas.eval.episode import EpisodeOptions, EpisodeSpec, EpisodeWiring, run_episode
+from agentcanvas.eval.episode import (
+    CancelEvent,
+    EpisodeOptions,
+    EpisodeSpec,
+    EpisodeWiring,
+    run_episode,
+)
 from agentcanvas.eval.media import recorded_frames
 from agentcanvas.fileio import encode_jsonl_line
 from agentcanvas.graph.executor import ExecutionPrinciples
@@ -105,13 +111,13 @@ class EpisodeWorker:
             for name in self.registry.replicated_in(self.graph)
         }
         self.models = [self.registry.bound(name) for name in models]
-        self._cancel: asyncio.Event | None = None
+        self._cancel: CancelEvent | None = None
         self._attached = False
         self._folders = SeenFolders()
 
-    def _cancel_event(self) -> asyncio.Event:
+    def _cancel_event(self) -> CancelEvent:
         if self._cancel is None:  # made on the actor's event loop
-            self._cancel = asyncio.Event()
+            self._cancel = CancelEvent()
         return self._cancel
 
     async def node_id(self) -> str:

@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import dataclasses
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -42,6 +42,28 @@ from agentcanvas.nodes.handles import SaysIfItEvicts, says_if_it_evicts
 from agentcanvas.nodes.manifest import LoadInfo
 from agentcanvas.server.deadlines import call_deadline, reset_call_timeout, set_call_timeout
 from agentcanvas.server.proxy import Opening, RemoteNodeSet
+
+
+class CancelEvent(asyncio.Event):
+    """The run's cancel flag: an `asyncio.Event` that also calls back when it is set, so the
+    episodes in flight are cut short by a callback each, not by a task waiting on it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._callbacks: set[Callable[[], None]] = set()
+
+    def set(self) -> None:
+        if self.is_set():
+            return
+        super().set()
+        for callback in list(self._callbacks):
+            callback()
+
+    def on_set(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` when the event is set (not if it is set already); returns what
+        removes it."""
+        self._callbacks.add(callback)
+        return lambda: self._callbacks.discard(callback)
 
 
 @dataclass(frozen=True)
@@ -78,7 +100,7 @@ class EpisodeOptions:
     render: bool = False
     log: FiringLog | None = None
     asset_dir: str = ""
-    cancel: asyncio.Event | None = None
+    cancel: CancelEvent | None = None
     # The env's firing every episode starts with (`graph.opening.opening_firing`): sent with the
     # panel request when the env is a server.
     opening: tuple[Node, dict[str, Any]] | None = None
@@ -279,22 +301,36 @@ async def _run_guarded(
     budget: int,
     options: EpisodeOptions,
 ) -> tuple[EpisodeStatus | None, ExecutionResult | None]:
-    """Race the loop against the timeout and the run's cancel event; owns both tasks."""
+    """Race the loop against the timeout and the run's cancel event. The loop runs in a task
+    of its own (its context apart from the worker's), awaited under the episode's timeout;
+    the cancel event's callback expires that timeout at once — no task waits on the event."""
     loop = asyncio.ensure_future(runner.run(graph, episode, step_budget_override=budget))
-    waits: set[asyncio.Future[Any]] = {loop}
-    cancel_wait = asyncio.ensure_future(options.cancel.wait()) if options.cancel else None
-    if cancel_wait is not None:
-        waits.add(cancel_wait)
+    scope = asyncio.timeout(episode_timeout_s(options, budget))
+    cut = False
+
+    def cut_short() -> None:
+        nonlocal cut
+        cut = True
+        scope.reschedule(asyncio.get_running_loop().time())
+
+    remove: Callable[[], None] | None = None
     try:
-        timeout_s = episode_timeout_s(options, budget)
-        done, _ = await asyncio.wait(waits, timeout=timeout_s, return_when="FIRST_COMPLETED")
-        if loop in done:
-            return None, loop.result()
-        return ("cancelled" if cancel_wait in done else "timeout"), None
+        async with scope:
+            if options.cancel is not None:
+                remove = options.cancel.on_set(cut_short)
+                if options.cancel.is_set():
+                    cut_short()
+            return None, await loop
+    except TimeoutError:
+        if not scope.expired():  # the loop's own TimeoutError, not the scope's
+            raise
+        return ("cancelled" if cut else "timeout"), None
     finally:
-        for task in waits:
-            task.cancel()
-        await asyncio.gather(*waits, return_exceptions=True)
+        if remove is not None:
+            remove()
+        if not loop.done():
+            loop.cancel()
+            await asyncio.gather(loop, return_exceptions=True)
 
 
 def _fill(

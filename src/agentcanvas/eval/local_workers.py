@@ -6,8 +6,10 @@ worker whose env server died mid-episode gets it restarted and runs the episode 
 the same seed (``attempts``, at most ``max_attempts``); one whose episode timed out gets
 fresh servers before its next episode (a call may still run in the old simulator). Each
 finished episode is counted against the error budget at once and handed to the run's
-writer, which writes it while the worker's next episode runs; a writer that is behind makes
-the worker wait before it takes another (``eval.record_writer``).
+writer once the worker's next episode has sent its first request (so the env's server resets
+while the head records), and the writer writes it while that episode runs; a writer that is
+behind makes the worker wait, one episode later, before it takes another
+(``eval.record_writer``).
 """
 
 from __future__ import annotations
@@ -76,6 +78,7 @@ class _Slots:
         shared = [self.registry.bound(n) for n in self.registry.shared_in(self.graph)]
         async with self.pool.acquire_specific(worker_id) as handle:
             await _set_attached(shared, client, attach=True)
+            recording: asyncio.Future[None] | None = None  # the last episode's, handed over
             try:
                 # Cancelled: episodes not started yet are left missing, never written one
                 # by one as "cancelled" records (the run's summary counts them).
@@ -85,9 +88,21 @@ class _Slots:
                     spec = self.control.specs[index]
                     result, episode_log = await self.run_one_episode(handle, spec, client)
                     self.control.spend(result)  # now, not once its files are written
-                    await self._record(result, episode_log)
+                    if recording is not None:
+                        await recording  # the one before (its failure is raised here)
+                    # Handed over once the next episode's first request is out (this task's
+                    # next wait), so the server starts that episode while the head records.
+                    recording = asyncio.ensure_future(self._record(result, episode_log))
                     if result.status == "timeout" and not self.control.cancelled:
                         await self._replace_servers(handle)
+            except BaseException:
+                if recording is not None and not recording.done():
+                    recording.cancel()  # not admitted: its log is discarded (`_record`)
+                    await asyncio.gather(recording, return_exceptions=True)
+                raise
+            else:
+                if recording is not None:
+                    await recording
             finally:
                 await asyncio.shield(_set_attached(shared, client, attach=False))
 

@@ -11,14 +11,13 @@ episodes once it is cancelled (by the user, a stop rule, the error budget or a f
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from typing import Final, Protocol
 
 from agentcanvas.eval import health, metrics
 from agentcanvas.eval.config import EpisodeResult, EvalConfig
 from agentcanvas.eval.dispatch import WorkStealingDispatcher
-from agentcanvas.eval.episode import EpisodeSpec, mark_cancelled
+from agentcanvas.eval.episode import CancelEvent, EpisodeSpec, mark_cancelled
 from agentcanvas.eval.episode_log import EpisodeFiles
 from agentcanvas.eval.recorder import RunRecorder
 from agentcanvas.eval.run_context import RunContext
@@ -45,7 +44,7 @@ class RunControl:
     ) -> None:
         self.context = context
         self.specs = list(specs)
-        self.cancel_event = asyncio.Event()
+        self.cancel_event = CancelEvent()
         self.aborted = False  # cancelled because the run cannot go on here: resumable
         self.stop_reason: str | None = None  # set when the error budget (max_errors) is spent
         self._errors = sum(r.status in health.ERROR_STATUSES for r in context.previous)

@@ -23,7 +23,7 @@ from agentcanvas.errors import ConfigError, ServerTimeoutError, describe
 from agentcanvas.graph.harvest import harvest
 from agentcanvas.graph.model import DEFAULT_STEP_BUDGET, GRAPH_SCOPE_ID, Graph, Node
 from agentcanvas.graph.ready import ReadySet, same_iteration_deps
-from agentcanvas.graph.summarize import format_traceback, summarize
+from agentcanvas.graph.summarize import Summaries, format_traceback, summarize
 from agentcanvas.nodes.assets import save_frame
 from agentcanvas.nodes.base import CallContext, NodeSetHandle
 from agentcanvas.nodes.boundary import (
@@ -132,6 +132,7 @@ class GraphExecutor:
         self._events = events
         self._deps = same_iteration_deps(graph)
         self._ready = ReadySet(self._deps)  # reset at each iteration
+        self._summaries = Summaries()  # this iteration's, for the firing log: cleared too
         self._nodes = {n.id: n for n in graph.nodes}
         # Per node, where each input comes from: (port, source node, source port, whether
         # from the previous iteration); read at every firing, so plain tuples.
@@ -275,6 +276,7 @@ class GraphExecutor:
     ) -> dict[str, dict[str, Any]]:
         ready = self._ready
         ready.start_iteration()
+        self._summaries.clear()
         outputs: dict[str, dict[str, Any]] = {}
         running: dict[asyncio.Task[dict[str, Any]], str] = {}
         left: list[tuple[Node, dict[str, Any]]] = []  # launchable, not yet launched
@@ -410,8 +412,8 @@ class GraphExecutor:
             "type": self._nodes[node_id].type,
             "status": status,
             "latency_ms": round(latency_ms, 3),
-            "inputs": summarize(inputs),
-            "outputs": summarize(outputs),
+            "inputs": summarize(inputs, self._summaries),
+            "outputs": summarize(outputs, self._summaries),
         }
         if error is not None:
             entry["error"] = error

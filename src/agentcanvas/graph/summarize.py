@@ -39,6 +39,7 @@ __all__ = [
     "MAX_TRACEBACK_BYTES",
     "MAX_TRACEBACK_LINES",
     "MAX_VALUES",
+    "Summaries",
     "format_traceback",
     "summarize",
 ]
@@ -60,9 +61,32 @@ MAX_TRACEBACK_LINE: Final = 400
 _DTYPE_NAMES: dict[np.dtype[Any], str] = {}
 
 
-def summarize(value: Any) -> Any:
-    """``value`` as bounded JSON of the same kind (see the module's rules)."""
-    return _Summary().of(value, 0)
+def summarize(value: Any, taken: Summaries | None = None) -> Any:
+    """``value`` as bounded JSON of the same kind (see the module's rules). With ``taken``,
+    the values of a top-level dict (a firing's ports) that were summarised before through
+    the same ``taken`` are not walked again (see `Summaries`)."""
+    return _Summary(taken).of(value, 0)
+
+
+class Summaries:
+    """The summaries taken of a few values, by identity: what a node's outputs were
+    summarised as when it fired is what its consumers' inputs (the same objects) are
+    summarised as, without a second walk.
+
+    A summary depends on the budget left when it was taken only if the walk used it up; so
+    one is kept only when its walk ended with budget to spare, and reused only where at least
+    that much budget is left: the summary is then exactly what a walk would give. Each value
+    is held (so its identity stays its own) until `clear`: the executor clears at every
+    iteration, so a value mutated in place between iterations (an env's buffer) is walked
+    again."""
+
+    __slots__ = ("_taken",)
+
+    def __init__(self) -> None:
+        self._taken: dict[int, tuple[Any, Any, int]] = {}  # id -> (value, summary, cost)
+
+    def clear(self) -> None:
+        self._taken.clear()
 
 
 def _cut_str(value: str) -> str:
@@ -76,10 +100,11 @@ def _float(value: float) -> float | str:
 class _Summary:
     """One summary's walk, with what is left of its MAX_VALUES."""
 
-    __slots__ = ("left",)
+    __slots__ = ("left", "taken")
 
-    def __init__(self) -> None:
+    def __init__(self, taken: Summaries | None = None) -> None:
         self.left = MAX_VALUES
+        self.taken = taken._taken if taken is not None else None
 
     def of(self, value: Any, depth: int) -> Any:
         self.left -= 1
@@ -144,6 +169,10 @@ class _Summary:
             ):
                 left -= 1
                 out[name] = item
+            elif depth == 0 and self.taken is not None:  # a port's value: summarised once
+                self.left = left
+                out[name] = self._port(item)
+                left = self.left
             else:
                 self.left = left
                 out[name] = self.of(item, depth + 1)
@@ -152,6 +181,20 @@ class _Summary:
         if len(out) < len(value):
             out[CUT] = len(value) - len(out)
         return out
+
+    def _port(self, item: Any) -> Any:
+        """A top-level value's summary: the one taken before when it still fits, else a new
+        one, kept when its walk did not run out of budget (`Summaries`)."""
+        assert self.taken is not None
+        before = self.taken.get(id(item))
+        if before is not None and before[0] is item and self.left > before[2]:
+            self.left -= before[2]
+            return before[1]
+        left = self.left
+        summary = self.of(item, 1)
+        if self.left > 0:
+            self.taken[id(item)] = (item, summary, left - self.left)
+        return summary
 
     def _array(self, value: np.ndarray[Any, Any]) -> dict[str, Any]:
         dtype = value.dtype
