@@ -180,6 +180,26 @@ def test_a_summary_is_not_reused_where_the_budget_left_is_smaller() -> None:
     assert id(big) not in taken._taken
 
 
+def test_a_value_an_in_process_node_changed_in_place_is_walked_again() -> None:
+    """P's output goes to C (in process), which appends to it and returns it, then to D: C's
+    inputs and outputs and D's inputs show the list as it is after C ran, as fresh walks do,
+    not P's summary of it."""
+    history = [1, 2]
+    image = np.zeros(4, np.uint8)
+    taken = Summaries()
+    assert taken.firing({}, {"h": history, "img": image}, in_process=False)[1] == {
+        "h": [1, 2],
+        "img": summarize(image),
+    }
+    history.append(3)  # C ran: it changed what it received
+    image += 7
+    c_in, c_out = taken.firing({"h": history, "img": image}, {"h": history}, in_process=True)
+    assert c_in == summarize({"h": history, "img": image}) and c_in["h"] == [1, 2, 3]
+    assert c_out == {"h": [1, 2, 3]}
+    d_in, _ = taken.firing({"h": history}, {}, in_process=False)
+    assert d_in == {"h": [1, 2, 3]}
+
+
 def test_short_values_are_kept_as_they_are() -> None:
     value = {"action": 2, "done": False, "obs": [0.25, -1.0, 3], "task": "go to the red ball"}
     assert summarize(value) == value

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import array
 import asyncio
+import fcntl
 import gc
 import os
 import socket
@@ -183,18 +184,48 @@ async def test_several_arrays_of_one_reply_share_its_slot_each_aligned(
     assert [x.tobytes() for x in xs] == [bytes([10 + i]) * n for i in range(3)]
 
 
-async def test_a_memory_file_the_server_cannot_map_leaves_the_replies_streamed(
-    raw: socket.socket,
+@pytest.mark.parametrize("sealed", [False, True])
+async def test_a_memory_file_the_server_cannot_trust_leaves_the_replies_streamed(
+    raw: socket.socket, sealed: bool
 ) -> None:
-    """An attach whose file is smaller than its two slots: the server streams, and closes
+    """Unsealed (its sender could still shrink it under the server's map: SIGBUS on the
+    next write), or sealed but smaller than its two slots: the server streams, and closes
     the descriptor."""
-    fd = os.memfd_create(MEMFD_NAME, os.MFD_CLOEXEC)
-    os.ftruncate(fd, 4096)
+    fd = os.memfd_create(MEMFD_NAME, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    os.ftruncate(fd, 4096 if sealed else 2 * rpc_shared.SLOT_BYTES)
+    if sealed:
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, rpc_shared.SEALS)
     _attach(raw, fd, rpc_shared.SLOT_BYTES)
     os.close(fd)
     rpc_framing.send_message(raw, _request(1, 100_000, 3))
     slot, lengths, rest = await asyncio.to_thread(_raw_reply, raw)
     assert slot is None and len(rest) == sum(lengths)
+    assert await _memfds_come_to(0) == 0
+
+
+async def test_the_client_s_memory_file_cannot_change_size() -> None:
+    _slots, fd = rpc_shared.SharedSlots.create()
+    try:
+        for size in (0, 4 * rpc_shared.SLOT_BYTES):
+            with pytest.raises(PermissionError):
+                os.ftruncate(fd, size)
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("head", [b"\x00\x00", struct.pack("<I", rpc_shared.ATTACH)])
+async def test_a_descriptor_with_a_first_message_cut_short_is_closed(
+    endpoint: str, head: bytes
+) -> None:
+    """Two bytes, or an attach's first word alone, with a descriptor, then the end: the
+    connection ends and the descriptor is closed."""
+    sock = rpc_framing.blocking_connection(endpoint, timeout_s=10.0)
+    fd = os.memfd_create(MEMFD_NAME, os.MFD_CLOEXEC)
+    sock.sendmsg([head], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))])
+    os.close(fd)
+    sock.shutdown(socket.SHUT_WR)
+    assert await asyncio.to_thread(sock.recv, 1) == b""  # the server ended the connection
+    sock.close()
     assert await _memfds_come_to(0) == 0
 
 
@@ -283,6 +314,28 @@ async def test_turned_off_the_arrays_are_streamed(
     monkeypatch.setenv("AGENTCANVAS_CALL_SHARED_MEMORY", "yes")
     with pytest.raises(ConfigError, match="AGENTCANVAS_CALL_SHARED_MEMORY"):
         rpc_shared.usable()
+
+
+async def test_a_client_attaches_only_to_a_server_of_protocol_2_2_or_later(
+    endpoint: str,
+) -> None:
+    """An older server reads an attach as garbage (see above): a client told the server's
+    version (`protocol.attaches_memory`) does not send one."""
+    assert [protocol.attaches_memory(v) for v in ("2.1", "2.2", "2.10", "3.0", "1.9")] == [
+        False,
+        True,
+        True,
+        True,
+        False,
+    ]
+    for attaches in (False, True):
+        client = RpcClient(endpoint, "test server", shared=attaches)
+        try:
+            out = await client.request("array", {"n": 200_000, "k": 4}, "array", 10.0, Any)
+            assert out["xs"][0].tobytes() == bytes([4]) * 200_000
+            assert (client.pool._idle[0].shared is not None) is attaches
+        finally:
+            client.close()
 
 
 def _fed(channel: rpc_channel.Channel, data: bytes) -> list[list[bytes]]:

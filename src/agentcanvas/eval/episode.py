@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -43,6 +44,8 @@ from agentcanvas.nodes.manifest import LoadInfo
 from agentcanvas.server.deadlines import call_deadline, reset_call_timeout, set_call_timeout
 from agentcanvas.server.proxy import Opening, RemoteNodeSet
 
+log = logging.getLogger(__name__)
+
 
 class CancelEvent(asyncio.Event):
     """The run's cancel flag: an `asyncio.Event` that also calls back when it is set, so the
@@ -57,7 +60,10 @@ class CancelEvent(asyncio.Event):
             return
         super().set()
         for callback in list(self._callbacks):
-            callback()
+            try:
+                callback()
+            except Exception:  # one episode's trouble never stops the others' cut, nor the
+                log.exception("a cancel callback failed")  # caller that cancels the run
 
     def on_set(self, callback: Callable[[], None]) -> Callable[[], None]:
         """Call ``callback`` when the event is set (not if it is set already); returns what
@@ -310,8 +316,10 @@ async def _run_guarded(
 
     def cut_short() -> None:
         nonlocal cut
-        cut = True
+        if scope.expired():  # timed out already (its loop still unwinding): a timeout
+            return
         scope.reschedule(asyncio.get_running_loop().time())
+        cut = True
 
     remove: Callable[[], None] | None = None
     try:
@@ -321,8 +329,8 @@ async def _run_guarded(
                 if options.cancel.is_set():
                     cut_short()
             return None, await loop
-    except TimeoutError:
-        if not scope.expired():  # the loop's own TimeoutError, not the scope's
+    except Exception:  # the scope's TimeoutError, or what the loop raised while cut short
+        if not scope.expired():  # the loop's own failure (its own TimeoutError too)
             raise
         return ("cancelled" if cut else "timeout"), None
     finally:

@@ -78,7 +78,7 @@ class _Slots:
         shared = [self.registry.bound(n) for n in self.registry.shared_in(self.graph)]
         async with self.pool.acquire_specific(worker_id) as handle:
             await _set_attached(shared, client, attach=True)
-            recording: asyncio.Future[None] | None = None  # the last episode's, handed over
+            recording: _Recording | None = None  # the last episode's, being handed over
             try:
                 # Cancelled: episodes not started yet are left missing, never written one
                 # by one as "cancelled" records (the run's summary counts them).
@@ -88,21 +88,24 @@ class _Slots:
                     spec = self.control.specs[index]
                     result, episode_log = await self.run_one_episode(handle, spec, client)
                     self.control.spend(result)  # now, not once its files are written
-                    if recording is not None:
-                        await recording  # the one before (its failure is raised here)
+                    try:
+                        await _handed_over(recording)  # the one before: its failure is raised
+                    except BaseException:
+                        if episode_log is not None:
+                            episode_log.discard()  # never handed over: nobody writes it
+                        raise
                     # Handed over once the next episode's first request is out (this task's
                     # next wait), so the server starts that episode while the head records.
-                    recording = asyncio.ensure_future(self._record(result, episode_log))
+                    task = asyncio.ensure_future(self._record(result, episode_log))
+                    recording = _Recording(task, episode_log)
                     if result.status == "timeout" and not self.control.cancelled:
                         await self._replace_servers(handle)
+                await _handed_over(recording)
+                recording = None
             except BaseException:
-                if recording is not None and not recording.done():
-                    recording.cancel()  # not admitted: its log is discarded (`_record`)
-                    await asyncio.gather(recording, return_exceptions=True)
-                raise
-            else:
                 if recording is not None:
-                    await recording
+                    await recording.drop()
+                raise
             finally:
                 await asyncio.shield(_set_attached(shared, client, attach=False))
 
@@ -230,6 +233,32 @@ class _Slots:
             await self.pool.restart(handle, handle.server_keys())
         except Exception:  # later episodes on this slot record their own failures
             log.exception("could not replace the servers of worker %d", handle.worker_id)
+
+
+class _Recording:
+    """A finished episode's hand-over to the run's writer (`_Slots._record`), under way."""
+
+    def __init__(self, task: asyncio.Future[None], episode_log: EpisodeLog | None) -> None:
+        self.task, self.episode_log = task, episode_log
+
+    async def drop(self) -> None:
+        """The worker is failing: stop the hand-over if it is not done (the log of a record
+        never admitted is discarded, also when its task never started) and retrieve its
+        outcome."""
+        task = self.task
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        elif not task.cancelled():
+            task.exception()  # retrieved: the worker's own failure is the one raised
+        if task.cancelled() and self.episode_log is not None:
+            self.episode_log.discard()
+
+
+async def _handed_over(recording: _Recording | None) -> None:
+    """Wait for ``recording`` to be admitted (its failure raised here)."""
+    if recording is not None:
+        await recording.task
 
 
 async def _set_attached(handles: list[Any], client: str, attach: bool) -> None:

@@ -23,7 +23,7 @@ from agentcanvas.errors import ConfigError, ServerTimeoutError, describe
 from agentcanvas.graph.harvest import harvest
 from agentcanvas.graph.model import DEFAULT_STEP_BUDGET, GRAPH_SCOPE_ID, Graph, Node
 from agentcanvas.graph.ready import ReadySet, same_iteration_deps
-from agentcanvas.graph.summarize import Summaries, format_traceback, summarize
+from agentcanvas.graph.summarize import Summaries, format_traceback
 from agentcanvas.nodes.assets import save_frame
 from agentcanvas.nodes.base import CallContext, NodeSetHandle
 from agentcanvas.nodes.boundary import (
@@ -406,14 +406,15 @@ class GraphExecutor:
         events = self._events is not None and not self.principles.suppress_nav_events
         if self._log is None and not events:
             return  # no log and no one listening: nothing to summarise
+        ins, outs = self._summaries.firing(inputs, outputs, node_id in self._in_process)
         entry = {
             "step": step,
             "node": node_id,
             "type": self._nodes[node_id].type,
             "status": status,
             "latency_ms": round(latency_ms, 3),
-            "inputs": summarize(inputs, self._summaries),
-            "outputs": summarize(outputs, self._summaries),
+            "inputs": ins,
+            "outputs": outs,
         }
         if error is not None:
             entry["error"] = error

@@ -78,7 +78,9 @@ class Summaries:
     that much budget is left: the summary is then exactly what a walk would give. Each value
     is held (so its identity stays its own) until `clear`: the executor clears at every
     iteration, so a value mutated in place between iterations (an env's buffer) is walked
-    again."""
+    again, and the values an in-process node received are walked again after it ran
+    (`firing`). What stays out of reach: a node that changes, in place, a value it did not
+    receive as a port of its own (one nested inside another value)."""
 
     __slots__ = ("_taken",)
 
@@ -87,6 +89,17 @@ class Summaries:
 
     def clear(self) -> None:
         self._taken.clear()
+
+    def firing(
+        self, inputs: dict[str, Any], outputs: dict[str, Any], in_process: bool
+    ) -> tuple[Any, Any]:
+        """The summaries of one firing's inputs and outputs. A node that ran in this process
+        holds the very objects it received and may have changed them in place: those are
+        walked again (and kept as they are now, for the nodes that receive them next)."""
+        if in_process:
+            for value in inputs.values():
+                self._taken.pop(id(value), None)
+        return summarize(inputs, self), summarize(outputs, self)
 
 
 def _cut_str(value: str) -> str:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from agentcanvas.errors import FleetClosedError, NodeSetError, ServerError, StateError
 from agentcanvas.nodes.manifest import NodeSetManifest
+from agentcanvas.server import protocol
 from agentcanvas.server.launcher import STOP_TIMEOUT_S, LaunchedServer, ServerLauncher
 from agentcanvas.server.proxy import RemoteNodeSet, fetch_manifest
 
@@ -263,7 +264,13 @@ class ServerFleet:
         served = await fetch_manifest(url)
         if served.name != nodeset:
             raise NodeSetError(f"server at {url} serves {served.name!r}, not {nodeset!r}")
-        handle = RemoteNodeSet(nodeset, url, served.declared(), call_endpoint=served.call_endpoint)
+        handle = RemoteNodeSet(
+            nodeset,
+            url,
+            served.declared(),
+            call_endpoint=served.call_endpoint,
+            attaches=protocol.attaches_memory(served.protocol_version),
+        )
         if self._state is not FleetState.OPEN:  # stop_all began while we asked
             await handle.close()
             self._require_open(f"borrowing {nodeset}")

@@ -34,7 +34,9 @@ version only adds routes, reply fields and optional request fields, which the st
 ``ServedManifest`` ignore when they do not know them (the node-API models inside, the
 manifest's own fields and ``LoadInfo``, stay strict: they change with the node API). A client
 refuses a server of another major version (`check_version`, ProtocolVersionError naming both
-versions and the URL) before it judges the reply's shape.
+versions and the URL) before it judges the reply's shape. 2.2 added the attach that may start
+a unix-socket call connection (`rpc_shared`); a client attaches only to a server that
+advertises 2.2 or later (`attaches_memory`).
 """
 
 from __future__ import annotations
@@ -88,6 +90,7 @@ __all__ = [
     "RpcRequest",
     "ServedManifest",
     "Versioned",
+    "attaches_memory",
     "call_path",
     "check_version",
     "error_reply",
@@ -101,7 +104,7 @@ __all__ = [
     "status_of",
 ]
 
-PROTOCOL_VERSION = "2.1"
+PROTOCOL_VERSION = "2.2"
 """This package's protocol, ``MAJOR.MINOR``; see the module docstring for what each part means.
 2.0: the call endpoint is a framed stream socket (`server.rpc_framing`), no longer ZeroMQ.
 2.1: an rpc request may say ``after``: run only if the connection's previous request, of that
@@ -363,6 +366,13 @@ def _fields(exc: pydantic.ValidationError) -> str:
 def major(version: str) -> int:
     """The major part of a ``MAJOR.MINOR`` version."""
     return int(version.partition(".")[0])
+
+
+def attaches_memory(advertised: str) -> bool:
+    """Whether a server of protocol ``advertised`` takes a call connection that starts with
+    an attach (`rpc_shared`: 2.2 and later); an older one reads it as garbage."""
+    major_part, _, minor_part = advertised.partition(".")
+    return (int(major_part), int(minor_part or 0)) >= (2, 2)
 
 
 def check_version(advertised: str, server: str) -> None:

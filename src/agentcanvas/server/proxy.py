@@ -173,14 +173,18 @@ class RemoteNodeSet(HealthChecked, AttachesClients, SaysIfItEvicts, BatchAudited
         manifest: NodeSetManifest,
         timeout_s: float | None = None,
         call_endpoint: str | None = None,
+        attaches: bool = True,
     ) -> None:
+        """``call_endpoint`` and ``attaches`` (whether its call connections may attach shared
+        memory: `protocol.attaches_memory` of the server's version) when the caller knows
+        them; else the first call asks ``/health``."""
         self.name = name
         self.url = url.rstrip("/")
         self.manifest = manifest
         self.timeout_s = timeout_s  # None: the run's per-step timeout (server.deadlines)
         self.where = f"node-set server {name} at {self.url}"
         self._http = _Http(self.url, self.where)
-        self._rpc = RpcClient(call_endpoint, self.where) if call_endpoint else None
+        self._rpc = RpcClient(call_endpoint, self.where, attaches) if call_endpoint else None
         self._evicts = True  # until the server says its node set has no evict hook
         self.opening = OpeningCall(self.where, self._deadline)  # sent with a panel request
 
@@ -191,7 +195,8 @@ class RemoteNodeSet(HealthChecked, AttachesClients, SaysIfItEvicts, BatchAudited
         """The rpc client, once the server has told us its call endpoint."""
         if self._rpc is None:
             health = await self.health(min(self._deadline(), CONNECT_TIMEOUT_S))
-            self._rpc = RpcClient(health.call, self.where)
+            attaches = protocol.attaches_memory(health.protocol_version)
+            self._rpc = RpcClient(health.call, self.where, shared=attaches)
         return self._rpc
 
     async def _request(self, op: str, args: dict[str, Any], what: str, reply: type[Reply]) -> Reply:

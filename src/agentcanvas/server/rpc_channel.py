@@ -253,12 +253,14 @@ async def _connect_shared(loop: asyncio.AbstractEventLoop, address: str) -> Chan
         shared: rpc_shared.SharedSlots | None = None
         try:
             slots, fd = rpc_shared.SharedSlots.create()
-        except OSError:  # no memory file to be had: the arrays are streamed
+        except (OSError, ValueError):  # no memory file to be had: the arrays are streamed
             pass
         else:
             try:  # 12 bytes on a new connection: the kernel takes them at once
                 ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))]
-                sock.sendmsg([rpc_shared.attach_message(slots.slot_bytes)], ancillary)
+                attach = rpc_shared.attach_message(slots.slot_bytes)
+                if sock.sendmsg([attach], ancillary) != len(attach):
+                    raise OSError("the attach did not go in one write")
                 shared = slots
             finally:
                 os.close(fd)

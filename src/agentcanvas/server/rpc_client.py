@@ -125,11 +125,12 @@ class Pending(Generic[Then]):
 class RpcClient:
     """Requests to one server's call endpoint; `where` names the server in every error."""
 
-    def __init__(self, endpoint: str, where: str) -> None:
+    def __init__(self, endpoint: str, where: str, shared: bool | None = None) -> None:
         if not endpoint.startswith(("tcp://", "ipc://")):
             raise ServerError(f"{where}: {endpoint!r} is not a tcp:// or ipc:// endpoint")
         self.endpoint, self.where = endpoint, where
-        self.pool = ChannelPool(endpoint, where)
+        # ``shared``: False for a server that takes no attach (`protocol.attaches_memory`)
+        self.pool = ChannelPool(endpoint, where, None if shared is None or shared else False)
         self._ids = itertools.count(1)
 
     async def request(
@@ -195,6 +196,9 @@ class RpcClient:
             raise ServerDiedError(
                 f"{self.where} is unreachable ({channel.dead or 'gone'})"
             ) from exc
+        except BaseException:
+            channel.close()
+            raise
 
     def close(self) -> None:
         """Close the pooled connections."""

@@ -159,11 +159,15 @@ class MessageReader:
 
     def recv(self) -> list[memoryview]:
         """The next message."""
-        self._have(COUNT.size)
         if self._first_message:
             self._first_message = False
-            self._attach()
-            self._have(COUNT.size)
+            try:
+                self._have(COUNT.size)
+                self._attach()
+            finally:
+                rpc_shared.close_fds(self._fds)  # what came without an attach, or too short
+                self._fds = []
+        self._have(COUNT.size)
         start = self._start
         count = frame_count(self._buf, start)
         head = COUNT.size + 8 * count
@@ -190,16 +194,15 @@ class MessageReader:
         return split_frames(body, lengths)
 
     def _attach(self) -> None:
-        """Map the memory of an attach at the stream's start (`rpc_shared`); close whatever
-        descriptors came without one."""
-        fds, self._fds = self._fds, []
+        """Map the memory of an attach at the stream's start (`rpc_shared`); the caller
+        closes whatever descriptors this leaves."""
         (word,) = COUNT.unpack_from(self._buf, self._start)
         if word != rpc_shared.ATTACH:
-            rpc_shared.close_fds(fds)
             return
         self._have(COUNT.size + 8)
         head = bytes(self._buf[self._start + COUNT.size : self._start + COUNT.size + 8])
         self._start += COUNT.size + 8
+        fds, self._fds = self._fds, []
         self.shared = rpc_shared.SharedSlots.received(fds, head)
 
     def _have(self, n: int) -> None:
@@ -215,11 +218,10 @@ class MessageReader:
             if self._first_read:  # the descriptor of an attach comes with its bytes
                 self._first_read = False
                 read, ancillary, _, _ = self.sock.recvmsg_into(
-                    [view[self._end :]], rpc_shared.ANCILLARY_BYTES
+                    [view[self._end :]], rpc_shared.ANCILLARY_BYTES, socket.MSG_CMSG_CLOEXEC
                 )
                 self._fds = rpc_shared.fds_of(ancillary)
                 if read == 0:
-                    rpc_shared.close_fds(self._fds)
                     raise EOFError("the peer closed the connection")
                 self._end += read
             while self._end - self._start < n:

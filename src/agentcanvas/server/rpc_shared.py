@@ -2,8 +2,9 @@
 
 On a unix socket (``ipc://``: client and server on one host) a client's connection brings
 a memory file of its own (``memfd``), sent once with the connection's first message (an
-*attach*: ``u32 ATTACH | u64 slot_bytes``, the descriptor riding along as ``SCM_RIGHTS``).
-Both ends map it. When a reply's array frames (`agentcanvas.wire`: arrays of
+*attach*: ``u32 ATTACH | u64 slot_bytes``, the descriptor riding along as ``SCM_RIGHTS``),
+sealed at its size (a server maps only a file whose size nobody can change any more). Both
+ends map it. When a reply's array frames (`agentcanvas.wire`: arrays of
 ``INLINE_MAX_BYTES`` or more) come to ``MIN_BYTES`` or more and fit a slot, the server
 copies them into the next of the file's two slots and streams only the header, its count
 flagged ``SHARED`` (and ``SHARED_SLOT`` for the second slot)::
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import array
 import contextlib
+import fcntl
 import logging
 import mmap
 import os
@@ -62,6 +64,7 @@ SLOTS = 2
 ALIGN = 64  # each frame starts on a cache line (any dtype's alignment)
 _SLOT_BYTES = struct.Struct("<Q")
 ANCILLARY_BYTES = socket.CMSG_SPACE(4 * 4)  # room for a few descriptors on the first read
+SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL  # a file of fixed size
 
 
 def usable() -> bool:
@@ -118,9 +121,10 @@ class SharedSlots:
     def create(cls, slot_bytes: int = SLOT_BYTES) -> tuple[SharedSlots, int]:
         """A new memory file, mapped, and its descriptor (the caller sends, then closes it);
         OSError when the system refuses one."""
-        fd = os.memfd_create("agentcanvas-rpc", os.MFD_CLOEXEC)
+        fd = os.memfd_create("agentcanvas-rpc", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         try:
             os.ftruncate(fd, SLOTS * slot_bytes)  # pages are allocated when first written
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS)  # its size is fixed for good
             return cls(fd, slot_bytes), fd
         except BaseException:
             os.close(fd)
@@ -138,6 +142,14 @@ class SharedSlots:
                 )
                 return None
             try:
+                # A file whose size its sender could still change could be cut under the
+                # map (the server's next write past its end: SIGBUS): only a sealed one.
+                if fcntl.fcntl(fds[0], fcntl.F_GET_SEALS) & SEALS != SEALS:
+                    log.warning("rpc: a connection's memory file is not sealed; streamed")
+                    return None
+                if os.fstat(fds[0]).st_size < SLOTS * slot_bytes:
+                    log.warning("rpc: a connection's memory file is too small; streamed")
+                    return None
                 return cls(fds[0], slot_bytes)
             except (OSError, ValueError) as exc:
                 log.warning("rpc: cannot map a connection's shared memory (%s)", exc)
