@@ -26,7 +26,8 @@ client (deadline, dead-server watch, encode/decode), the full call, and the same
 server's HTTP route (uvicorn + httpx; the per-call path was HTTP before it was ZeroMQ, and
 ZeroMQ before it was this socket, for comparison).
 
-``--cpus same`` puts caller and callees on one CPU (the figures are then CPU cost alone);
+``--cpus same`` puts caller and callees on one CPU (the figures are then CPU cost alone;
+every thread of the server is pinned, once its connections' threads exist);
 ``--cpus split`` puts them on two (every call then pays cross-CPU wake-ups, as parallel
 workers on their own cores do). Rows are measured in interleaved rounds, so a change of load
 during the run hits them alike. Goal: proxied within 2x of AsyncVectorEnv's pipe
@@ -200,8 +201,13 @@ class Placement:
             os.sched_setaffinity(0, self.caller)
 
     def pin_callee(self, pid: int | None) -> None:
-        if self.callee is not None and pid is not None:
-            os.sched_setaffinity(pid, self.callee)
+        """Every thread the process has now (a server's connection threads are made by its
+        accept thread, whose affinity they inherit: pin again once they exist)."""
+        if self.callee is None or pid is None:
+            return
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(ProcessLookupError):
+                os.sched_setaffinity(int(task), self.callee)
 
 
 @contextlib.contextmanager
@@ -262,7 +268,11 @@ async def bench(
                     functools.partial(handle.call, node, {}, inputs, CTX), True
                 )
         async with layer_rows(server.url, remote) as layers:
-            return await measure(rows | layers, n_calls)
+            rows |= layers
+            for row in rows.values():  # every connection (and its server thread) made...
+                await row.run(3, keep=False)
+            placement.pin_callee(server.pid)  # ... so that all of them are pinned
+            return await measure(rows, n_calls)
     finally:
         await remote.close()
         await streamed.close()
