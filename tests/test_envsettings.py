@@ -29,6 +29,7 @@ SRC = Path(envsettings.__file__).parent
         ("AGENTCANVAS_SERVER_READY_TIMEOUT_S", "soon", "a number from 1 to 3600"),
         ("AGENTCANVAS_FORK_SERVERS", "yes", "one of 0, 1"),
         ("AGENTCANVAS_CALL_TRANSPORT", "udp", "one of ipc, tcp"),
+        ("AGENTCANVAS_CALL_SHARED_MEMORY", "on", "one of 0, 1"),
         ("AGENTCANVAS_FLUSH_POLICY", "fastest", "one of none, restart_on_submit, ours"),
         ("AGENTCANVAS_AUDIT_RATE", "1.5", "a number from 0 to 1"),
         ("AGENTCANVAS_AUDIT_RATE", "often", "a number from 0 to 1"),
