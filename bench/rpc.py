@@ -14,8 +14,10 @@ Measured in one run, on this machine, one call at a time (latency, not throughpu
 
 Three payloads: ``no-op`` (a node with no outputs; for the vector env, a scalar observation),
 ``obs`` (a 64×64×3 uint8 observation, as a step returns it) and ``images`` (two 224×224×3
-uint8 camera images, a VLA policy's input: 301 KB). ``proxied`` is the default call path,
-whose replies hand their arrays over in the connection's shared memory (`server.rpc_shared`);
+uint8 camera images, a VLA policy's input: 301 KB); and the same images *sent* to a node
+(``images in``: a policy's request). ``proxied`` is the default call path,
+whose big arrays (requests' and replies') go through the connection's shared memory
+(`server.rpc_shared`);
 ``proxied, streamed`` turns that off (``AGENTCANVAS_CALL_SHARED_MEMORY=0``: the arrays travel
 on the unix socket). The bench node set is written to a temporary workspace that the server
 finds through ``AGENTCANVAS_HOME``.
@@ -98,6 +100,11 @@ NODESET_SOURCE = textwrap.dedent(
                            PortSpec(name="done", type="bool")])
     def images(inputs, config, state, ctx):
         return {{"obs": state.images, "reward": 0.0, "done": False}}
+
+    @NODESET.node("act", inputs=[PortSpec(name="images", type="array")],
+                  outputs=[PortSpec(name="action", type="int")])
+    def act(inputs, config, state, ctx):
+        return {{"action": int(inputs["images"][0, 0, 0, 0])}}
     '''
 )
 PATHS = (
@@ -261,7 +268,11 @@ async def bench(
             ("proxied", remote),
             ("proxied, streamed", streamed),
         )
+        images = np.random.default_rng(1).integers(0, 256, IMAGES_SHAPE, dtype=np.uint8)
         for label, handle in handles:
+            rows[f"{label} images in"] = Row(
+                functools.partial(handle.call, "act", {}, {"images": images}, CTX), True
+            )
             for payload, node in NODES.items():
                 inputs = {} if payload == "no-op" else {"action": 0}
                 rows[f"{label} {payload}"] = Row(
@@ -370,6 +381,10 @@ def print_tables(table: dict[str, Stats]) -> None:
                     f"  {payload:<6} {path:<17} vs shm={shm!s:<5}  "
                     f"median {ratio:5.2f}x   p99 {ratio_p99:5.2f}x"
                 )
+    print("\nthe same two images sent to a node (a policy's input; no vector-env counterpart)")
+    for path in ("in-process", "proxied", "proxied, streamed"):
+        s = table[f"{path} images in"]
+        print(f"  {path:<26} {s.median_us:>10.1f} µs median {s.p99_us:>10.1f} µs p99")
     print(f"\nwhere a proxied no-op call goes (call socket; HTTP: {http_implementation()})")
     print(f"  {'layer':<44} {'median µs':>10} {'p99 µs':>10}")
     for label, s in table.items():

@@ -38,9 +38,18 @@ def _array(args: dict[str, Any]) -> dict[str, Any]:
     return {"xs": [np.full(n, (k + i) % 256, dtype=np.uint8) for i in range(count)]}
 
 
+def _digest(args: dict[str, Any]) -> dict[str, Any]:
+    """What the server received: each array's length and the sum of its bytes, and the
+    length of ``blob`` (bytes inline in the header)."""
+    return {
+        "sums": [[int(x.size), int(x.sum(dtype=np.int64))] for x in args["xs"]],
+        "blob": len(args.get("blob", b"")),
+    }
+
+
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
 async def endpoint() -> AsyncIterator[str]:
-    server = RpcServer({}, direct={"array": _array})
+    server = RpcServer({}, direct={"array": _array, "digest": _digest})
     assert server.endpoint.startswith("ipc://")
     serving = asyncio.create_task(server.serve())
     yield server.endpoint
@@ -192,7 +201,7 @@ async def test_a_memory_file_the_server_cannot_trust_leaves_the_replies_streamed
     next write), or sealed but smaller than its two slots: the server streams, and closes
     the descriptor."""
     fd = os.memfd_create(MEMFD_NAME, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-    os.ftruncate(fd, 4096 if sealed else 2 * rpc_shared.SLOT_BYTES)
+    os.ftruncate(fd, 4096 if sealed else 2 * rpc_shared.SLOTS * rpc_shared.SLOT_BYTES)
     if sealed:
         fcntl.fcntl(fd, fcntl.F_ADD_SEALS, rpc_shared.SEALS)
     _attach(raw, fd, rpc_shared.SLOT_BYTES)
@@ -206,7 +215,7 @@ async def test_a_memory_file_the_server_cannot_trust_leaves_the_replies_streamed
 async def test_the_client_s_memory_file_cannot_change_size() -> None:
     _slots, fd = rpc_shared.SharedSlots.create()
     try:
-        for size in (0, 4 * rpc_shared.SLOT_BYTES):
+        for size in (0, 8 * rpc_shared.SLOT_BYTES):
             with pytest.raises(PermissionError):
                 os.ftruncate(fd, size)
     finally:
@@ -336,6 +345,54 @@ async def test_a_client_attaches_only_to_a_server_of_protocol_2_2_or_later(
             assert (client.pool._idle[0].shared is not None) is attaches
         finally:
             client.close()
+
+
+async def test_a_request_s_big_arrays_go_through_the_request_slots(endpoint: str) -> None:
+    """Through `RpcClient`: a request with a 300 KB array leaves the array in a request slot
+    (the server reads it there), two requests sent together take both request slots, and
+    a request whose header alone is bigger than the server's read buffer still arrives."""
+    client = RpcClient(endpoint, "test server")
+    try:
+        x = np.arange(300_000, dtype=np.int64).astype(np.uint8)
+        out = await client.request("digest", {"xs": [x]}, "digest", 10.0, Any)
+        assert out["sums"] == [[300_000, int(x.sum(dtype=np.int64))]]
+        shared = client.pool._idle[0].shared
+        assert shared is not None
+        base = rpc_shared.SLOTS * shared.slot_bytes  # the first request slot
+        assert bytes(shared.view[base : base + x.size]) == x.tobytes()
+        ys = [np.full(100_000, v, dtype=np.uint8) for v in (3, 5)]
+        first, pending = await client.request_then(
+            ("digest", {"xs": [ys[0]]}, "first", Any),
+            ("digest", {"xs": [ys[1]], "blob": b"b" * 200_000}, "second", Any),
+            10.0,
+        )
+        second = await pending.value(10.0)
+        assert first["sums"] == [[100_000, 300_000]]
+        assert second["sums"] == [[100_000, 500_000]] and second["blob"] == 200_000
+    finally:
+        client.close()
+
+
+async def test_a_request_in_a_slot_is_refused_without_an_attach_or_past_its_slot(
+    endpoint: str,
+) -> None:
+    """A flagged request on a connection that attached nothing, or one whose arrays overrun
+    their slot: an error reply naming it, and the connection ends."""
+    for attached in (False, True):
+        sock = rpc_framing.blocking_connection(endpoint, timeout_s=10.0)
+        try:
+            if attached:
+                slots, fd = rpc_shared.SharedSlots.create()
+                _attach(sock, fd, slots.slot_bytes)
+                os.close(fd)
+            header = bytes(_request(1, 10, 0)[0])
+            sock.sendall(_flagged(header, [rpc_shared.SLOT_BYTES + 1], 0))
+            reply = await asyncio.to_thread(rpc_framing.recv_message, sock)
+            err = wire.decode(reply)["err"]  # type: ignore[index]
+            assert "not an rpc message" in err["message"]
+            assert await asyncio.to_thread(sock.recv, 1) == b""  # dropped
+        finally:
+            sock.close()
 
 
 def _fed(channel: rpc_channel.Channel, data: bytes) -> list[list[bytes]]:

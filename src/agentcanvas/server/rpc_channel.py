@@ -30,6 +30,7 @@ from agentcanvas.server.rpc_framing import (
     endpoint_address,
     frame_lengths,
     pack,
+    packed,
     set_nodelay,
     split_frames,
 )
@@ -107,7 +108,7 @@ class Channel(asyncio.BufferedProtocol):
                 slot = None
                 if word & rpc_shared.SHARED:  # its arrays are in the shared memory's slot
                     slot = 1 if word & rpc_shared.SHARED_SLOT else 0
-                    word &= ~(rpc_shared.SHARED | rpc_shared.SHARED_SLOT)
+                    word &= ~rpc_shared.SHARED_FLAGS
                 if not 1 <= word <= MAX_FRAMES:
                     raise FramingError(f"a message of {word} frames (1 to {MAX_FRAMES})")
                 head = COUNT.size + 8 * word
@@ -191,7 +192,11 @@ class Channel(asyncio.BufferedProtocol):
         loop = asyncio.get_running_loop()
         answers = [loop.create_future() for _ in messages]
         self._answers.extend(answers)
-        self.transport.writelines([chunk for frames in messages for chunk in pack(frames)])
+        shared = self.shared
+        chunks: list[wire.Buffer] = []
+        for frames in messages:  # big arrays through the request slots, when attached
+            chunks += packed(frames, shared, requests=True)[0] if shared else pack(frames)
+        self.transport.writelines(chunks)
         return answers
 
     def close(self) -> None:

@@ -45,6 +45,7 @@ __all__ = [
     "frame_count",
     "frame_lengths",
     "pack",
+    "packed",
     "recv_message",
     "send_message",
     "set_nodelay",
@@ -169,29 +170,40 @@ class MessageReader:
                 self._fds = []
         self._have(COUNT.size)
         start = self._start
+        slot = None
+        if self.shared is not None:  # a request's arrays may be in its slots
+            (word,) = COUNT.unpack_from(self._buf, start)
+            if word & rpc_shared.SHARED:
+                slot = 1 if word & rpc_shared.SHARED_SLOT else 0
+                COUNT.pack_into(self._buf, start, word & ~rpc_shared.SHARED_FLAGS)
         count = frame_count(self._buf, start)
         head = COUNT.size + 8 * count
         self._have(head)
         start = self._start
         lengths = frame_lengths(count, self._buf, start + COUNT.size)
-        size = sum(lengths)
+        arrays: list[memoryview] | None = None
+        if slot is not None:  # the stream carries the header alone
+            arrays = self.shared.frames(slot, lengths[1:], requests=True) if self.shared else None
+            if arrays is None:
+                raise FramingError("a request in shared memory that does not fit its slot")
+        size = sum(lengths) if arrays is None else lengths[0]
         if head + size <= len(self._buf):
             self._have(head + size)
             start = self._start
             body = self._buf[start + head : start + head + size]  # a slice is a copy
             self._start = start + head + size
-            return split_frames(body, lengths)
-        body = bytearray(size)  # a big one: what is here, then the rest straight into it
-        got = self._end - self._start - head
-        body[:got] = self._buf[self._start + head : self._end]
-        self._start = self._end = 0
-        view = memoryview(body)
-        while got < size:
-            read = self.sock.recv_into(view[got:])
-            if read == 0:
-                raise EOFError("the peer closed the connection")
-            got += read
-        return split_frames(body, lengths)
+        else:
+            body = bytearray(size)  # a big one: what is here, then the rest straight into it
+            got = self._end - self._start - head
+            body[:got] = self._buf[self._start + head : self._end]
+            self._start = self._end = 0
+            view = memoryview(body)
+            while got < size:
+                read = self.sock.recv_into(view[got:])
+                if read == 0:
+                    raise EOFError("the peer closed the connection")
+                got += read
+        return split_frames(body, lengths) if arrays is None else [memoryview(body), *arrays]
 
     def _attach(self) -> None:
         """Map the memory of an attach at the stream's start (`rpc_shared`); the caller
@@ -233,6 +245,25 @@ class MessageReader:
             view.release()
 
 
+def packed(
+    frames: Sequence[wire.Buffer],
+    shared: rpc_shared.SharedSlots | None = None,
+    requests: bool = False,
+) -> tuple[list[wire.Buffer], int]:
+    """The buffers that put ``frames`` on a stream as one message, and their size in bytes;
+    with ``shared`` (the connection's memory), its array frames go through the next slot of
+    the sender's side (``requests``: the client's) when they come to `rpc_shared.MIN_BYTES`
+    and fit one."""
+    sizes = [memoryview(f).nbytes for f in frames]
+    slot = None
+    if shared is not None and len(sizes) > 1 and sum(sizes) - sizes[0] >= rpc_shared.MIN_BYTES:
+        slot = shared.put(frames[1:], sizes[1:], requests)
+    if slot is None:
+        return [_head(0, sizes), *frames], 4 + 8 * len(sizes) + sum(sizes)
+    flags = rpc_shared.SHARED | (rpc_shared.SHARED_SLOT if slot else 0)
+    return [_head(flags, sizes), frames[0]], 4 + 8 * len(sizes) + sizes[0]
+
+
 def send_message(
     sock: socket.socket,
     frames: Sequence[wire.Buffer],
@@ -240,18 +271,8 @@ def send_message(
 ) -> None:
     """One message to a blocking socket, in one ``sendmsg`` when the kernel takes it all
     (at most IOV_MAX buffers a call). With ``shared`` (the connection's memory: a reply),
-    its array frames go through the memory when they fit a slot."""
-    sizes = [memoryview(f).nbytes for f in frames]
-    slot = None
-    if shared is not None and len(sizes) > 1 and sum(sizes) - sizes[0] >= rpc_shared.MIN_BYTES:
-        slot = shared.put(frames[1:], sizes[1:])
-    if slot is None:
-        buffers: list[wire.Buffer] = [_head(0, sizes), *frames]
-        total = 4 + 8 * len(sizes) + sum(sizes)
-    else:
-        flags = rpc_shared.SHARED | (rpc_shared.SHARED_SLOT if slot else 0)
-        buffers = [_head(flags, sizes), frames[0]]
-        total = 4 + 8 * len(sizes) + sizes[0]
+    its array frames go through the memory when they fit a slot (`packed`)."""
+    buffers, total = packed(frames, shared)
     sent = sock.sendmsg(buffers[:_IOV_MAX])
     if sent == total:  # the usual case: all of it at once
         return

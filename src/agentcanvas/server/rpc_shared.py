@@ -1,26 +1,29 @@
-"""The call socket's shared memory: a reply's arrays handed over in place, not streamed.
+"""The call socket's shared memory: big arrays handed over in place, not streamed.
 
 On a unix socket (``ipc://``: client and server on one host) a client's connection brings
 a memory file of its own (``memfd``), sent once with the connection's first message (an
 *attach*: ``u32 ATTACH | u64 slot_bytes``, the descriptor riding along as ``SCM_RIGHTS``),
 sealed at its size (a server maps only a file whose size nobody can change any more). Both
-ends map it. When a reply's array frames (`agentcanvas.wire`: arrays of
-``INLINE_MAX_BYTES`` or more) come to ``MIN_BYTES`` or more and fit a slot, the server
-copies them into the next of the file's two slots and streams only the header, its count
-flagged ``SHARED`` (and ``SHARED_SLOT`` for the second slot)::
+ends map it: four slots, two for replies (the server writes them) and two for requests (the
+client writes them). When a message's array frames (`agentcanvas.wire`: arrays of
+``INLINE_MAX_BYTES`` or more) come to ``MIN_BYTES`` or more and fit a slot, its sender
+copies them into the next slot of its side and streams only the header, its count flagged
+``SHARED`` (and ``SHARED_SLOT`` for the second slot)::
 
     u32 n | SHARED [| SHARED_SLOT] | u64 len_1 .. len_n | frame_1      (frames 2..n: the slot)
 
-The client decodes the arrays out of the slot (`wire` copies every decoded array into memory
-of its own), so once a reply is decoded its slot is free. Two slots because at most two
-replies are ever outstanding on a connection (a request sent with the one that follows it,
-`RpcClient.request_then`); a connection takes its next request only when both are decoded or
-dropped. This is what ``AsyncVectorEnv(shared_memory=True)`` does for its observations: one
-copy in, one copy out, no kernel copies of the array on the way.
+The receiver decodes the arrays out of the slot (`wire` copies every decoded array into
+memory of its own): the server decodes a request before it runs it, the client a reply
+before its connection takes another request. Two slots a side because at most two requests
+(and so two replies) are ever outstanding on a connection (a request sent with the one that
+follows it, `RpcClient.request_then`); a connection takes its next request only once both
+answers are in and decoded or dropped, by which time the server has decoded both requests.
+This is what ``AsyncVectorEnv(shared_memory=True)`` does for its observations: one copy in,
+one copy out, no kernel copies of the array on the way.
 
-Anything else travels on the stream as before: a reply with less than ``MIN_BYTES`` of arrays
-(measured, `bench/rpc.py`: a 12 KB array streamed costs 1-3 µs less, 48 KB the same, 96 KB
-8 µs more, two 224x224x3 images 60-70 µs more), a reply bigger than a slot, a request, a
+Anything else travels on the stream as before: a message with less than ``MIN_BYTES`` of
+arrays (measured, `bench/rpc.py`: a 12 KB array streamed costs 1-3 µs less, 48 KB the same,
+96 KB 8 µs more, two 224x224x3 images 60-70 µs more), one bigger than a slot, a
 connection that did not attach (TCP, a foreign peer, ``AGENTCANVAS_CALL_SHARED_MEMORY=0``,
 a system without ``memfd_create``), a server that could not map the file.
 """
@@ -42,6 +45,7 @@ from agentcanvas import envsettings, wire
 __all__ = [
     "ATTACH",
     "SHARED",
+    "SHARED_FLAGS",
     "SHARED_SLOT",
     "SLOT_BYTES",
     "SharedSlots",
@@ -57,10 +61,10 @@ log = logging.getLogger("agentcanvas.server")
 SHARED = 1 << 31  # a reply whose array frames lie in the connection's shared memory...
 SHARED_SLOT = 1 << 30  # ... in its second slot
 ATTACH = 1 << 29  # a connection's first message: its shared memory (no frames, no answer)
-FLAGS = SHARED | SHARED_SLOT | ATTACH
+SHARED_FLAGS = SHARED | SHARED_SLOT
 SLOT_BYTES = 1 << 20  # 1 MiB a slot: two 224x224x3 images fit; bigger replies are streamed
 MIN_BYTES = 32 * 1024  # smaller arrays are streamed: cheaper than the slot's bookkeeping
-SLOTS = 2
+SLOTS = 2  # each way: replies in slots 0 and 1, requests in slots 2 and 3 of the file
 ALIGN = 64  # each frame starts on a cache line (any dtype's alignment)
 _SLOT_BYTES = struct.Struct("<Q")
 ANCILLARY_BYTES = socket.CMSG_SPACE(4 * 4)  # room for a few descriptors on the first read
@@ -108,14 +112,14 @@ def fds_of(ancillary: list[tuple[int, int, bytes]]) -> list[int]:
 
 
 class SharedSlots:
-    """The two slots of one connection's memory file, mapped (by the client that made it
-    or the server it was sent to)."""
+    """The slots of one connection's memory file (two for replies, two for requests), mapped
+    by the client that made it and by the server it was sent to."""
 
     def __init__(self, fd: int, slot_bytes: int) -> None:
         self.slot_bytes = slot_bytes
-        self._map = mmap.mmap(fd, SLOTS * slot_bytes)  # ValueError / OSError: cannot map
+        self._map = mmap.mmap(fd, 2 * SLOTS * slot_bytes)  # ValueError / OSError: cannot map
         self.view = memoryview(self._map)
-        self._next = 0  # the slot the server fills next
+        self._next = [0, 0]  # the slot each side fills next: replies, requests
 
     @classmethod
     def create(cls, slot_bytes: int = SLOT_BYTES) -> tuple[SharedSlots, int]:
@@ -123,7 +127,7 @@ class SharedSlots:
         OSError when the system refuses one."""
         fd = os.memfd_create("agentcanvas-rpc", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         try:
-            os.ftruncate(fd, SLOTS * slot_bytes)  # pages are allocated when first written
+            os.ftruncate(fd, 2 * SLOTS * slot_bytes)  # pages are allocated when first written
             fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS)  # its size is fixed for good
             return cls(fd, slot_bytes), fd
         except BaseException:
@@ -147,7 +151,7 @@ class SharedSlots:
                 if fcntl.fcntl(fds[0], fcntl.F_GET_SEALS) & SEALS != SEALS:
                     log.warning("rpc: a connection's memory file is not sealed; streamed")
                     return None
-                if os.fstat(fds[0]).st_size < SLOTS * slot_bytes:
+                if os.fstat(fds[0]).st_size < 2 * SLOTS * slot_bytes:
                     log.warning("rpc: a connection's memory file is too small; streamed")
                     return None
                 return cls(fds[0], slot_bytes)
@@ -157,22 +161,28 @@ class SharedSlots:
         finally:
             close_fds(fds)  # the map keeps the memory
 
-    def put(self, arrays: Sequence[wire.Buffer], lengths: Sequence[int]) -> int | None:
-        """Copy a reply's array frames (``lengths`` bytes each) into the next slot; the slot,
-        or None when they do not fit one (the reply is streamed)."""
+    def put(
+        self, arrays: Sequence[wire.Buffer], lengths: Sequence[int], requests: bool = False
+    ) -> int | None:
+        """Copy a reply's array frames (``lengths`` bytes each; a request's with
+        ``requests``) into the next slot of their side; the slot (0 or 1), or None when they
+        do not fit one (the message is streamed)."""
         offsets = shared_offsets(lengths, self.slot_bytes)
         if offsets is None:
             return None
-        slot, self._next = self._next, 1 - self._next
-        base = slot * self.slot_bytes
+        slot = self._next[requests]
+        self._next[requests] = 1 - slot
+        base = (SLOTS * requests + slot) * self.slot_bytes
         for data, at, length in zip(arrays, offsets, lengths, strict=True):
             self.view[base + at : base + at + length] = memoryview(data).cast("B")
         return slot
 
-    def frames(self, slot: int, lengths: Sequence[int]) -> list[memoryview] | None:
-        """The array frames of a reply in ``slot`` (views of the slot), or None when they do
-        not fit it (a reply that is not what it says)."""
-        base = slot * self.slot_bytes
+    def frames(
+        self, slot: int, lengths: Sequence[int], requests: bool = False
+    ) -> list[memoryview] | None:
+        """The array frames of a reply in ``slot`` (a request's with ``requests``), views of
+        the slot, or None when they do not fit it (a message that is not what it says)."""
+        base = (SLOTS * requests + slot) * self.slot_bytes
         if len(lengths) == 1:  # the usual reply: one array
             return [self.view[base : base + lengths[0]]] if lengths[0] <= self.slot_bytes else None
         offsets = shared_offsets(lengths, self.slot_bytes)
