@@ -195,7 +195,10 @@ class Channel(asyncio.BufferedProtocol):
         shared = self.shared
         chunks: list[wire.Buffer] = []
         for frames in messages:  # big arrays through the request slots, when attached
-            chunks += packed(frames, shared, requests=True)[0] if shared else pack(frames)
+            if shared is not None and len(frames) > 1:
+                chunks += packed(frames, shared, requests=True)[0]
+            else:
+                chunks += pack(frames)
         self.transport.writelines(chunks)
         return answers
 
