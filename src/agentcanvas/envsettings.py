@@ -129,8 +129,8 @@ FORK_SERVERS = ChoiceSetting("AGENTCANVAS_FORK_SERVERS", "1", ("0", "1"))
 CALL_TRANSPORT = ChoiceSetting("AGENTCANVAS_CALL_TRANSPORT", "ipc", ("ipc", "tcp"))
 """How node calls travel to a server: abstract unix sockets (Linux) or TCP."""
 CALL_SHARED_MEMORY = ChoiceSetting("AGENTCANVAS_CALL_SHARED_MEMORY", "1", ("0", "1"))
-"""``0``: a reply's arrays travel on the unix socket, not through the connection's shared
-memory (``server.rpc_shared``)."""
+"""``0``: big arrays of requests and replies travel on the unix socket, not through the
+connection's shared memory (``server.rpc_shared``)."""
 AUDIT_RATE = FloatSetting("AGENTCANVAS_AUDIT_RATE", 0.0625, 0.0, 1.0)
 """Share of a shared server's multi-request batches re-checked row by row
 (``server.batch_audit``): 0 turns the audit off, 1 audits every batch."""

@@ -22,8 +22,8 @@ import pytest
 import pytest_asyncio
 
 from agentcanvas import wire
-from agentcanvas.errors import ConfigError
-from agentcanvas.server import protocol, rpc_channel, rpc_framing, rpc_shared
+from agentcanvas.errors import ConfigError, ProtocolError
+from agentcanvas.server import protocol, rpc_channel, rpc_client, rpc_framing, rpc_shared
 from agentcanvas.server.rpc_client import RpcClient
 from agentcanvas.server.rpc_server import RpcServer
 
@@ -76,14 +76,16 @@ def _recv_exactly(sock: socket.socket, n: int) -> bytes:
     return data
 
 
-def _raw_reply(sock: socket.socket) -> tuple[int | None, list[int], bytes]:
+def _raw_reply(sock: socket.socket, mapped: bool = True) -> tuple[int | None, list[int], bytes]:
     """One reply as the stream carries it: its slot (None: streamed), its frames' lengths,
-    and every byte after its head (all frames when streamed, the header alone in a slot)."""
+    and every byte after its head (all frames when streamed, the header alone in a slot);
+    ``mapped``: whether the connection's memory is mapped (every reply then says so)."""
     (word,) = struct.unpack("<I", _recv_exactly(sock, 4))
     slot = None
     if word & rpc_shared.SHARED:
         slot = 1 if word & rpc_shared.SHARED_SLOT else 0
-    count = word & ~(rpc_shared.SHARED | rpc_shared.SHARED_SLOT)
+    assert bool(word & rpc_shared.MAPPED) is mapped
+    count = word & ~rpc_shared.REPLY_FLAGS
     lengths = list(struct.unpack(f"<{count}Q", _recv_exactly(sock, 8 * count)))
     rest = _recv_exactly(sock, lengths[0] if slot is not None else sum(lengths))
     return slot, lengths, rest
@@ -207,7 +209,7 @@ async def test_a_memory_file_the_server_cannot_trust_leaves_the_replies_streamed
     _attach(raw, fd, rpc_shared.SLOT_BYTES)
     os.close(fd)
     rpc_framing.send_message(raw, _request(1, 100_000, 3))
-    slot, lengths, rest = await asyncio.to_thread(_raw_reply, raw)
+    slot, lengths, rest = await asyncio.to_thread(_raw_reply, raw, False)
     assert slot is None and len(rest) == sum(lengths)
     assert await _memfds_come_to(0) == 0
 
@@ -245,14 +247,14 @@ async def test_a_descriptor_sent_with_a_request_is_closed_and_the_request_answer
     request = b"".join(bytes(b) for b in rpc_framing.pack(_request(1, 100_000, 3)))
     raw.sendmsg([request], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))])
     os.close(fd)
-    slot, lengths, rest = await asyncio.to_thread(_raw_reply, raw)
+    slot, lengths, rest = await asyncio.to_thread(_raw_reply, raw, False)
     assert slot is None and lengths[1:] == [100_000] and len(rest) == sum(lengths)
     assert await _memfds_come_to(0) == 0
 
 
 async def test_an_attach_after_the_first_message_is_garbage(raw: socket.socket) -> None:
     rpc_framing.send_message(raw, _request(1, 10, 3))
-    await asyncio.to_thread(_raw_reply, raw)
+    await asyncio.to_thread(_raw_reply, raw, False)
     raw.sendall(rpc_shared.attach_message(rpc_shared.SLOT_BYTES))
     reply = await asyncio.to_thread(rpc_framing.recv_message, raw)
     err = wire.decode(reply)["err"]  # type: ignore[index]
@@ -302,7 +304,7 @@ async def test_a_connection_with_shared_memory_refuses_a_third_reply_outstanding
     channel = await rpc_channel.connect(endpoint)
     try:
         assert channel.shared is not None
-        with pytest.raises(RuntimeError, match="more replies outstanding than"):
+        with pytest.raises(RuntimeError, match="more messages outstanding than"):
             channel.send(*(_request(i, 10, 0) for i in range(3)))
     finally:
         channel.close()
@@ -354,11 +356,14 @@ async def test_a_request_s_big_arrays_go_through_the_request_slots(endpoint: str
     client = RpcClient(endpoint, "test server")
     try:
         x = np.arange(300_000, dtype=np.int64).astype(np.uint8)
-        out = await client.request("digest", {"xs": [x]}, "digest", 10.0, Any)
-        assert out["sums"] == [[300_000, int(x.sum(dtype=np.int64))]]
-        shared = client.pool._idle[0].shared
-        assert shared is not None
+        sums = [[300_000, int(x.sum(dtype=np.int64))]]
+        assert (await client.request("digest", {"xs": [x]}, "digest", 10.0, Any))["sums"] == sums
+        channel = client.pool._idle[0]
+        shared = channel.shared
+        assert shared is not None and channel.mapped  # the first went streamed: no answer yet
         base = rpc_shared.SLOTS * shared.slot_bytes  # the first request slot
+        assert bytes(shared.view[base : base + 100]) == bytes(100)  # never written
+        assert (await client.request("digest", {"xs": [x]}, "digest", 10.0, Any))["sums"] == sums
         assert bytes(shared.view[base : base + x.size]) == x.tobytes()
         ys = [np.full(100_000, v, dtype=np.uint8) for v in (3, 5)]
         first, pending = await client.request_then(
@@ -371,6 +376,33 @@ async def test_a_request_s_big_arrays_go_through_the_request_slots(endpoint: str
         assert second["sums"] == [[100_000, 500_000]] and second["blob"] == 200_000
     finally:
         client.close()
+
+
+async def test_a_server_that_did_not_map_the_memory_gets_every_request_streamed(
+    endpoint: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server could not map the file (here: it says so for any): its replies never say
+    MAPPED, so the client streams every request, big ones too, and they all succeed."""
+    monkeypatch.setattr(rpc_shared.SharedSlots, "received", classmethod(lambda *a: None))
+    client = RpcClient(endpoint, "test server")
+    try:
+        x = np.full(200_000, 2, dtype=np.uint8)
+        for _ in range(3):
+            out = await client.request("digest", {"xs": [x]}, "digest", 10.0, Any)
+            assert out["sums"] == [[200_000, 400_000]]
+        channel = client.pool._idle[0]
+        assert channel.shared is not None and not channel.mapped
+        base = rpc_shared.SLOTS * channel.shared.slot_bytes
+        assert bytes(channel.shared.view[base : base + 100]) == bytes(100)
+    finally:
+        client.close()
+
+
+async def test_the_client_names_the_server_s_refusal_of_what_it_could_not_read() -> None:
+    err = {"type": "UserInputError", "message": "not an rpc message: X", "status": 400}
+    frames = [memoryview(bytes(f)) for f in wire.encode({"id": None, "err": err})]
+    with pytest.raises(ProtocolError, match="the server refused it: not an rpc message: X"):
+        rpc_client._decoded(frames, (7, "/call/x", Any), "test server")
 
 
 async def test_a_request_in_a_slot_is_refused_without_an_attach_or_past_its_slot(

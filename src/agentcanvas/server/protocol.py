@@ -286,9 +286,11 @@ Reply = TypeVar("Reply")
 
 
 class RpcReply(msgspec.Struct, Generic[Reply]):
-    """One rpc reply's header frame: the request's ``id`` and either ``ok`` or ``err``."""
+    """One rpc reply's header frame: the request's ``id`` and either ``ok`` or ``err``;
+    ``id`` is None in a server's answer to bytes it could not read as a request (its ``err``
+    says why; the server then ends the connection)."""
 
-    id: int
+    id: int | None
     ok: Reply | msgspec.UnsetType = msgspec.UNSET
     err: RpcError | msgspec.UnsetType = msgspec.UNSET
 

@@ -70,6 +70,7 @@ class Channel(asyncio.BufferedProtocol):
         self.transport: asyncio.Transport | None = None
         self.dead: str | None = None
         self.shared = shared  # the memory this connection attached (`rpc_shared`), if any
+        self.mapped = False  # whether the server said it mapped it (requests may use it)
         self._answers: collections.deque[Answer] = collections.deque()
         self._scratch = bytearray(SCRATCH_BYTES)  # reads land here until a body outgrows it
         self._filled = 0
@@ -106,9 +107,12 @@ class Channel(asyncio.BufferedProtocol):
             while filled - at >= COUNT.size:
                 (word,) = COUNT.unpack_from(scratch, at)
                 slot = None
-                if word & rpc_shared.SHARED:  # its arrays are in the shared memory's slot
-                    slot = 1 if word & rpc_shared.SHARED_SLOT else 0
-                    word &= ~rpc_shared.SHARED_FLAGS
+                if word & rpc_shared.REPLY_FLAGS:
+                    if word & rpc_shared.MAPPED:  # the server mapped this connection's memory
+                        self.mapped = self.shared is not None
+                    if word & rpc_shared.SHARED:  # its arrays are in a reply slot
+                        slot = 1 if word & rpc_shared.SHARED_SLOT else 0
+                    word &= ~rpc_shared.REPLY_FLAGS
                 if not 1 <= word <= MAX_FRAMES:
                     raise FramingError(f"a message of {word} frames (1 to {MAX_FRAMES})")
                 head = COUNT.size + 8 * word
@@ -188,13 +192,13 @@ class Channel(asyncio.BufferedProtocol):
             raise ChannelLost()
         assert self.transport is not None
         if self.shared is not None and len(self._answers) + len(messages) > rpc_shared.SLOTS:
-            raise RuntimeError("more replies outstanding than a connection has slots")
+            raise RuntimeError("more messages outstanding than a connection has slots")
         loop = asyncio.get_running_loop()
         answers = [loop.create_future() for _ in messages]
         self._answers.extend(answers)
-        shared = self.shared
+        shared = self.shared if self.mapped else None
         chunks: list[wire.Buffer] = []
-        for frames in messages:  # big arrays through the request slots, when attached
+        for frames in messages:  # big arrays through the request slots, once mapped
             if shared is not None and len(frames) > 1:
                 chunks += packed(frames, shared, requests=True)[0]
             else:
@@ -233,7 +237,7 @@ def _expire(answer: Answer) -> None:
 
 async def connect(endpoint: str, shared: bool = True) -> Channel:
     """A new connection to a call endpoint (ChannelLost when refused); on a unix socket with
-    ``shared``, with shared memory for its replies' arrays (`rpc_shared`)."""
+    ``shared``, with shared memory for its messages' big arrays (`rpc_shared`)."""
     loop = asyncio.get_running_loop()
     try:
         family, address = endpoint_address(endpoint)

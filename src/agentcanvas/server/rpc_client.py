@@ -255,6 +255,8 @@ def _decoded(frames: list[memoryview], expected: tuple[int, str, type[Reply]], w
         decoded = decoder.decode(frames)
     except WireError as exc:
         raise protocol.not_fitting(where, what, str(exc)) from exc
+    if decoded.id is None and decoded.err is not msgspec.UNSET:  # the server could not read it
+        raise protocol.not_fitting(where, what, f"the server refused it: {decoded.err.message}")
     if decoded.id != request_id:
         raise protocol.not_fitting(
             where, what, f"the reply to request {decoded.id}, not {request_id}"

@@ -12,8 +12,9 @@ its messages, with one length per frame so arrays travel as their own frames, ne
 on the way out. The headers are `protocol.RpcRequest` and `protocol.RpcReply`.
 
 An endpoint is ``ipc://@NAME`` (an abstract unix socket, Linux) or ``tcp://HOST:PORT``. On
-a unix socket a reply's big arrays go through the connection's shared memory instead of the
-stream (`rpc_shared`: flags in the count, an attach as the connection's first message).
+a unix socket the big arrays of requests and replies go through the connection's shared
+memory instead of the stream (`rpc_shared`: flags in the count, an attach as the
+connection's first message).
 
 Why not a messaging library: this path was ZeroMQ (DEALER/ROUTER) until measured. libzmq
 moves every message through I/O threads on both sides — six thread wake-ups per round trip
@@ -92,7 +93,8 @@ def _head(flags: int, sizes: list[int]) -> bytes:
 
 def frame_count(raw: wire.Buffer, offset: int = 0) -> int:
     """The frame count at a message's start, at ``offset`` in ``raw`` (FramingError when
-    out of range: also a count with `rpc_shared`'s flags, which only `Channel` reads)."""
+    out of range: also a count with `rpc_shared`'s flags, which `Channel` and
+    `MessageReader` read themselves)."""
     (count,) = COUNT.unpack_from(raw, offset)
     if not 1 <= count <= MAX_FRAMES:
         raise FramingError(f"a message of {count} frames (1 to {MAX_FRAMES})")
@@ -170,13 +172,15 @@ class MessageReader:
                 self._fds = []
         self._have(COUNT.size)
         start = self._start
+        (count,) = COUNT.unpack_from(self._buf, start)
         slot = None
-        if self.shared is not None:  # a request's arrays may be in its slots
-            (word,) = COUNT.unpack_from(self._buf, start)
-            if word & rpc_shared.SHARED:
-                slot = 1 if word & rpc_shared.SHARED_SLOT else 0
-                COUNT.pack_into(self._buf, start, word & ~rpc_shared.SHARED_FLAGS)
-        count = frame_count(self._buf, start)
+        if count & rpc_shared.SHARED:  # its arrays are in a request slot
+            if self.shared is None:
+                raise FramingError("a request in shared memory on a connection that has none")
+            slot = 1 if count & rpc_shared.SHARED_SLOT else 0
+            count &= ~rpc_shared.SHARED_FLAGS
+        if not 1 <= count <= MAX_FRAMES:
+            raise FramingError(f"a message of {count} frames (1 to {MAX_FRAMES})")
         head = COUNT.size + 8 * count
         self._have(head)
         start = self._start
@@ -258,9 +262,10 @@ def packed(
     slot = None
     if shared is not None and len(sizes) > 1 and sum(sizes) - sizes[0] >= rpc_shared.MIN_BYTES:
         slot = shared.put(frames[1:], sizes[1:], requests)
+    mapped = rpc_shared.MAPPED if shared is not None and not requests else 0  # a reply: say so
     if slot is None:
-        return [_head(0, sizes), *frames], 4 + 8 * len(sizes) + sum(sizes)
-    flags = rpc_shared.SHARED | (rpc_shared.SHARED_SLOT if slot else 0)
+        return [_head(mapped, sizes), *frames], 4 + 8 * len(sizes) + sum(sizes)
+    flags = mapped | rpc_shared.SHARED | (rpc_shared.SHARED_SLOT if slot else 0)
     return [_head(flags, sizes), frames[0]], 4 + 8 * len(sizes) + sizes[0]
 
 

@@ -12,6 +12,9 @@ copies them into the next slot of its side and streams only the header, its coun
 
     u32 n | SHARED [| SHARED_SLOT] | u64 len_1 .. len_n | frame_1      (frames 2..n: the slot)
 
+A server that mapped the file says so on every reply (``MAPPED`` in its count): the client
+puts a request's arrays in a slot only after that (the first request is streamed; a server
+that could not map the file, or an older one, never says it, and gets them all streamed).
 The receiver decodes the arrays out of the slot (`wire` copies every decoded array into
 memory of its own): the server decodes a request before it runs it, the client a reply
 before its connection takes another request. Two slots a side because at most two requests
@@ -44,6 +47,8 @@ from agentcanvas import envsettings, wire
 
 __all__ = [
     "ATTACH",
+    "MAPPED",
+    "REPLY_FLAGS",
     "SHARED",
     "SHARED_FLAGS",
     "SHARED_SLOT",
@@ -58,10 +63,12 @@ __all__ = [
 
 log = logging.getLogger("agentcanvas.server")
 
-SHARED = 1 << 31  # a reply whose array frames lie in the connection's shared memory...
-SHARED_SLOT = 1 << 30  # ... in its second slot
+SHARED = 1 << 31  # a message whose array frames lie in the connection's shared memory...
+SHARED_SLOT = 1 << 30  # ... in the second slot of its side
 ATTACH = 1 << 29  # a connection's first message: its shared memory (no frames, no answer)
+MAPPED = 1 << 28  # on a reply: the server mapped the connection's memory (requests may use it)
 SHARED_FLAGS = SHARED | SHARED_SLOT
+REPLY_FLAGS = SHARED | SHARED_SLOT | MAPPED
 SLOT_BYTES = 1 << 20  # 1 MiB a slot: two 224x224x3 images fit; bigger replies are streamed
 MIN_BYTES = 32 * 1024  # smaller arrays are streamed: cheaper than the slot's bookkeeping
 SLOTS = 2  # each way: replies in slots 0 and 1, requests in slots 2 and 3 of the file
