@@ -298,7 +298,7 @@ async def test_two_replies_outstanding_each_keep_their_slot(endpoint: str) -> No
         client.close()
 
 
-async def test_a_connection_with_shared_memory_refuses_a_third_reply_outstanding(
+async def test_a_connection_with_shared_memory_refuses_a_third_message_outstanding(
     endpoint: str,
 ) -> None:
     channel = await rpc_channel.connect(endpoint)
@@ -340,7 +340,7 @@ async def test_a_client_attaches_only_to_a_server_of_protocol_2_2_or_later(
         False,
     ]
     for attaches in (False, True):
-        client = RpcClient(endpoint, "test server", shared=attaches)
+        client = RpcClient(endpoint, "test server", attaches=attaches)
         try:
             out = await client.request("array", {"n": 200_000, "k": 4}, "array", 10.0, Any)
             assert out["xs"][0].tobytes() == bytes([4]) * 200_000

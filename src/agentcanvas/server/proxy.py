@@ -196,7 +196,7 @@ class RemoteNodeSet(HealthChecked, AttachesClients, SaysIfItEvicts, BatchAudited
         if self._rpc is None:
             health = await self.health(min(self._deadline(), CONNECT_TIMEOUT_S))
             attaches = protocol.attaches_memory(health.protocol_version)
-            self._rpc = RpcClient(health.call, self.where, shared=attaches)
+            self._rpc = RpcClient(health.call, self.where, attaches)
         return self._rpc
 
     async def _request(self, op: str, args: dict[str, Any], what: str, reply: type[Reply]) -> Reply:

@@ -25,9 +25,9 @@ from agentcanvas.errors import ServerDiedError, ServerTimeoutError
 from agentcanvas.server import rpc_shared
 from agentcanvas.server.rpc_framing import (
     COUNT,
-    MAX_FRAMES,
     FramingError,
     endpoint_address,
+    frame_count,
     frame_lengths,
     pack,
     packed,
@@ -105,16 +105,10 @@ class Channel(asyncio.BufferedProtocol):
         scratch, filled, at = self._scratch, self._filled, 0
         try:
             while filled - at >= COUNT.size:
-                (word,) = COUNT.unpack_from(scratch, at)
-                slot = None
-                if word & rpc_shared.REPLY_FLAGS:
-                    if word & rpc_shared.MAPPED:  # the server mapped this connection's memory
-                        self.mapped = self.shared is not None
-                    if word & rpc_shared.SHARED:  # its arrays are in a reply slot
-                        slot = 1 if word & rpc_shared.SHARED_SLOT else 0
-                    word &= ~rpc_shared.REPLY_FLAGS
-                if not 1 <= word <= MAX_FRAMES:
-                    raise FramingError(f"a message of {word} frames (1 to {MAX_FRAMES})")
+                word, flags = frame_count(scratch, at, rpc_shared.REPLY_FLAGS)
+                if flags & rpc_shared.MAPPED:  # the server mapped this connection's memory
+                    self.mapped = self.shared is not None
+                slot = rpc_shared.slot_of(flags)  # where its arrays are, when in a reply slot
                 head = COUNT.size + 8 * word
                 if filled - at < head:
                     break
@@ -287,10 +281,9 @@ class ChannelPool:
     """The idle connections of one client to one endpoint, all of one event loop (a
     connection belongs to the loop that made it); ``where`` names the server in errors."""
 
-    def __init__(self, endpoint: str, where: str, shared: bool | None = None) -> None:
+    def __init__(self, endpoint: str, where: str, shared: bool = False) -> None:
         self.endpoint, self.where = endpoint, where
-        # whether new connections attach shared memory (default: `rpc_shared.usable`)
-        self.shared = rpc_shared.usable() if shared is None else shared
+        self.shared = shared  # whether new connections attach shared memory (`rpc_shared`)
         self._idle: list[Channel] = []
         self._loop: asyncio.AbstractEventLoop | None = None
 

@@ -35,7 +35,7 @@ from agentcanvas.errors import (
     UserInputError,
     WireError,
 )
-from agentcanvas.server import protocol
+from agentcanvas.server import protocol, rpc_shared
 from agentcanvas.server.rpc_channel import Answer, Channel, ChannelLost, ChannelPool, answer_within
 from agentcanvas.server.rpc_framing import encode
 
@@ -125,12 +125,13 @@ class Pending(Generic[Then]):
 class RpcClient:
     """Requests to one server's call endpoint; `where` names the server in every error."""
 
-    def __init__(self, endpoint: str, where: str, shared: bool | None = None) -> None:
+    def __init__(self, endpoint: str, where: str, attaches: bool = True) -> None:
+        """``attaches``: False for a server that takes no attach (`protocol.attaches_memory`);
+        else connections attach shared memory when this process uses it (`rpc_shared`)."""
         if not endpoint.startswith(("tcp://", "ipc://")):
             raise ServerError(f"{where}: {endpoint!r} is not a tcp:// or ipc:// endpoint")
         self.endpoint, self.where = endpoint, where
-        # ``shared``: False for a server that takes no attach (`protocol.attaches_memory`)
-        self.pool = ChannelPool(endpoint, where, None if shared is None or shared else False)
+        self.pool = ChannelPool(endpoint, where, attaches and rpc_shared.usable())
         self._ids = itertools.count(1)
 
     async def request(

@@ -91,14 +91,19 @@ def _head(flags: int, sizes: list[int]) -> bytes:
     return head.pack(len(sizes) | flags, *sizes)
 
 
-def frame_count(raw: wire.Buffer, offset: int = 0) -> int:
-    """The frame count at a message's start, at ``offset`` in ``raw`` (FramingError when
-    out of range: also a count with `rpc_shared`'s flags, which `Channel` and
-    `MessageReader` read themselves)."""
-    (count,) = COUNT.unpack_from(raw, offset)
+def frame_count(raw: wire.Buffer, offset: int = 0, accepted: int = 0) -> tuple[int, int]:
+    """The frame count at a message's start (at ``offset`` in ``raw``) and the `rpc_shared`
+    flags beside it; FramingError for a flag not in ``accepted`` (shared memory this
+    connection has not set up) or a count out of range."""
+    (word,) = COUNT.unpack_from(raw, offset)
+    flags, count = word & rpc_shared.REPLY_FLAGS, word & ~rpc_shared.REPLY_FLAGS
+    if flags & ~accepted:
+        raise FramingError(
+            f"a message flagged for shared memory this connection has not ({word:#x})"
+        )
     if not 1 <= count <= MAX_FRAMES:
         raise FramingError(f"a message of {count} frames (1 to {MAX_FRAMES})")
-    return int(count)
+    return count, flags
 
 
 _LENGTHS: dict[int, struct.Struct] = {}  # by frame count (at most MAX_FRAMES of them)
@@ -139,7 +144,7 @@ def _recv_exactly(sock: socket.socket, n: int) -> bytearray:
 
 def recv_message(sock: socket.socket) -> list[memoryview]:
     """One message from a blocking socket (EOFError at its end, FramingError for garbage)."""
-    count = frame_count(bytes(_recv_exactly(sock, COUNT.size)))
+    count, _ = frame_count(bytes(_recv_exactly(sock, COUNT.size)))
     lengths = frame_lengths(count, bytes(_recv_exactly(sock, 8 * count)))
     return split_frames(_recv_exactly(sock, sum(lengths)), lengths)
 
@@ -172,15 +177,9 @@ class MessageReader:
                 self._fds = []
         self._have(COUNT.size)
         start = self._start
-        (count,) = COUNT.unpack_from(self._buf, start)
-        slot = None
-        if count & rpc_shared.SHARED:  # its arrays are in a request slot
-            if self.shared is None:
-                raise FramingError("a request in shared memory on a connection that has none")
-            slot = 1 if count & rpc_shared.SHARED_SLOT else 0
-            count &= ~rpc_shared.SHARED_FLAGS
-        if not 1 <= count <= MAX_FRAMES:
-            raise FramingError(f"a message of {count} frames (1 to {MAX_FRAMES})")
+        accepted = rpc_shared.SHARED_FLAGS if self.shared is not None else 0
+        count, flags = frame_count(self._buf, start, accepted)
+        slot = rpc_shared.slot_of(flags)  # where its arrays are, when in a request slot
         head = COUNT.size + 8 * count
         self._have(head)
         start = self._start

@@ -58,6 +58,7 @@ __all__ = [
     "close_fds",
     "fds_of",
     "shared_offsets",
+    "slot_of",
     "usable",
 ]
 
@@ -82,6 +83,13 @@ def usable() -> bool:
     """Whether this process's connections attach shared memory (Linux ``memfd_create``,
     not turned off by ``AGENTCANVAS_CALL_SHARED_MEMORY=0``)."""
     return hasattr(os, "memfd_create") and envsettings.CALL_SHARED_MEMORY.get() == "1"
+
+
+def slot_of(flags: int) -> int | None:
+    """The slot a message's arrays are in, by its count's flags; None when it streams them."""
+    if not flags & SHARED:
+        return None
+    return 1 if flags & SHARED_SLOT else 0
 
 
 def shared_offsets(lengths: Sequence[int], slot_bytes: int) -> list[int] | None:
