@@ -195,3 +195,59 @@ async def test_a_submit_cancelled_while_it_waits_leaves_the_line(
     assert small.result() is None  # admitted: the line moved on without the cancelled one
     await writer.drain()
     assert writer.pending == 0 and _on_disk(journal.run_dir) == {0, 2}
+
+
+# -- the commit cadence: one sync per COMMIT_INTERVAL_S at most ----------------------------------
+
+
+def _acked(journal: Journal) -> set[int]:
+    return {i for kind, group in journal.events if kind == "ack" for i in group}
+
+
+async def _until_acked(journal: Journal, indices: set[int], within_s: float = 5.0) -> None:
+    async with asyncio.timeout(within_s):
+        while not indices <= _acked(journal):
+            await asyncio.sleep(0.005)
+
+
+async def test_records_that_come_within_the_interval_share_a_commit(journal: Journal) -> None:
+    """Twenty records 2 ms apart: without the cadence each would have its own sync (one
+    takes well under 2 ms here); with it they gather, a commit per COMMIT_INTERVAL_S."""
+    assert record_writer.COMMIT_INTERVAL_S >= 0.01  # the gap below is well inside it
+    writer = _writer(journal)
+    for index in range(20):
+        await writer.submit(_record(index))
+        await asyncio.sleep(0.002)
+    await _until_acked(journal, set(range(20)))  # without drain: the cadence alone commits
+    syncs = sum(kind == "sync" for kind, _ in journal.events)
+    assert syncs <= 6, journal.events
+    await writer.drain()
+    assert _acked(journal) == set(range(20)) == _on_disk(journal.run_dir)
+
+
+async def test_a_drain_commits_what_is_queued_without_waiting(
+    journal: Journal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(record_writer, "COMMIT_INTERVAL_S", 600.0)
+    writer = _writer(journal)
+    await writer.submit(_record(0))  # the first commits at once (none came before)
+    await _until_acked(journal, {0})
+    await writer.submit(_record(1))  # would wait 600 s for the next commit
+    await asyncio.sleep(0.05)
+    assert _acked(journal) == {0}  # gathering
+    await asyncio.wait_for(writer.drain(), 5.0)
+    assert _acked(journal) == {0, 1} == _on_disk(journal.run_dir)
+
+
+async def test_a_full_group_is_committed_without_waiting(
+    journal: Journal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(record_writer, "COMMIT_INTERVAL_S", 600.0)
+    monkeypatch.setattr(record_writer, "MAX_GROUP", 4)
+    writer = _writer(journal)
+    await writer.submit(_record(0))
+    await _until_acked(journal, {0})
+    for index in range(1, 5):  # a group's worth: no wait for the interval
+        await writer.submit(_record(index))
+    await _until_acked(journal, {1, 2, 3, 4})
+    await writer.drain()

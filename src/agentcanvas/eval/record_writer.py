@@ -8,7 +8,10 @@ head has caught up (backpressure: nothing is dropped, memory stays bounded). Wai
 are admitted in the order they came, and none is passed by a later one: a large record (an
 episode with frames) waiting for bytes to free is not starved by small ones that would fit.
 
-One thread writes. It takes every admitted record (at most MAX_GROUP) at once and writes
+One thread writes. Its commits start at most every COMMIT_INTERVAL_S: the records admitted
+in between gather into one group, unless MAX_GROUP of them are waiting or the run drains
+(its end: what is queued is committed at once). It takes every admitted record (at most
+MAX_GROUP) at once and writes
 each episode's files and its episode.json (a temp file renamed into place), then *commits*
 the group: one syncfs(2) of the run folder's filesystem (Linux 5.8 and newer), which makes
 every file, rename and folder of the group durable at once — one fsync per file costs the
@@ -27,6 +30,7 @@ import asyncio
 import logging
 import os
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -46,6 +50,7 @@ from agentcanvas.fileio import (
 )
 
 __all__ = [
+    "COMMIT_INTERVAL_S",
     "LINGER_S",
     "MAX_GROUP",
     "MAX_PENDING",
@@ -61,6 +66,11 @@ MAX_PENDING: Final = 256  # records admitted and not yet committed
 MAX_PENDING_BYTES: Final = 256 * 1024**2  # their bytes (logs, frames): memory stays bounded
 MAX_GROUP: Final = 128  # records committed together at most
 LINGER_S: Final = 0.5  # an idle writer thread waits this long for more before it ends
+# Commits start at most this often. A syncfs costs the head about 0.2 ms of CPU and the
+# kernel a journal commit: at a few episodes a second that is nothing, at hundreds (short
+# episodes, one worker) one per episode cost 2-4 % of the run's wall time here
+# (bench/episode_cost.py). An episode is acknowledged this much later at most.
+COMMIT_INTERVAL_S: Final = 0.02
 WATCH_S: Final = 1.0  # a waiting submit or drain checks this often that the writer lives
 
 
@@ -108,6 +118,8 @@ class GroupCommitWriter:
         self._waiters: deque[tuple[int, asyncio.Future[None]]] = deque()  # submits, in order
         self._failure: BaseException | None = None  # a write error other than a full disk
         self._sync: FilesystemSync | None = None  # the writer thread's, held while it runs
+        self._next_commit = 0.0  # time.monotonic() before which no commit starts
+        self._hurry = False  # the run drains: commit what is queued without waiting
         self.groups = 0  # commits made (the bench reports records per commit)
 
     @property
@@ -140,7 +152,8 @@ class GroupCommitWriter:
         with self._cond:
             self._queue.append(record)
             if self._thread is not None:
-                self._cond.notify()
+                if len(self._queue) == 1 or len(self._queue) >= MAX_GROUP:  # else it gathers
+                    self._cond.notify()
                 return
             name = f"record-writer:{self.run_dir.root.name}"
             thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -197,6 +210,9 @@ class GroupCommitWriter:
 
     async def drain(self) -> None:
         """Until every admitted record is committed (or dropped); raises a write error."""
+        with self._cond:
+            self._hurry = True  # the run ends: no more gathering
+            self._cond.notify()
         while self._pending:
             await self._wait_settled()
         self._raise_failure()
@@ -243,6 +259,7 @@ class GroupCommitWriter:
                     if not self._queue:
                         self._thread = None  # a submit from here on starts a new thread
                         return
+                    self._gather()
                     count = min(MAX_GROUP, len(self._queue))
                     group = [self._queue.popleft() for _ in range(count)]
                 if not self._settle(group):
@@ -254,6 +271,17 @@ class GroupCommitWriter:
             if self._sync is not None:
                 self._sync.close()
                 self._sync = None
+
+    def _gather(self) -> None:
+        """Under the lock, with records queued: wait until the next commit may start
+        (COMMIT_INTERVAL_S after the last one started) while more records gather, unless a
+        group's worth is queued or the run drains."""
+        while not self._hurry and len(self._queue) < MAX_GROUP:
+            wait = self._next_commit - time.monotonic()
+            if wait <= 0:
+                break
+            self._cond.wait(wait)
+        self._next_commit = time.monotonic() + COMMIT_INTERVAL_S
 
     def _settle(self, group: list[PendingRecord]) -> bool:
         """Commit ``group``, then tell the loop its records are settled (written or not);
