@@ -16,7 +16,7 @@ import ctypes
 import errno
 import json
 import os
-import secrets
+import random
 import shutil
 import sys
 from collections.abc import Callable, Mapping
@@ -96,10 +96,16 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
+# Temp-file names: random enough (O_EXCL catches the rest), without a getrandom(2) per file
+# (a recording makes one or two a episode); seeded from os.urandom, again in a forked child.
+_TEMP_NAMES = random.Random()
+os.register_at_fork(after_in_child=_TEMP_NAMES.seed)
+
+
 def _create_temp(path: Path) -> tuple[int, Path]:
     # os.open with mode 0o666 lets the umask decide permissions (mkstemp would force 0600).
     while True:
-        tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+        tmp = path.with_name(f".{path.name}.{_TEMP_NAMES.getrandbits(48):012x}.tmp")
         try:
             return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), tmp
         except FileExistsError:

@@ -78,14 +78,15 @@ class EpisodeLog:
         except RunError as exc:
             self._failure = exc
 
-    def _flush(self) -> None:
+    def _flush(self, folder_made: bool = False) -> None:
         if not self._lines:
             return
         line = memoryview(bytes(self._lines))
         self._lines.clear()
         try:
             if self._fd is None:
-                make_dirs(self.path.parent)
+                if not folder_made:
+                    make_dirs(self.path.parent)
                 flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_TRUNC
                 self._fd = os.open(self.path, flags, 0o666)
             while line:
@@ -107,7 +108,7 @@ class EpisodeLog:
             if self._failure is not None:
                 raise self._failure
             if self._lines:
-                self._flush()
+                self._flush(folder_made=True)  # (the recorder made it: `EpisodeFiles`)
             elif self._fd is None:
                 self.path.unlink(missing_ok=True)
         finally:
