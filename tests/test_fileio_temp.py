@@ -24,6 +24,8 @@ def test_a_forked_child_draws_other_temp_names_than_its_parent() -> None:
     parent, child = ctx.Pipe()
     proc = ctx.Process(target=_next_bits, args=(child,))
     proc.start()
+    child.close()  # the child's end: a child that dies unheard ends the wait below
+    assert parent.poll(30), "the forked child sent nothing"
     drawn_in_child = parent.recv()
     proc.join(10)
     fileio._TEMP_NAMES.setstate(state)  # what the child started from

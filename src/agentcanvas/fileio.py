@@ -97,7 +97,7 @@ def _fsync_dir(folder: Path) -> None:
 
 
 # Temp-file names: random enough (O_EXCL catches the rest), without a getrandom(2) per file
-# (a recording makes one or two a episode); seeded from os.urandom, again in a forked child.
+# (a recording makes one or two an episode); seeded from os.urandom, again in a forked child.
 _TEMP_NAMES = random.Random()
 os.register_at_fork(after_in_child=_TEMP_NAMES.seed)
 

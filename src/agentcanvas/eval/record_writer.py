@@ -9,17 +9,17 @@ are admitted in the order they came, and none is passed by a later one: a large 
 episode with frames) waiting for bytes to free is not starved by small ones that would fit.
 
 One thread writes. Its commits start at most every COMMIT_INTERVAL_S: the records admitted
-in between gather into one group, unless MAX_GROUP of them are waiting or the run drains
-(its end: what is queued is committed at once). It takes every admitted record (at most
-MAX_GROUP) at once and writes
-each episode's files and its episode.json (a temp file renamed into place), then *commits*
-the group: one syncfs(2) of the run folder's filesystem (Linux 5.8 and newer), which makes
-every file, rename and folder of the group durable at once — one fsync per file costs the
-head a journal commit per episode; elsewhere one fdatasync per episode.json before its
-rename and one fsync per folder (the episode's log and frames are not synced there). Only then
-does it hand the group to ``on_committed`` (the recorder: results stored, index lines
-appended in one write, counts, events): an episode is *acknowledged* — counted, announced,
-in the index — only once its episode.json is durable. While a group commits the next one
+in between gather into one group, unless MAX_GROUP of them are waiting, a submit waits for
+space, or the run drains (its end: what is queued is committed at once). It takes every
+admitted record (at most MAX_GROUP) at once and writes each episode's files and its
+episode.json (a temp file renamed into place), then *commits* the group: one syncfs(2) of
+the run folder's filesystem (Linux 5.8 and newer), which makes every file, rename and
+folder of the group durable at once — one fsync per file costs the head a journal commit
+per episode; elsewhere one fdatasync per episode.json before its rename and one fsync per
+folder (the episode's log and frames are not synced there). Only then does it hand the
+group to ``on_committed`` (the recorder: results stored, index lines appended in one write,
+counts, events): an episode is *acknowledged* — counted, announced, in the index — only
+once its episode.json is durable. While a group commits the next one
 gathers, so groups grow with the load. A record that could not be written or synced (a full
 disk, an I/O error) is left missing, its episode.json removed: resume runs it again.
 """
@@ -68,8 +68,9 @@ MAX_GROUP: Final = 128  # records committed together at most
 LINGER_S: Final = 0.5  # an idle writer thread waits this long for more before it ends
 # Commits start at most this often. A syncfs costs the head about 0.2 ms of CPU and the
 # kernel a journal commit: at a few episodes a second that is nothing, at hundreds (short
-# episodes, one worker) one per episode cost 2-4 % of the run's wall time here
-# (bench/episode_cost.py). An episode is acknowledged this much later at most.
+# episodes, one worker) one per episode cost about 5 % of the wall time here
+# (bench/episode_ab.py). An episode is acknowledged at most this much later than it would
+# be without it.
 COMMIT_INTERVAL_S: Final = 0.02
 WATCH_S: Final = 1.0  # a waiting submit or drain checks this often that the writer lives
 
@@ -172,6 +173,8 @@ class GroupCommitWriter:
         turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         entry = (nbytes, turn)
         self._waiters.append(entry)
+        with self._cond:
+            self._cond.notify()  # a writer gathering commits now: the queue is full
         try:
             while not turn.done():
                 await asyncio.wait({turn}, timeout=WATCH_S)
@@ -257,6 +260,7 @@ class GroupCommitWriter:
                     if not self._queue:
                         self._cond.wait(LINGER_S)
                     if not self._queue:
+                        self._close_sync()  # before a new thread can open its own
                         self._thread = None  # a submit from here on starts a new thread
                         return
                     self._gather()
@@ -265,18 +269,23 @@ class GroupCommitWriter:
                 if not self._settle(group):
                     log.warning("run %s ended without its records: writer stopped", self.run_dir)
                     with self._cond:
+                        self._close_sync()
                         self._thread = None
                     return
-        finally:
-            if self._sync is not None:
-                self._sync.close()
-                self._sync = None
+        finally:  # a thread that died keeps its place (no other starts): nothing to race
+            self._close_sync()
+
+    def _close_sync(self) -> None:
+        if self._sync is not None:
+            self._sync.close()
+            self._sync = None
 
     def _gather(self) -> None:
         """Under the lock, with records queued: wait until the next commit may start
         (COMMIT_INTERVAL_S after the last one started) while more records gather, unless a
-        group's worth is queued or the run drains."""
-        while not self._hurry and len(self._queue) < MAX_GROUP:
+        group's worth is queued, a submit waits for space (the queue is full: the workers
+        wait, so gathering would only slow them), or the run drains."""
+        while not self._hurry and not self._waiters and len(self._queue) < MAX_GROUP:
             wait = self._next_commit - time.monotonic()
             if wait <= 0:
                 break
