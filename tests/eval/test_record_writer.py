@@ -210,6 +210,15 @@ async def _until_acked(journal: Journal, indices: set[int], within_s: float = 5.
             await asyncio.sleep(0.005)
 
 
+async def _one_committed(journal: Journal) -> GroupCommitWriter:
+    """A writer whose first record is committed (at once: none came before it), so that the
+    next commit waits for the interval."""
+    writer = _writer(journal)
+    await writer.submit(_record(0))
+    await _until_acked(journal, {0})
+    return writer
+
+
 async def test_records_that_come_within_the_interval_share_a_commit(journal: Journal) -> None:
     """Twenty records 2 ms apart: without the cadence each would have its own sync (one
     takes well under 2 ms here); with it they gather, a commit per COMMIT_INTERVAL_S."""
@@ -229,9 +238,7 @@ async def test_a_drain_commits_what_is_queued_without_waiting(
     journal: Journal, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(record_writer, "COMMIT_INTERVAL_S", 600.0)
-    writer = _writer(journal)
-    await writer.submit(_record(0))  # the first commits at once (none came before)
-    await _until_acked(journal, {0})
+    writer = await _one_committed(journal)
     await writer.submit(_record(1))  # would wait 600 s for the next commit
     await asyncio.sleep(0.05)
     assert _acked(journal) == {0}  # gathering
@@ -244,9 +251,7 @@ async def test_a_full_group_is_committed_without_waiting(
 ) -> None:
     monkeypatch.setattr(record_writer, "COMMIT_INTERVAL_S", 600.0)
     monkeypatch.setattr(record_writer, "MAX_GROUP", 4)
-    writer = _writer(journal)
-    await writer.submit(_record(0))
-    await _until_acked(journal, {0})
+    writer = await _one_committed(journal)
     for index in range(1, 5):  # a group's worth: no wait for the interval
         await writer.submit(_record(index))
     await _until_acked(journal, {1, 2, 3, 4})
@@ -260,9 +265,7 @@ async def test_a_submit_waiting_for_room_is_not_kept_waiting_by_the_interval(
     interval."""
     monkeypatch.setattr(record_writer, "COMMIT_INTERVAL_S", 600.0)
     monkeypatch.setattr(record_writer, "MAX_PENDING", 2)
-    writer = _writer(journal)
-    await writer.submit(_record(0))
-    await _until_acked(journal, {0})
+    writer = await _one_committed(journal)
     await asyncio.sleep(0.05)  # its room given back
     await writer.submit(_record(1))
     await asyncio.sleep(0.05)  # the writer gathers: its next commit 600 s away
@@ -278,9 +281,7 @@ async def test_a_record_reaches_an_idle_writer_at_once(
     """A writer thread waiting for work (up to LINGER_S) is woken by the next record."""
     monkeypatch.setattr(record_writer, "COMMIT_INTERVAL_S", 0.0)
     monkeypatch.setattr(record_writer, "LINGER_S", 600.0)
-    writer = _writer(journal)
-    await writer.submit(_record(0))
-    await _until_acked(journal, {0})
+    writer = await _one_committed(journal)
     await asyncio.sleep(0.05)  # the thread waits for more
     await writer.submit(_record(1))
     await _until_acked(journal, {1})

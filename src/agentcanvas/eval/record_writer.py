@@ -19,9 +19,9 @@ per episode; elsewhere one fdatasync per episode.json before its rename and one 
 folder (the episode's log and frames are not synced there). Only then does it hand the
 group to ``on_committed`` (the recorder: results stored, index lines appended in one write,
 counts, events): an episode is *acknowledged* — counted, announced, in the index — only
-once its episode.json is durable. While a group commits the next one
-gathers, so groups grow with the load. A record that could not be written or synced (a full
-disk, an I/O error) is left missing, its episode.json removed: resume runs it again.
+once its episode.json is durable. While a group commits the next one gathers, so groups
+grow with the load. A record that could not be written or synced (a full disk, an I/O
+error) is left missing, its episode.json removed: resume runs it again.
 """
 
 from __future__ import annotations
