@@ -1,11 +1,14 @@
 """MessageReader: the server's side of the call socket reads messages ahead into a buffer of
 its own — one recv for a small message or for two sent in one write — with the framing
-`recv_message` reads three recvs at a time."""
+`recv_message` reads three recvs at a time; it waits for input with poll, so the peer's
+reads do not wake it."""
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from typing import cast
 
@@ -13,18 +16,31 @@ import numpy as np
 import pytest
 
 from agentcanvas import wire
-from agentcanvas.server.rpc_framing import FramingError, MessageReader, pack, send_message
+from agentcanvas.server.rpc_framing import (
+    FramingError,
+    MessageReader,
+    pack,
+    recv_message,
+    send_message,
+)
 
 
 class _Counted:
-    """A socket whose recv_into calls are counted."""
+    """A socket whose reads (recv_into calls that got bytes or the end) are counted."""
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock, self.recvs = sock, 0
 
-    def recv_into(self, buffer: memoryview) -> int:
+    def recv_into(self, buffer: memoryview, nbytes: int = 0, flags: int = 0) -> int:
+        read = self.sock.recv_into(buffer, nbytes, flags)
         self.recvs += 1
-        return self.sock.recv_into(buffer)
+        return read
+
+    def gettimeout(self) -> float | None:
+        return self.sock.gettimeout()
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
 
 
 @pytest.fixture
@@ -107,3 +123,57 @@ def test_what_is_left_moves_to_the_front_when_the_buffer_fills(
     writer.join()
     assert got == messages
     assert counted.recvs < len(messages)  # read ahead: fewer recvs than messages
+
+
+def _voluntary_switches(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("voluntary_ctxt_switches:"):
+                return int(line.split()[1])
+    raise AssertionError("no voluntary_ctxt_switches in /proc status")
+
+
+def _echo_child_switches(sock: socket.socket, peer: socket.socket, messages: int) -> float:
+    """A forked child echoes through a MessageReader; the parent sends a message, reads the
+    echo and pauses 2 ms, ``messages`` times. The child's voluntary context switches (how
+    often it went to sleep, i.e. was woken) per message."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 0
+        try:
+            peer.close()
+            reader = MessageReader(sock)
+            while True:
+                send_message(sock, reader.recv())
+        except EOFError:
+            pass
+        except BaseException:
+            code = 1
+        os._exit(code)
+    sock.close()
+    try:
+        send_message(peer, wire.encode({"id": -1}))  # warm: the child is in its loop
+        recv_message(peer)
+        time.sleep(0.01)
+        before = _voluntary_switches(pid)
+        for k in range(messages):
+            send_message(peer, wire.encode({"id": k}))
+            assert wire.decode(recv_message(peer)) == {"id": k}
+            time.sleep(0.002)  # the child is asleep in its wait when the next one comes
+        switches = _voluntary_switches(pid) - before
+    finally:
+        peer.close()
+        _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    return switches / messages
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads /proc (Linux)")
+def test_the_peers_reads_do_not_wake_a_waiting_reader() -> None:
+    """A reader asleep in recv on a unix stream socket is woken when its peer reads what it
+    was sent (one wait queue for both directions), for nothing: the server, once a round
+    trip, at the cost of a cross-CPU wake-up in the caller's recv. Waiting with poll, the
+    child sleeps once a message: woken by the message alone."""
+    left, right = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    per_message = _echo_child_switches(right, left, messages=60)
+    assert per_message <= 1.3, f"{per_message:.2f} sleeps a message: woken by the peer's reads"

@@ -25,6 +25,7 @@ blocking sockets in the server).
 
 from __future__ import annotations
 
+import select
 import socket
 import struct
 from collections.abc import Sequence
@@ -153,10 +154,21 @@ class MessageReader:
     """Messages from one blocking socket, read ahead into a buffer of its own: a small
     message (or two sent in one write) costs one ``recv`` where `recv_message` makes three
     (count, lengths, body); a body that outgrows the buffer is read straight into its own.
-    EOFError at the stream's end, FramingError for garbage, as `recv_message`."""
+    EOFError at the stream's end, FramingError for garbage, as `recv_message`.
+
+    On a blocking socket, a read that finds nothing waits with ``poll`` for input, then
+    reads: a thread asleep in ``recv`` on a unix stream socket is woken whenever the peer
+    reads what it was sent (the socket's one wait queue serves both directions; `poll` waits
+    for input alone), so a server asleep in ``recv`` after its reply was woken for nothing
+    once a round trip, and the caller paid for the cross-CPU wake-up in its own ``recv``
+    (measured in docs/cluster.md, "Head cost"). A socket with a timeout already polls."""
 
     def __init__(self, sock: socket.socket, size: int = 64 * 1024, attach: bool = False) -> None:
         self.sock = sock
+        self._input: select.poll | None = None  # waits for input alone (blocking socket)
+        if sock.gettimeout() is None and hasattr(select, "poll"):
+            self._input = select.poll()
+            self._input.register(sock, select.POLLIN)
         self._buf = bytearray(max(size, COUNT.size + 8 * MAX_FRAMES))  # a head always fits
         self._start = self._end = 0  # the bytes read and not used yet
         # ``attach``: the stream may start with an attach (`rpc_shared`), whose descriptor
@@ -202,7 +214,7 @@ class MessageReader:
             self._start = self._end = 0
             view = memoryview(body)
             while got < size:
-                read = self.sock.recv_into(view[got:])
+                read = self._read(view[got:])
                 if read == 0:
                     raise EOFError("the peer closed the connection")
                 got += read
@@ -219,6 +231,17 @@ class MessageReader:
         self._start += COUNT.size + 8
         fds, self._fds = self._fds, []
         self.shared = rpc_shared.SharedSlots.received(fds, head)
+
+    def _read(self, view: memoryview) -> int:
+        """Bytes into ``view`` (0 at the stream's end): what is there, else the next input
+        once ``poll`` says it came (class docstring: no wake-up when the peer reads)."""
+        if self._input is None:
+            return self.sock.recv_into(view)
+        try:
+            return self.sock.recv_into(view, 0, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            self._input.poll()
+            return self.sock.recv_into(view)
 
     def _have(self, n: int) -> None:
         """At least ``n`` unused bytes in the buffer (n fits it); EOFError at the end."""
@@ -240,7 +263,7 @@ class MessageReader:
                     raise EOFError("the peer closed the connection")
                 self._end += read
             while self._end - self._start < n:
-                read = self.sock.recv_into(view[self._end :])
+                read = self._read(view[self._end :])
                 if read == 0:
                     raise EOFError("the peer closed the connection")
                 self._end += read
