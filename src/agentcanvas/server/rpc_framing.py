@@ -233,15 +233,11 @@ class MessageReader:
         self.shared = rpc_shared.SharedSlots.received(fds, head)
 
     def _read(self, view: memoryview) -> int:
-        """Bytes into ``view`` (0 at the stream's end): what is there, else the next input
-        once ``poll`` says it came (class docstring: no wake-up when the peer reads)."""
-        if self._input is None:
-            return self.sock.recv_into(view)
-        try:
-            return self.sock.recv_into(view, 0, socket.MSG_DONTWAIT)
-        except BlockingIOError:
-            self._input.poll()
-            return self.sock.recv_into(view)
+        """Bytes into ``view`` (0 at the stream's end), read once ``poll`` says input is
+        there (class docstring: no wake-up when the peer reads)."""
+        if self._input is not None:
+            self._input.poll()  # at once when input is there
+        return self.sock.recv_into(view)
 
     def _have(self, n: int) -> None:
         """At least ``n`` unused bytes in the buffer (n fits it); EOFError at the end."""
