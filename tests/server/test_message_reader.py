@@ -26,15 +26,14 @@ from agentcanvas.server.rpc_framing import (
 
 
 class _Counted:
-    """A socket whose reads (recv_into calls that got bytes or the end) are counted."""
+    """A socket whose recv_into calls are counted (and that a reader can poll)."""
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock, self.recvs = sock, 0
 
-    def recv_into(self, buffer: memoryview, nbytes: int = 0, flags: int = 0) -> int:
-        read = self.sock.recv_into(buffer, nbytes, flags)
+    def recv_into(self, buffer: memoryview) -> int:
         self.recvs += 1
-        return read
+        return self.sock.recv_into(buffer)
 
     def gettimeout(self) -> float | None:
         return self.sock.gettimeout()

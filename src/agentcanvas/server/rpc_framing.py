@@ -156,12 +156,13 @@ class MessageReader:
     (count, lengths, body); a body that outgrows the buffer is read straight into its own.
     EOFError at the stream's end, FramingError for garbage, as `recv_message`.
 
-    On a blocking socket, a read that finds nothing waits with ``poll`` for input, then
-    reads: a thread asleep in ``recv`` on a unix stream socket is woken whenever the peer
-    reads what it was sent (the socket's one wait queue serves both directions; `poll` waits
-    for input alone), so a server asleep in ``recv`` after its reply was woken for nothing
-    once a round trip, and the caller paid for the cross-CPU wake-up in its own ``recv``
-    (measured in docs/cluster.md, "Head cost"). A socket with a timeout already polls."""
+    On a blocking socket, each read (the attach's first one apart) waits with ``poll`` for
+    input, then reads: a thread asleep in ``recv`` on a unix stream socket is woken whenever
+    the peer reads what it was sent (the socket's one wait queue serves both directions;
+    `poll` waits for input alone), so a server asleep in ``recv`` after its reply was woken
+    for nothing once a round trip, and the caller paid for the cross-CPU wake-up in its own
+    ``recv`` (measured in docs/cluster.md, "Head cost"). A socket with a timeout already
+    polls."""
 
     def __init__(self, sock: socket.socket, size: int = 64 * 1024, attach: bool = False) -> None:
         self.sock = sock
