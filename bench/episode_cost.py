@@ -1,6 +1,7 @@
 """Fixed cost per episode, no simulated latency: ours next to Gymnasium ``AsyncVectorEnv``.
 
     .venv/bin/python bench/episode_cost.py [--quick] [--episodes N] [--rounds R]
+                                           [--no-record-log]
 
 The same episodes on both sides (the BabyAI levels of ``babyai_oracle``, the batch eval's
 episode seeds, the same BFS policy, no step latency), one worker each, as in
@@ -18,7 +19,9 @@ runs second runs on a warmer machine: measured, about 8 % on its own), so that a
 load hits both alike; the table shows each round and the medians, with the ratio
 (goal: ours <= 1.3x AsyncVectorEnv), its quartiles, and a 90 % bootstrap interval of the
 median ratio: on a shared, noisy machine one round's ratio ranges widely, the median of many
-paired rounds does not.
+paired rounds does not. ``--no-record-log``: ours without the firing log (what
+``agentcanvas eval --no-record-log`` leaves out: the summaries of each firing's values and
+each episode's ``log.jsonl``), to see what the log costs (docs/cluster.md, "Head cost").
 To compare with another checkout, run this file with that checkout's ``src`` first on
 ``PYTHONPATH`` (the bench itself imports only ``bench/scaling.py`` and the package).
 """
@@ -40,11 +43,14 @@ import scaling  # the bench folder is not a package
 GRAPH_NAME = "bench_episode_cost"
 
 
-def one_round(workspace: Path, n_per_task: int, ave_first: bool) -> tuple[float, float, bool]:
+def one_round(
+    workspace: Path, n_per_task: int, ave_first: bool, record_log: bool = True
+) -> tuple[float, float, bool]:
     """(ours, AsyncVectorEnv) wall seconds for the same episodes, and whether they agree."""
     if ave_first:
         ave = scaling.run_ave(scaling.plan(n_per_task), 1, 0.0)
-    ours = asyncio.run(scaling.run_ours(workspace, GRAPH_NAME, n_per_task, 1))
+    run = scaling.run_ours(workspace, GRAPH_NAME, n_per_task, 1, record_log=record_log)
+    ours = asyncio.run(run)
     if not ave_first:
         ave = scaling.run_ave(scaling.plan(n_per_task), 1, 0.0)
     return ours.wall_s, ave.wall_s, ours.steps == ave.steps
@@ -55,6 +61,12 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="60 episodes, 4 rounds")
     parser.add_argument("--episodes", type=int, help="episodes per round (default 200)")
     parser.add_argument("--rounds", type=int, help="interleaved rounds (default 12)")
+    parser.add_argument(
+        "--no-record-log",
+        dest="record_log",
+        action="store_false",
+        help="ours without the firing log (`agentcanvas eval --no-record-log`): what it costs",
+    )
     args = parser.parse_args()
     n_total = args.episodes or (60 if args.quick else 200)
     rounds = args.rounds or (4 if args.quick else 12)
@@ -67,15 +79,16 @@ def main() -> int:
         os.environ["AGENTCANVAS_HOME"] = str(workspace)
         scaling.write_graph(workspace, GRAPH_NAME, 0.0)
         for k in range(rounds):
-            rows.append(one_round(workspace, n_per_task, ave_first=k % 2 == 1))
-    _print(rows, n_episodes)
+            rows.append(one_round(workspace, n_per_task, k % 2 == 1, args.record_log))
+    _print(rows, n_episodes, args.record_log)
     return 0
 
 
-def _print(rows: list[tuple[float, float, bool]], n_episodes: int) -> None:
+def _print(rows: list[tuple[float, float, bool]], n_episodes: int, record_log: bool) -> None:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(
-        f"{n_episodes} episodes of {', '.join(scaling.TASKS)} per round, W = 1, no latency; "
+        f"{n_episodes} episodes of {', '.join(scaling.TASKS)} per round, W = 1, no latency"
+        f"{'' if record_log else ', ours without the firing log (--no-record-log)'}; "
         f"load average (1 min) at the end {load:.2f}; package from "
         f"{Path(scaling.__file__).parent.parent / 'src'} unless PYTHONPATH says otherwise"
     )

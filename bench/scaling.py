@@ -131,13 +131,22 @@ def write_graph(workspace: Path, name: str, latency_ms: float) -> None:
 
 
 async def run_ours(
-    workspace: Path, name: str, n_per_task: int, workers: int, steal: bool = True
+    workspace: Path,
+    name: str,
+    n_per_task: int,
+    workers: int,
+    steal: bool = True,
+    record_log: bool = True,
 ) -> Timing:
     registry = WorkspaceComponentRegistry(workspace=workspace)
     registry.scan_all()
     graph = registry.load_graph(name)
     config = EvalConfig(
-        graph_name=name, episode_count=n_per_task, worker_count=workers, seed=RUN_SEED
+        graph_name=name,
+        episode_count=n_per_task,
+        worker_count=workers,
+        seed=RUN_SEED,
+        record_log=record_log,
     )
     called = time.time()
     BatchEvalRunner.work_stealing = steal
