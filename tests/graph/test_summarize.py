@@ -4,13 +4,21 @@ format_traceback, bounded in lines and bytes."""
 from __future__ import annotations
 
 import enum
+import hashlib
+import importlib
 import json
 import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
+from agentcanvas.graph import summarize as summarize_module
 from agentcanvas.graph.summarize import (
     CUT,
     MAX_ARRAY_VALUES,
@@ -274,3 +282,134 @@ def test_a_short_traceback_is_whole() -> None:
         text = format_traceback(exc)
     assert text.splitlines()[0] == "Traceback (most recent call last):"
     assert text.splitlines()[-1] == "KeyError: 'missing'"
+
+
+# -- the compiled copy (scripts/build_native.py) ----------------------------------------------
+
+COMPILED = summarize_module.IMPLEMENTATION == "compiled"
+needs_compiled = pytest.mark.skipif(not COMPILED, reason="the compiled copy is not built")
+
+
+class Text(str):
+    pass
+
+
+def random_value(rng: np.random.Generator, left: list[int], depth: int = 0) -> Any:
+    """A value of any kind summarize tells apart, nested up to 8 deep, of at most about
+    ``left[0]`` values in all (counted down)."""
+    left[0] -= 1
+    kind = int(rng.integers(0, 22 if depth < 8 and left[0] > 0 else 13))
+    n = int(rng.choice([0, 1, 2, 5, 15, 16, 17, 40]))
+    scalars: list[Any] = [
+        int(rng.integers(-5, 5)),
+        bool(rng.integers(0, 2)),
+        None,
+        float(rng.choice([0.5, -0.0, np.nan, np.inf, -np.inf, 1e300])),
+        "é" * int(rng.choice([0, 3, MAX_STR, MAX_STR + 1, 400])),
+        2**70,
+        np.float32(rng.random()),
+        np.int16(-3),
+        np.bool_(False),
+        Colour.RED,
+        Text("sub"),
+        bytes(n),
+        object(),
+    ]
+    if kind < len(scalars):
+        return scalars[kind]
+    if kind == 13:
+        return [random_value(rng, left, depth + 1) for _ in range(n)]
+    if kind == 14:
+        return tuple(random_value(rng, left, depth + 1) for _ in range(n))
+    if kind in (15, 16):
+        keys: list[Any] = [f"k{i}" for i in range(n)] + [3, None, (1, 2)]
+        return {keys[i]: random_value(rng, left, depth + 1) for i in range(min(n, len(keys)))}
+    if kind == 17:
+        shape = tuple(int(k) for k in rng.integers(0, 6, size=int(rng.integers(0, 4))))
+        dtype = rng.choice(["uint8", "float32", "float16", "bool", "int64", "complex64"])
+        return (rng.standard_normal(shape) * 100).astype(dtype)
+    if kind == 18:
+        return np.array([np.nan, -np.inf, 2.5])[:: int(rng.choice([1, -1]))]
+    if kind == 19:
+        return {1, 2}
+    if kind == 20:
+        return np.array(["a", None, 3], dtype=object)
+    return [[random_value(rng, left, depth + 2) for _ in range(3)] for _ in range(n)]
+
+
+@needs_compiled
+def test_the_compiled_walk_gives_the_python_walks_summaries() -> None:
+    """The compiled copy and the module's Python walk, on the rules' values and thousands of
+    random ones (2,000), alone and through `Summaries` (values passed on, changed in place between
+    firings): the same summaries, down to the types (repr: 1, 1.0 and True differ)."""
+    python, python_taken = summarize_module.python_summarize, summarize_module.PythonSummaries
+    assert summarize is not python and Summaries is not python_taken
+    rng = np.random.default_rng(11)
+    values = VALUES + HUGE + [random_value(rng, [int(rng.integers(1, 400))]) for _ in range(2000)]
+    for value in values:
+        assert repr(summarize(value)) == repr(python(value))
+    for _ in range(150):
+        pool = [values[int(i)] for i in rng.choice(len(values), size=8)]
+        compiled_taken, walked = Summaries(), python_taken()
+        for _ in range(6):
+            inputs = {f"i{j}": pool[int(k)] for j, k in enumerate(rng.choice(8, size=3))}
+            outputs = {f"o{j}": pool[int(k)] for j, k in enumerate(rng.choice(8, size=3))}
+            in_process = bool(rng.integers(0, 2))
+            expected = walked.firing(inputs, outputs, in_process)
+            assert repr(compiled_taken.firing(inputs, outputs, in_process)) == repr(expected)
+            if in_process and isinstance(pool[0], list):
+                pool[0].append(len(pool[0]))  # a node changed a value it received
+            if rng.random() < 0.2:
+                compiled_taken.clear(), walked.clear()
+
+
+def built_copy() -> list[Path]:
+    folder = Path(summarize_module.__file__).parent
+    return sorted(folder.glob(f"{summarize_module.COMPILED_NAME}*.so"))
+
+
+def test_the_copy_runs_only_when_built_from_this_very_file() -> None:
+    """Which walk runs follows the copy's digest: the copy when it is this file's, else the
+    Python walk (an older build is never run); and the copy is never taken when asked not to."""
+    if not built_copy():
+        assert summarize_module.IMPLEMENTATION == "python"
+        assert summarize_module.compiled_copy() is None
+        return
+    copy = importlib.import_module(f"agentcanvas.graph.{summarize_module.COMPILED_NAME}")
+    source = Path(summarize_module.__file__).read_bytes()
+    current = hashlib.sha256(source).hexdigest() == copy.SOURCE_SHA256
+    expected = "compiled" if current else "python"
+    assert expected == summarize_module.IMPLEMENTATION
+    assert (summarize_module.compiled_copy() is copy) is current
+    os.environ["AGENTCANVAS_PYTHON_SUMMARIES"] = "1"
+    try:
+        assert summarize_module.compiled_copy() is None
+    finally:
+        del os.environ["AGENTCANVAS_PYTHON_SUMMARIES"]
+
+
+@needs_compiled
+def test_a_copy_built_from_another_version_of_the_file_is_not_run(tmp_path: Path) -> None:
+    """The module and its built copy in a package of their own, the module then edited (a
+    comment): the Python walk runs there, where the unedited module runs the copy."""
+    package = tmp_path / "agentcanvas" / "graph"
+    package.mkdir(parents=True)
+    for folder in (tmp_path / "agentcanvas", package):
+        (folder / "__init__.py").write_text("")
+    for path in [Path(summarize_module.__file__), *built_copy()]:
+        shutil.copyfile(path, package / path.name)
+    probe = "from agentcanvas.graph import summarize as s; print(s.IMPLEMENTATION, s.__file__)"
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+
+    def implementation() -> str:
+        done = subprocess.run(
+            [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True
+        )
+        name, file = done.stdout.split()
+        assert Path(file).parent == package  # the copy in tmp_path, not the project's
+        return name
+
+    assert implementation() == "compiled"
+    with (package / "summarize.py").open("a") as module:
+        module.write("# edited after the copy was built\n")
+    assert implementation() == "python"
