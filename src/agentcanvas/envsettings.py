@@ -29,6 +29,7 @@ __all__ = [
     "FORK_SERVERS",
     "MAX_BATCH",
     "NUM_THREADS",
+    "PYTHON_SUMMARIES",
     "SERVER_READY_TIMEOUT_S",
     "ChoiceSetting",
     "FloatSetting",
@@ -139,6 +140,9 @@ AUDIT_SEED = IntSetting("AGENTCANVAS_AUDIT_SEED", 0, 0, 10**18 - 1)
 EVAL_SUBPROCESS = ChoiceSetting("AGENTCANVAS_EVAL_SUBPROCESS", "1", ("0", "1"))
 """``0``: the backend runs every run inside its own process, even when a request asks for an
 eval subprocess (``api.eval``)."""
+PYTHON_SUMMARIES = ChoiceSetting("AGENTCANVAS_PYTHON_SUMMARIES", "0", ("0", "1"))
+"""``1``: the firing log's summaries by the Python walk even where its compiled copy is built
+(``graph.summarize``): the same summaries, slower."""
 
 ALL: tuple[IntSetting | FloatSetting | ChoiceSetting, ...] = (
     MAX_BATCH,
@@ -152,6 +156,7 @@ ALL: tuple[IntSetting | FloatSetting | ChoiceSetting, ...] = (
     AUDIT_RATE,
     AUDIT_SEED,
     EVAL_SUBPROCESS,
+    PYTHON_SUMMARIES,
 )
 
 

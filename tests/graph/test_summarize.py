@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from agentcanvas import envsettings
 from agentcanvas.graph import summarize as summarize_module
 from agentcanvas.graph.summarize import (
     CUT,
@@ -381,11 +382,11 @@ def test_the_copy_runs_only_when_built_from_this_very_file() -> None:
     expected = "compiled" if current else "python"
     assert expected == summarize_module.IMPLEMENTATION
     assert (summarize_module.compiled_copy() is copy) is current
-    os.environ["AGENTCANVAS_PYTHON_SUMMARIES"] = "1"
+    os.environ[envsettings.PYTHON_SUMMARIES.name] = "1"
     try:
         assert summarize_module.compiled_copy() is None
     finally:
-        del os.environ["AGENTCANVAS_PYTHON_SUMMARIES"]
+        del os.environ[envsettings.PYTHON_SUMMARIES.name]
 
 
 @needs_compiled
@@ -398,6 +399,8 @@ def test_a_copy_built_from_another_version_of_the_file_is_not_run(tmp_path: Path
         (folder / "__init__.py").write_text("")
     for path in [Path(summarize_module.__file__), *built_copy()]:
         shutil.copyfile(path, package / path.name)
+    for name in ("envsettings.py", "errors.py"):  # what the module loads the copy with
+        shutil.copyfile(Path(envsettings.__file__).with_name(name), package.parent / name)
     probe = "from agentcanvas.graph import summarize as s; print(s.IMPLEMENTATION, s.__file__)"
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
 

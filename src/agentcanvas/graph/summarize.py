@@ -34,7 +34,6 @@ from __future__ import annotations
 import hashlib
 import importlib
 import math
-import os
 import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -299,8 +298,14 @@ IMPLEMENTATION = "python"
 def compiled_copy() -> Any:
     """The compiled copy of this module when it was built from this very file (its
     SOURCE_SHA256 is this file's) and may run; else None."""
-    if os.environ.get("AGENTCANVAS_PYTHON_SUMMARIES") == "1":
-        return None
+    from agentcanvas import envsettings  # here, not above: the copy is this module's walk only
+    from agentcanvas.errors import ConfigError
+
+    try:
+        if envsettings.PYTHON_SUMMARIES.get() == "1":
+            return None
+    except ConfigError:  # a bad value: the command that starts refuses it (check_all)
+        pass
     try:
         digest = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
         module = importlib.import_module(f"{__package__}.{COMPILED_NAME}")
