@@ -39,6 +39,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import scaling  # the bench folder is not a package
+from agentcanvas.graph import summarize
 
 GRAPH_NAME = "bench_episode_cost"
 
@@ -86,9 +87,11 @@ def main() -> int:
 
 def _print(rows: list[tuple[float, float, bool]], n_episodes: int, record_log: bool) -> None:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    walk = getattr(summarize, "IMPLEMENTATION", "python")  # (a checkout from before the copy)
     print(
         f"{n_episodes} episodes of {', '.join(scaling.TASKS)} per round, W = 1, no latency"
         f"{'' if record_log else ', ours without the firing log (--no-record-log)'}; "
+        f"the log's summaries by the {walk} walk (scripts/build_native.py); "
         f"load average (1 min) at the end {load:.2f}; package from "
         f"{Path(scaling.__file__).parent.parent / 'src'} unless PYTHONPATH says otherwise"
     )
