@@ -12,8 +12,9 @@ import os
 import shutil
 import subprocess
 import sys
+from collections import OrderedDict
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pytest
@@ -295,11 +296,24 @@ class Text(str):
     pass
 
 
+class Ratio(float):
+    pass
+
+
+class Count(int):
+    pass
+
+
+class Pair(NamedTuple):
+    first: Any
+    second: Any
+
+
 def random_value(rng: np.random.Generator, left: list[int], depth: int = 0) -> Any:
     """A value of any kind summarize tells apart, nested up to 8 deep, of at most about
     ``left[0]`` values in all (counted down)."""
     left[0] -= 1
-    kind = int(rng.integers(0, 22 if depth < 8 and left[0] > 0 else 13))
+    kind = int(rng.integers(0, 26 if depth < 8 and left[0] > 0 else 17))
     n = int(rng.choice([0, 1, 2, 5, 15, 16, 17, 40]))
     scalars: list[Any] = [
         int(rng.integers(-5, 5)),
@@ -315,26 +329,31 @@ def random_value(rng: np.random.Generator, left: list[int], depth: int = 0) -> A
         Text("sub"),
         bytes(n),
         object(),
+        Ratio(float(rng.choice([0.25, np.nan]))),
+        Count(7),
+        memoryview(bytearray(n)),
+        np.str_("np text"),
     ]
     if kind < len(scalars):
         return scalars[kind]
-    if kind == 13:
-        return [random_value(rng, left, depth + 1) for _ in range(n)]
-    if kind == 14:
-        return tuple(random_value(rng, left, depth + 1) for _ in range(n))
-    if kind in (15, 16):
-        keys: list[Any] = [f"k{i}" for i in range(n)] + [3, None, (1, 2)]
-        return {keys[i]: random_value(rng, left, depth + 1) for i in range(min(n, len(keys)))}
     if kind == 17:
+        return [random_value(rng, left, depth + 1) for _ in range(n)]
+    if kind == 18:
+        return tuple(random_value(rng, left, depth + 1) for _ in range(n))
+    if kind in (19, 20):
+        keys: list[Any] = [f"k{i}" for i in range(n)] + [3, None, (1, 2), 2.5, True]
+        items = {keys[i]: random_value(rng, left, depth + 1) for i in range(min(n, len(keys)))}
+        return items if kind == 19 else OrderedDict(items)
+    if kind == 21:
+        return Pair(random_value(rng, left, depth + 1), random_value(rng, left, depth + 1))
+    if kind == 22:
         shape = tuple(int(k) for k in rng.integers(0, 6, size=int(rng.integers(0, 4))))
         dtype = rng.choice(["uint8", "float32", "float16", "bool", "int64", "complex64"])
         return (rng.standard_normal(shape) * 100).astype(dtype)
-    if kind == 18:
+    if kind == 23:
         return np.array([np.nan, -np.inf, 2.5])[:: int(rng.choice([1, -1]))]
-    if kind == 19:
-        return {1, 2}
-    if kind == 20:
-        return np.array(["a", None, 3], dtype=object)
+    if kind == 24:
+        return np.array(["a", None, {1, 2}, np.arange(3)], dtype=object)
     return [[random_value(rng, left, depth + 2) for _ in range(3)] for _ in range(n)]
 
 
