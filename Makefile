@@ -68,11 +68,12 @@ test-js:
 install: $(STAMP) $(OPENPI_STAMP) $(NODE_STAMP)
 
 # The firing log's summaries, compiled by mypyc (scripts/build_native.py; about 6 s): the
-# module runs its copy only while the copy was built from its current source. Where the
-# build fails (no C compiler) this says why and the Python walk runs: the same summaries.
+# module runs its copy only while the copy was built from its current source; a new .venv
+# builds it again. Where the build fails (no C compiler) this says why and the Python walk
+# runs: the same summaries.
 NATIVE_STAMP := build/native/.built
 
-$(NATIVE_STAMP): src/agentcanvas/graph/summarize.py scripts/build_native.py | $(STAMP)
+$(NATIVE_STAMP): src/agentcanvas/graph/summarize.py scripts/build_native.py $(STAMP)
 	$(BIN)/python scripts/build_native.py && touch $@ || echo "the Python summaries run"
 
 native: $(NATIVE_STAMP)

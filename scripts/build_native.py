@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SOURCE = ROOT / "src" / "agentcanvas" / "graph" / "summarize.py"
 NAME = "_summarize_compiled"  # summarize.COMPILED_NAME (not imported: the build needs no package)
 WORK = ROOT / "build" / "native"
-CUT_AT = b"# -- the compiled copy"  # the module's section that loads the copy: not in it
+CUT_AT = b"\n# -- the compiled copy"  # the module's section that loads the copy: not in it
 
 
 def main() -> int:
@@ -40,9 +40,9 @@ def main() -> int:
     copy = package / f"{NAME}.py"
     walk, found, _ = text.partition(CUT_AT)
     if not found:
-        print(f"{SOURCE} has no line starting {CUT_AT.decode()!r}", file=sys.stderr)
+        print(f"{SOURCE} has no line starting {CUT_AT.decode().strip()!r}", file=sys.stderr)
         return 1
-    copy.write_bytes(walk + f'SOURCE_SHA256: Final = "{digest}"\n'.encode())
+    copy.write_bytes(walk + f'\nSOURCE_SHA256: Final = "{digest}"\n'.encode())
     config = WORK / "mypy.ini"  # not the project's: its mypy_path would find src's package too
     config.write_text("[mypy]\nstrict = True\nignore_missing_imports = True\n")
     command = [sys.executable, "-m", "mypyc", "--config-file", str(config), str(copy)]

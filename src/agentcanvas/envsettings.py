@@ -142,7 +142,8 @@ EVAL_SUBPROCESS = ChoiceSetting("AGENTCANVAS_EVAL_SUBPROCESS", "1", ("0", "1"))
 eval subprocess (``api.eval``)."""
 PYTHON_SUMMARIES = ChoiceSetting("AGENTCANVAS_PYTHON_SUMMARIES", "0", ("0", "1"))
 """``1``: the firing log's summaries by the Python walk even where its compiled copy is built
-(``graph.summarize``): the same summaries, slower."""
+(``graph.summarize``): the same summaries, slower. Read once, when a process first imports
+that module."""
 
 ALL: tuple[IntSetting | FloatSetting | ChoiceSetting, ...] = (
     MAX_BATCH,

@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 from collections import OrderedDict
+from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -44,6 +45,10 @@ class Reference:
         self.left = MAX_VALUES
 
     def of(self, value: Any, depth: int = 0) -> Any:
+        if isinstance(value, np.longdouble | np.clongdouble):  # item() gives them back
+            return self.of(
+                float(value) if isinstance(value, np.longdouble) else complex(value), depth
+            )
         if isinstance(value, np.generic):
             return self.of(value.item(), depth)
         self.left -= 1
@@ -60,9 +65,10 @@ class Reference:
         if isinstance(value, bool) or value is None:
             return value if value is None else bool(value)
         if isinstance(value, int):
-            return int(value)
+            return int.__int__(value)
         if isinstance(value, float):
-            return float(value) if math.isfinite(value) else str(float(value))
+            number = float.__float__(value)
+            return number if math.isfinite(number) else str(number)
         if isinstance(value, str):
             text = str.__str__(value)
             cut = len(text) - MAX_STR
@@ -131,6 +137,10 @@ VALUES: list[Any] = [
     np.array([None, 1.5, "x"], dtype=object),
     [np.full(12, np.nan), np.arange(30, dtype=np.int8)] * 20,  # arrays use up the budget
     np.float32(2.5),
+    np.longdouble(1.5),
+    np.clongdouble(1 + 2j),
+    np.array([1.5, np.nan, -np.inf], dtype=np.longdouble),
+    np.zeros(3, dtype=np.clongdouble),
     np.int64(3),
     np.bool_(True),
     Colour.RED,
@@ -297,11 +307,13 @@ class Text(str):
 
 
 class Ratio(float):
-    pass
+    def __float__(self) -> float:
+        return 42.0  # not what a summary shows: the value itself
 
 
 class Count(int):
-    pass
+    def __int__(self) -> int:
+        return 5
 
 
 class Pair(NamedTuple):
@@ -313,7 +325,7 @@ def random_value(rng: np.random.Generator, left: list[int], depth: int = 0) -> A
     """A value of any kind summarize tells apart, nested up to 8 deep, of at most about
     ``left[0]`` values in all (counted down)."""
     left[0] -= 1
-    kind = int(rng.integers(0, 26 if depth < 8 and left[0] > 0 else 17))
+    kind = int(rng.integers(0, 28 if depth < 8 and left[0] > 0 else 19))
     n = int(rng.choice([0, 1, 2, 5, 15, 16, 17, 40]))
     scalars: list[Any] = [
         int(rng.integers(-5, 5)),
@@ -333,26 +345,28 @@ def random_value(rng: np.random.Generator, left: list[int], depth: int = 0) -> A
         Count(7),
         memoryview(bytearray(n)),
         np.str_("np text"),
+        np.longdouble(rng.choice([0.1, np.inf])),
+        np.clongdouble(2j),
     ]
     if kind < len(scalars):
         return scalars[kind]
-    if kind == 17:
+    if kind == 19:
         return [random_value(rng, left, depth + 1) for _ in range(n)]
-    if kind == 18:
+    if kind == 20:
         return tuple(random_value(rng, left, depth + 1) for _ in range(n))
-    if kind in (19, 20):
+    if kind in (21, 22):
         keys: list[Any] = [f"k{i}" for i in range(n)] + [3, None, (1, 2), 2.5, True]
         items = {keys[i]: random_value(rng, left, depth + 1) for i in range(min(n, len(keys)))}
-        return items if kind == 19 else OrderedDict(items)
-    if kind == 21:
-        return Pair(random_value(rng, left, depth + 1), random_value(rng, left, depth + 1))
-    if kind == 22:
-        shape = tuple(int(k) for k in rng.integers(0, 6, size=int(rng.integers(0, 4))))
-        dtype = rng.choice(["uint8", "float32", "float16", "bool", "int64", "complex64"])
-        return (rng.standard_normal(shape) * 100).astype(dtype)
+        return items if kind == 21 else OrderedDict(items)
     if kind == 23:
-        return np.array([np.nan, -np.inf, 2.5])[:: int(rng.choice([1, -1]))]
+        return Pair(random_value(rng, left, depth + 1), random_value(rng, left, depth + 1))
     if kind == 24:
+        shape = tuple(int(k) for k in rng.integers(0, 6, size=int(rng.integers(0, 4))))
+        dtype = rng.choice(["uint8", "float32", "float16", "bool", "int64", "complex64", "g", "G"])
+        return (rng.standard_normal(shape) * 100).astype(dtype)
+    if kind == 25:
+        return np.array([np.nan, -np.inf, 2.5])[:: int(rng.choice([1, -1]))]
+    if kind == 26:
         return np.array(["a", None, {1, 2}, np.arange(3)], dtype=object)
     return [[random_value(rng, left, depth + 2) for _ in range(3)] for _ in range(n)]
 
@@ -384,8 +398,10 @@ def test_the_compiled_walk_gives_the_python_walks_summaries() -> None:
 
 
 def built_copy() -> list[Path]:
+    """The copy's files built for this Python (the module and mypyc's library beside it)."""
     folder = Path(summarize_module.__file__).parent
-    return sorted(folder.glob(f"{summarize_module.COMPILED_NAME}*.so"))
+    found = folder.glob(f"{summarize_module.COMPILED_NAME}*")
+    return sorted(p for p in found if p.name.endswith(tuple(EXTENSION_SUFFIXES)))
 
 
 def test_the_copy_runs_only_when_built_from_this_very_file() -> None:
@@ -398,6 +414,10 @@ def test_the_copy_runs_only_when_built_from_this_very_file() -> None:
     copy = importlib.import_module(f"agentcanvas.graph.{summarize_module.COMPILED_NAME}")
     source = Path(summarize_module.__file__).read_bytes()
     current = hashlib.sha256(source).hexdigest() == copy.SOURCE_SHA256
+    if envsettings.PYTHON_SUMMARIES.get() == "1":  # the whole test run asked for Python
+        assert summarize_module.IMPLEMENTATION == "python"
+        assert summarize_module.compiled_copy() is None
+        return
     expected = "compiled" if current else "python"
     assert expected == summarize_module.IMPLEMENTATION
     assert (summarize_module.compiled_copy() is copy) is current

@@ -3,7 +3,8 @@
 :func:`summarize` keeps a value's JSON kind and cuts it with an explicit marker:
 
 - ``int``, ``bool`` and ``None`` as they are; a float too, unless JSON cannot hold it (nan,
-  inf, -inf: its name as a string); numpy scalars as their Python value;
+  inf, -inf: its name as a string); numpy scalars as their Python value (a longdouble as a
+  float, a clongdouble as a complex: they have none of their own);
 - a string up to MAX_STR characters as it is, a longer one its first MAX_STR followed by
   ``"…[+N chars]"``;
 - a list or tuple (a list) up to MAX_ITEMS items as it is, a longer one its first MAX_ITEMS
@@ -26,7 +27,9 @@ copy of this module compiled by mypyc (``scripts/build_native.py``, run by ``mak
 and ``make demo``: about 2.5x faster) replaces `summarize` and `Summaries` when it was built
 from this very file: its SOURCE_SHA256 is this file's, else (not built, an older build, no
 compiler) this module's own walk runs, with the same summaries (the tests compare them).
-``AGENTCANVAS_PYTHON_SUMMARIES=1`` keeps this module's walk. `IMPLEMENTATION` says which runs.
+``AGENTCANVAS_PYTHON_SUMMARIES=1`` keeps this module's walk; `IMPLEMENTATION` says which
+runs. One difference is known: a dict subclass that overrides ``__len__`` is cut by that
+count here, by its entries in the copy.
 """
 
 from __future__ import annotations
@@ -225,8 +228,11 @@ class _Summary:
         name = _DTYPE_NAMES.get(dtype)
         if name is None:
             name = _DTYPE_NAMES[dtype] = str(dtype)
-        head = value.flat[:MAX_ARRAY_VALUES].tolist()  # copies only these, whatever the layout
+        first = value.flat[:MAX_ARRAY_VALUES]  # copies only these, whatever the layout
         kind = dtype.kind
+        if kind in "fc" and dtype.itemsize > (8 if kind == "f" else 16):  # (c)longdouble
+            first = first.astype(float if kind == "f" else complex)
+        head = first.tolist()
         if kind in "biu":  # Python bools and ints: kept as they are
             values, self.left = head, self.left - len(head)
         elif kind == "f":  # Python floats: kept, but nan and ±inf as their names (v - v: nan)
@@ -245,13 +251,13 @@ class _Summary:
             return self._array(value)
         if isinstance(value, np.generic):
             self.left += 1  # the same value, once more
-            return self.of(value.item(), depth)
+            return self.of(_python_value(value), depth)
         if isinstance(value, bool):
             return bool(value)
-        if isinstance(value, int):
-            return int(value)
+        if isinstance(value, int):  # the value itself, not what a subclass converts it to
+            return int.__int__(value)
         if isinstance(value, float):
-            return _float(float(value))
+            return _float(float.__float__(value))
         if isinstance(value, str):
             text = str.__str__(value)
             return text if len(text) <= MAX_STR else _cut_str(text)
@@ -262,6 +268,19 @@ class _Summary:
         if isinstance(value, list | tuple):
             return self._list(value, depth)
         return f"<{type(value).__name__}>"
+
+
+def _python_value(value: np.generic[Any]) -> Any:
+    """A numpy scalar's Python value. ``item()`` gives a longdouble or a clongdouble back as
+    itself (walking it again would never end): those as a float or a complex."""
+    item = value.item()
+    if not isinstance(item, np.generic):
+        return item
+    if isinstance(item, np.floating):
+        return float(item)
+    if isinstance(item, np.complexfloating):
+        return complex(item)
+    return f"<{type(value).__name__}>"
 
 
 def format_traceback(exc: BaseException) -> str:
